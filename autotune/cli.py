@@ -1,0 +1,165 @@
+"""The `autotune` command line: thin commands that parse options, call the library and print.
+
+Library errors (autotune.errors) become one-line messages with exit code 2 for bad input and 1 for
+run-time failures. Set AUTOTUNE_DEBUG=1 to see the traceback of an unexpected error instead.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from autotune import __version__
+from autotune.errors import AutotuneError
+from autotune.settings import MODELS_DIR_ENV, STORAGE_ENV, default_models_dir
+
+DEBUG_ENV = "AUTOTUNE_DEBUG"
+
+model_option = click.option("--model", "-m", required=True, help="Model name: a search_spaces/<name>.toml file.")
+storage_option = click.option(
+    "--storage", envvar=STORAGE_ENV, help=f"SQLAlchemy URL of the study database [env {STORAGE_ENV}; default: SQLite in autotune's data dir]."
+)
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+engine_option = click.option(
+    "--engine", type=click.Choice(["python"]), default="python", show_default=True,
+    help="python: in-process through llama-cpp-python.",
+)
+
+
+class AutotuneGroup(click.Group):
+    """Turns AutotuneError into `autotune: error: ...` and its exit code, never a traceback."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except AutotuneError as exc:
+            if os.environ.get(DEBUG_ENV):
+                raise
+            click.echo(f"autotune: error: {exc}", err=True)
+            sys.exit(exc.exit_code)
+        except KeyboardInterrupt:
+            click.echo("autotune: interrupted", err=True)
+            sys.exit(130)
+
+
+@click.group(cls=AutotuneGroup)
+@click.version_option(__version__, prog_name="autotune")
+def cli() -> None:
+    """Find the fastest llama.cpp speculative-decoding settings for this machine and a model.
+
+    \b
+    Example:
+        autotune search --model gemma3-270m
+        autotune best --model gemma3-270m
+    """
+
+
+@cli.command()
+@model_option
+@click.option("--trials", type=click.IntRange(min=1), default=12, show_default=True,
+              help="Finished trials the study should hold (a rerun resumes up to this many).")
+@engine_option
+@click.option("--prompts", "prompts_file", type=click.Path(path_type=Path), help="JSONL prompt file (default: the bundled 11-category mix).")
+@click.option("--per-category", type=click.IntRange(min=1), default=1, show_default=True, help="Prompts taken from each category.")
+@click.option("--max-tokens", type=click.IntRange(min=2), default=64, show_default=True, help="Tokens generated per prompt.")
+@storage_option
+@click.option("--models-dir", type=click.Path(path_type=Path), envvar=MODELS_DIR_ENV,
+              help=f"Folder holding the GGUF files [env {MODELS_DIR_ENV}; default: <data dir>/models].")
+@click.option("--space", "space_file", type=click.Path(path_type=Path), help="Search-space file to use instead of the bundled one.")
+@click.option("--seed", type=int, help="Seed of the TPE sampler.")
+@click.option("--threads", type=click.IntRange(min=1), help="CPU threads (default: every core this process may use).")
+def search(model, trials, engine, prompts_file, per_category, max_tokens, storage, models_dir, space_file, seed, threads):
+    """Run (or resume) an Optuna study of speculative settings for MODEL on this machine.
+
+    Trial 0 is the baseline without speculation; every trial generates the prompt mix for real and
+    is stored in the study database. Ends by printing the best llama-server command line.
+
+    \b
+    Example:
+        autotune search --model gemma3-270m --trials 12 --max-tokens 64
+    """
+    from autotune.runner import run_search
+    from autotune.progress import TerminalReporter
+
+    best = run_search(
+        model=model, trials=trials, engine_name=engine, prompts_file=prompts_file, per_category=per_category,
+        max_tokens=max_tokens, storage_url=storage, models_dir=models_dir or default_models_dir(),
+        space_file=space_file, seed=seed, threads=threads, reporter=TerminalReporter(),
+    )
+    click.echo(_best_text(best))
+
+
+@cli.command()
+@model_option
+@click.option("--hardware", help="Hardware key of the study (default: this machine's).")
+@engine_option
+@storage_option
+@json_option
+def best(model, hardware, engine, storage, as_json):
+    """Print the fastest configuration found for MODEL as a llama-server command line.
+
+    The first line is the command; then its mix tok/s, the baseline's and the speedup.
+
+    \b
+    Example:
+        autotune best --model gemma3-270m --json
+    """
+    from autotune.runner import open_study_of
+    from autotune.results import best_result
+
+    result = best_result(open_study_of(model, hardware, engine, storage))
+    click.echo(json.dumps(result.as_dict(), indent=2) if as_json else _best_text(result))
+
+
+@cli.command()
+@model_option
+@click.option("--hardware", help="Hardware key of the study (default: this machine's).")
+@engine_option
+@storage_option
+@json_option
+def trials(model, hardware, engine, storage, as_json):
+    """List the trials of MODEL's study: state, parameters, tok/s, speedup and acceptance.
+
+    \b
+    Example:
+        autotune trials --model gemma3-270m
+    """
+    from autotune.runner import open_study_of
+    from autotune.results import trial_rows
+
+    rows = trial_rows(open_study_of(model, hardware, engine, storage))
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    click.echo(f"{'#':>3}  {'state':<8} {'tok/s':>7} {'speedup':>7} {'accept':>6}  configuration")
+    for row in rows:
+        tok_s = f"{row['tok_s']:.1f}" if row["tok_s"] is not None else "-"
+        speedup = f"{row['speedup']:.2f}x" if row["speedup"] is not None else "-"
+        accept = f"{row['acceptance']:.0%}" if row["acceptance"] is not None else "-"
+        label = row["label"] or "-"
+        if row["role"] == "baseline":
+            label += " (baseline)"
+        if row["lossless"] is False:
+            label += " [output differs: excluded]"
+        if row["fail_reason"]:
+            label += f" [{row['fail_reason']}]"
+        click.echo(f"{row['number']:>3}  {row['state']:<8} {tok_s:>7} {speedup:>7} {accept:>6}  {label}")
+
+
+def _best_text(result) -> str:
+    from autotune.commandline import format_command
+
+    lines = [format_command(result.argv)]
+    engine = result.trial.user_attrs.get("engine")
+    lines.append(f"# {result.tok_s:.1f} tok/s decode (trial {result.trial.number}, {engine} engine)")
+    if result.baseline_tok_s:
+        lines.append(f"# baseline {result.baseline_tok_s:.1f} tok/s, speedup {result.speedup:.2f}x")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    cli(prog_name="autotune")

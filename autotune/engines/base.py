@@ -1,0 +1,68 @@
+"""The interface every measurement engine implements."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import Callable, Sequence
+
+from autotune.measurement import GenerationResult, Measurement
+from autotune.prompts import Prompt, PromptMix
+from autotune.spec import SpecConfig
+
+#: Called after each prompt with (index, result) so callers can show progress or report to a pruner.
+ProgressCallback = Callable[[int, GenerationResult], None]
+
+
+class Engine(ABC):
+    """Measures real generation of a SpecConfig over a prompt mix."""
+
+    name: str
+
+    @property
+    @abstractmethod
+    def runnable_spec_types(self) -> frozenset[str]:
+        """Spec types this engine can measure."""
+
+    @property
+    @abstractmethod
+    def build_info(self) -> str:
+        """Which llama.cpp build measures (recorded with every trial)."""
+
+    @abstractmethod
+    def prepare(self, config: SpecConfig, mix: PromptMix, *, max_tokens: int) -> None:
+        """Load what `config` needs and check every prompt fits, before any trial is stored.
+
+        Raises ModelFileError or UsageError for bad input.
+        """
+
+    @abstractmethod
+    def measure(
+        self,
+        config: SpecConfig,
+        mix: PromptMix,
+        *,
+        max_tokens: int,
+        on_prompt: ProgressCallback | None = None,
+    ) -> Measurement:
+        """Warm up, then generate every prompt of `mix` greedily with `config` and time it.
+
+        Raises TrialFailure when this configuration cannot be measured (the study goes on) and
+        EngineError when the engine itself is broken.
+        """
+
+    @abstractmethod
+    def logit_margins(
+        self, target: Path, prompt: Prompt, generated: Sequence[int], token_a: int, token_b: int
+    ) -> tuple[float, float]:
+        """logit(a) - logit(b) of the target after `prompt` + `generated`: decoded one token at a time
+        (as the baseline ran) and in one batch (as a verifier runs)."""
+
+    def close(self) -> None:
+        """Free what the engine holds (models, processes)."""
+
+    def __enter__(self) -> "Engine":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,109 @@
+"""Drafters for the in-process engine: each proposes tokens for the target to verify in one batch.
+
+They follow llama.cpp's own drafters (common/speculative.cpp, common/ngram-map.cpp) so that both
+engines measure the same algorithm.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+import numpy as np
+
+from autotune.engines._llama import Context
+from autotune.spec import SpecConfig
+
+#: llama.cpp's draft-simple sampler keeps the top 10 candidates; p-min compares against their softmax.
+_DRAFT_TOP_K = 10
+
+
+class Drafter(ABC):
+    """Proposes up to `n_max` tokens that would follow `history + [last]`."""
+
+    def begin(self, prompt: list[int]) -> None:
+        """A new generation starts from `prompt` (the target has just processed it)."""
+
+    @abstractmethod
+    def draft(self, history: list[int], last: int, n_max: int) -> list[int]:
+        """Draft tokens after `history` (every token already in the target's cache) and `last`."""
+
+    def accept(self, n_accepted: int) -> None:
+        """The target accepted the first `n_accepted` tokens of the last draft."""
+
+
+class NgramSimpleDrafter(Drafter):
+    """llama.cpp's `ngram-simple`: find the latest earlier occurrence of the last n tokens, copy what followed."""
+
+    def __init__(self, config: SpecConfig):
+        self.size_n = int(config.value("ngram_simple_size_n"))
+        self.size_m = int(config.value("ngram_simple_size_m"))
+
+    def draft(self, history: list[int], last: int, n_max: int) -> list[int]:
+        n, m = self.size_n, self.size_m
+        cur_len = len(history)
+        if cur_len <= n + m + 1:
+            return []
+        pattern = history[cur_len - n + 1 :] + [last]
+        # search backwards, skipping the current position; position 0 means "no match" as in llama.cpp
+        for start in range(cur_len - n - 1, 0, -1):
+            if history[start : start + n] == pattern:
+                copy = min(m, cur_len - (start + n))
+                if copy < n:
+                    return []
+                return history[start + n : start + n + min(copy, n_max)]
+        return []
+
+
+class DraftModelDrafter(Drafter):
+    """llama.cpp's `draft-simple`: a small model drafts greedily in its own context.
+
+    The draft context caches every token the target has accepted; only tokens it has not seen yet
+    are decoded before drafting, and rejected draft tokens are rolled back afterwards.
+    """
+
+    def __init__(self, context: Context, config: SpecConfig):
+        self.context = context
+        self.n_max = int(config.value("draft_n_max"))
+        self.n_min = int(config.value("draft_n_min"))
+        self.p_min = float(config.value("draft_p_min"))
+        self.n_cached = 0  # tokens of the current sequence in the draft's KV cache
+        self.n_base = 0  # length of history + last when the last draft began
+
+    def begin(self, prompt: list[int]) -> None:
+        self.context.clear()
+        self.n_cached = 0
+
+    def draft(self, history: list[int], last: int, n_max: int) -> list[int]:
+        sequence_len = len(history) + 1
+        pending = history[self.n_cached :] + [last]
+        logits = self.context.decode(pending, self.n_cached)
+        self.n_base = self.n_cached = sequence_len
+        limit = min(self.n_max, n_max)
+        drafted: list[int] = []
+        while len(drafted) < limit:
+            row = logits[-1]
+            token = int(row.argmax())
+            if self.p_min > 0 and _top_k_probability(row) < self.p_min:
+                break
+            drafted.append(token)
+            if len(drafted) == limit:
+                break
+            logits = self.context.decode([token], self.n_cached)
+            self.n_cached += 1
+        if len(drafted) < self.n_min:
+            drafted = []
+        return drafted
+
+    def accept(self, n_accepted: int) -> None:
+        # keep the accepted draft tokens that were decoded; the target's bonus token comes next time
+        keep = min(self.n_base + n_accepted, self.n_cached)
+        if keep < self.n_cached:
+            self.context.truncate(keep)
+            self.n_cached = keep
+
+
+def _top_k_probability(logits: np.ndarray) -> float:
+    """Probability of the top token after a softmax over the top-k logits (llama.cpp's draft sampler)."""
+    top = np.partition(logits, -_DRAFT_TOP_K)[-_DRAFT_TOP_K:].astype(np.float64)
+    top_max = top.max()
+    return float(1.0 / np.exp(top - top_max).sum())

@@ -1,0 +1,179 @@
+"""In-process engine: real generation through llama-cpp-python, with a lean speculation loop.
+
+Each step the target verifies `[last] + draft` in one batch decode, keeps the longest prefix of the
+draft that equals its own greedy choices plus one token of its own, and rolls the rejected rest
+out of its KV cache. Verification is exact greedy matching, so the output is the baseline's.
+Models load once and stay loaded across trials; only the (target, draft) pair in use is kept.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Sequence
+
+from autotune.engines._llama import Context, LoadedModel, default_threads, llama_build
+from autotune.engines.base import Engine, ProgressCallback
+from autotune.engines.drafters import DraftModelDrafter, Drafter, NgramSimpleDrafter
+from autotune.errors import UsageError
+from autotune.measurement import GenerationResult, Measurement
+from autotune.prompts import Prompt, PromptMix
+from autotune.spec import SpecConfig
+
+WARMUP_TOKENS = 8
+
+
+class PythonEngine(Engine):
+    name = "python"
+
+    def __init__(self, *, context_size: int = 4096, threads: int | None = None):
+        self.context_size = context_size
+        self.threads = threads or default_threads()
+        self._models: dict[Path, LoadedModel] = {}
+        self._contexts: dict[tuple[str, Path], Context] = {}
+        self._prompt_tokens: dict[tuple[Path, str], list[int]] = {}
+
+    @property
+    def runnable_spec_types(self) -> frozenset[str]:
+        return frozenset({"none", "draft-simple", "ngram-simple"})
+
+    @property
+    def build_info(self) -> str:
+        return llama_build()
+
+    def load(self, config: SpecConfig) -> None:
+        """Load the models `config` needs (and free the others), so a bad file fails before any trial."""
+        needed = {config.target} | ({config.draft} if config.draft else set())
+        for path in [p for p in self._models if p not in needed]:
+            for key in [k for k in self._contexts if k[1] == path]:
+                self._contexts.pop(key).free()
+            self._models.pop(path).free()
+        for path in needed:
+            if path not in self._models:
+                self._models[path] = LoadedModel(path)
+
+    def prepare(self, config: SpecConfig, mix: PromptMix, *, max_tokens: int) -> None:
+        self.load(config)
+        for prompt in mix:
+            self._tokens(config.target, prompt, max_tokens)
+
+    def measure(
+        self,
+        config: SpecConfig,
+        mix: PromptMix,
+        *,
+        max_tokens: int,
+        on_prompt: ProgressCallback | None = None,
+    ) -> Measurement:
+        self.load(config)
+        target = self._context("target", config.target)
+        drafter = self._drafter(config)
+        prompts = [(prompt, self._tokens(config.target, prompt, max_tokens)) for prompt in mix]
+        self._generate(target, drafter, prompts[0][0], prompts[0][1], min(WARMUP_TOKENS, max_tokens))
+        results = []
+        for index, (prompt, tokens) in enumerate(prompts):
+            result = self._generate(target, drafter, prompt, tokens, max_tokens)
+            results.append(result)
+            if on_prompt is not None:
+                on_prompt(index, result)
+        return Measurement(results)
+
+    def logit_margins(
+        self, target: Path, prompt: Prompt, generated: Sequence[int], token_a: int, token_b: int
+    ) -> tuple[float, float]:
+        context = self._context("target", target)
+        tokens = self._prompt_tokens[(target, prompt.text)]
+        context.clear()
+        row = context.decode(tokens, 0)[-1]
+        for position, token in enumerate(generated, start=len(tokens)):
+            row = context.decode([token], position)[-1]
+        one_by_one = float(row[token_a]) - float(row[token_b])
+        context.clear()
+        row = context.decode(tokens + list(generated), 0)[-1]
+        return one_by_one, float(row[token_a]) - float(row[token_b])
+
+    def close(self) -> None:
+        for context in self._contexts.values():
+            context.free()
+        for model in self._models.values():
+            model.free()
+        self._contexts.clear()
+        self._models.clear()
+
+    def _context(self, role: str, path: Path) -> Context:
+        key = (role, path)
+        if key not in self._contexts:
+            self._contexts[key] = Context(self._models[path], n_ctx=self.context_size, n_threads=self.threads)
+        return self._contexts[key]
+
+    def _drafter(self, config: SpecConfig) -> Drafter | None:
+        if config.spec_type == "ngram-simple":
+            return NgramSimpleDrafter(config)
+        if config.spec_type == "draft-simple":
+            return DraftModelDrafter(self._context("draft", config.draft), config)
+        return None
+
+    def _tokens(self, path: Path, prompt: Prompt, max_tokens: int) -> list[int]:
+        key = (path, prompt.text)
+        if key not in self._prompt_tokens:
+            model = self._models[path]
+            self._prompt_tokens[key] = model.tokenize(model.chat_prompt(prompt.text))
+        tokens = self._prompt_tokens[key]
+        if len(tokens) + max_tokens > self.context_size:
+            raise UsageError(
+                f"prompt {prompt.id} has {len(tokens)} tokens: with --max-tokens {max_tokens} it needs "
+                f"a context of {len(tokens) + max_tokens}, above the search space's context_size {self.context_size}"
+            )
+        return tokens
+
+    @staticmethod
+    def _generate(
+        target: Context, drafter: Drafter | None, prompt: Prompt, tokens: list[int], max_tokens: int
+    ) -> GenerationResult:
+        model = target.model
+        target.clear()
+        if drafter is not None:
+            drafter.begin(tokens)
+        start = time.perf_counter()
+        last = int(target.decode(tokens, 0)[-1].argmax())
+        first_token_at = time.perf_counter()
+        history = list(tokens)  # every token in the target's KV cache
+        generated = [last]
+        drafted = accepted = verify_steps = 0
+        while len(generated) < max_tokens and not model.is_eog(last):
+            room = max_tokens - len(generated) - 1
+            asked = drafter is not None and room > 0
+            draft = drafter.draft(history, last, room) if asked else []
+            logits = target.decode([last] + draft, len(history), n_outputs=len(draft) + 1)
+            predicted = logits.argmax(axis=1).tolist()
+            n_ok = 0
+            while n_ok < len(draft) and draft[n_ok] == predicted[n_ok]:
+                n_ok += 1
+            if asked:
+                drafter.accept(n_ok)
+            if draft:
+                drafted += len(draft)
+                accepted += n_ok
+                verify_steps += 1
+                if n_ok < len(draft):
+                    target.truncate(len(history) + 1 + n_ok)
+            history.append(last)
+            history.extend(draft[:n_ok])
+            for token in draft[:n_ok] + [predicted[n_ok]]:
+                generated.append(token)
+                if len(generated) >= max_tokens or model.is_eog(token):
+                    break
+            last = generated[-1]
+        end = time.perf_counter()
+        return GenerationResult(
+            prompt_id=prompt.id,
+            category=prompt.category,
+            n_prompt=len(tokens),
+            prompt_ms=(first_token_at - start) * 1000,
+            n_generated=len(generated),
+            decode_ms=(end - first_token_at) * 1000,
+            n_drafted=drafted,
+            n_accepted=accepted,
+            n_verify_steps=verify_steps,
+            tokens=generated,
+        )

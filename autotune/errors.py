@@ -1,0 +1,56 @@
+"""The one error tree of autotune.
+
+Library code raises these; only the CLI turns them into a one-line message and an exit code
+(`exit_code`): 2 for bad input or usage, 1 for a failure at run time.
+"""
+
+
+class AutotuneError(Exception):
+    """Base of every error autotune raises on purpose."""
+
+    exit_code = 1
+
+
+class UsageError(AutotuneError):
+    """The user asked for something that cannot work as given (bad option, bad file)."""
+
+    exit_code = 2
+
+
+class UnknownModelError(UsageError):
+    """No search-space file exists for the model name."""
+
+
+class ModelFileError(UsageError):
+    """A GGUF file is missing, unreadable, corrupt or not what the search space expects."""
+
+
+class SearchSpaceError(UsageError):
+    """A search-space file is malformed: the message names the file, key and problem."""
+
+
+class PromptFileError(UsageError):
+    """A prompt file is malformed: the message names the file and line."""
+
+
+class StorageError(UsageError):
+    """The storage URL cannot be opened or written."""
+
+
+class StudyNotFoundError(UsageError):
+    """No study (or no finished trial) exists for what was asked."""
+
+
+class EngineError(AutotuneError):
+    """llama.cpp could not load a model or run a generation."""
+
+
+class TrialFailure(AutotuneError):
+    """One trial could not be measured; the study records it as FAIL with this reason and goes on."""
+
+
+class SpeculationInactiveError(TrialFailure):
+    """A speculative configuration drafted nothing over the whole prompt mix."""
+
+    def __init__(self, spec_type: str):
+        super().__init__(f"speculation inactive: {spec_type} drafted no token on any prompt")

@@ -1,0 +1,106 @@
+"""What an engine reports, with the figures defined once (DESIGN.md, "Definitions").
+
+decode tok/s of one generation = (n_generated - 1) / (time of last token - time of first token),
+which is llama-server's `timings.predicted_per_second`; mix tok/s sums tokens and times over the
+mix instead of averaging rates.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass
+class GenerationResult:
+    """One prompt's generation."""
+
+    prompt_id: str
+    category: str
+    n_prompt: int
+    prompt_ms: float
+    n_generated: int
+    decode_ms: float
+    n_drafted: int = 0
+    n_accepted: int = 0
+    n_verify_steps: int = 0
+    tokens: list[int] = field(default_factory=list)
+
+    @property
+    def decode_tokens(self) -> int:
+        """Tokens that count towards decode speed (the first comes from prompt processing)."""
+        return max(self.n_generated - 1, 0)
+
+    @property
+    def decode_tok_s(self) -> float:
+        return _rate(self.decode_tokens, self.decode_ms)
+
+    @property
+    def prompt_tok_s(self) -> float:
+        return _rate(self.n_prompt, self.prompt_ms)
+
+    def figures(self) -> dict:
+        """JSON-ready per-prompt figures (without the token ids, which are stored apart)."""
+        row = {k: v for k, v in asdict(self).items() if k != "tokens"}
+        row["decode_tok_s"] = round(self.decode_tok_s, 3)
+        row["prompt_tok_s"] = round(self.prompt_tok_s, 3)
+        return row
+
+
+@dataclass
+class Measurement:
+    """All generations of one configuration over a prompt mix."""
+
+    results: list[GenerationResult]
+
+    @property
+    def mix_tok_s(self) -> float:
+        return _rate(sum(r.decode_tokens for r in self.results), sum(r.decode_ms for r in self.results))
+
+    @property
+    def prompt_tok_s(self) -> float:
+        return _rate(sum(r.n_prompt for r in self.results), sum(r.prompt_ms for r in self.results))
+
+    @property
+    def n_drafted(self) -> int:
+        return sum(r.n_drafted for r in self.results)
+
+    @property
+    def n_accepted(self) -> int:
+        return sum(r.n_accepted for r in self.results)
+
+    @property
+    def acceptance(self) -> float | None:
+        """Accepted draft tokens / drafted tokens; None when nothing was drafted."""
+        return self.n_accepted / self.n_drafted if self.n_drafted else None
+
+    @property
+    def mean_accepted_length(self) -> float | None:
+        """1 + accepted / verify steps: tokens gained per target decode that verified a draft."""
+        steps = sum(r.n_verify_steps for r in self.results)
+        return 1 + self.n_accepted / steps if steps else None
+
+    @property
+    def generation_ms(self) -> float:
+        return sum(r.prompt_ms + r.decode_ms for r in self.results)
+
+    def per_category(self) -> dict[str, dict]:
+        """Mix figures of each prompt category."""
+        groups: dict[str, list[GenerationResult]] = {}
+        for result in self.results:
+            groups.setdefault(result.category, []).append(result)
+        return {name: Measurement(rows).summary() for name, rows in groups.items()}
+
+    def summary(self) -> dict:
+        return {
+            "mix_tok_s": round(self.mix_tok_s, 3),
+            "prompt_tok_s": round(self.prompt_tok_s, 3),
+            "acceptance": None if self.acceptance is None else round(self.acceptance, 4),
+            "mean_accepted_length": None if self.mean_accepted_length is None else round(self.mean_accepted_length, 4),
+            "n_generated": sum(r.n_generated for r in self.results),
+            "n_drafted": self.n_drafted,
+            "n_accepted": self.n_accepted,
+        }
+
+
+def _rate(count: float, ms: float) -> float:
+    return count * 1000.0 / ms if ms > 0 else 0.0

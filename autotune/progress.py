@@ -1,0 +1,64 @@
+"""Progress on the terminal: a bar over trials, a live line per prompt, a summary line per trial."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from typing import TextIO
+
+import optuna
+
+from autotune.measurement import GenerationResult
+from autotune.spec import SpecConfig
+
+_BAR_WIDTH = 20
+
+
+class TerminalReporter:
+    """Prints to stderr; on a terminal the bar line is redrawn in place, elsewhere only summaries print."""
+
+    def __init__(self, stream: TextIO | None = None):
+        self.stream = stream or sys.stderr
+        self.live = self.stream.isatty()
+        self.index = 0
+        self.total = 0
+        self.label = ""
+
+    def trial_started(self, number: int, index: int, total: int, config: SpecConfig) -> None:
+        self.index, self.total, self.label = index, total, config.describe()
+        self._redraw("warming up")
+
+    def prompt_done(self, index: int, total: int, result: GenerationResult) -> None:
+        self._redraw(f"prompt {index + 1}/{total} {result.decode_tok_s:6.1f} tok/s")
+
+    def trial_finished(self, trial: optuna.trial.FrozenTrial) -> None:
+        self._clear()
+        attrs = trial.user_attrs
+        label = attrs.get("config", {}).get("label", "?")
+        head = f"[{self.index}/{self.total}] trial {trial.number:>3} {label}"
+        if trial.state == optuna.trial.TrialState.COMPLETE:
+            figures = attrs.get("figures", {})
+            tail = f"-> {trial.value:.1f} tok/s"
+            if attrs.get("speedup") is not None:
+                tail += f" ({attrs['speedup']:.2f}x)"
+            if figures.get("acceptance") is not None:
+                tail += f", acceptance {figures['acceptance']:.0%}"
+            if attrs.get("lossless") is False:
+                tail += ", OUTPUT DIFFERS from baseline (excluded)"
+        else:
+            tail = f"-> {trial.state.name}: {attrs.get('fail_reason', 'no reason recorded')}"
+        print(f"{head} {tail}", file=self.stream, flush=True)
+
+    def _redraw(self, status: str) -> None:
+        if not self.live:
+            return
+        done = int(_BAR_WIDTH * (self.index - 1) / max(self.total, 1))
+        bar = "#" * done + "-" * (_BAR_WIDTH - done)
+        line = f"[{bar}] trial {self.index}/{self.total} {self.label}: {status}"
+        width = shutil.get_terminal_size().columns - 1
+        self.stream.write("\r" + line[:width].ljust(width))
+        self.stream.flush()
+
+    def _clear(self) -> None:
+        if self.live:
+            self.stream.write("\r" + " " * (shutil.get_terminal_size().columns - 1) + "\r")

@@ -1,0 +1,94 @@
+"""Reading finished studies: the best configuration and the list of trials."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import optuna
+
+from autotune.commandline import format_command
+from autotune.errors import StudyNotFoundError
+from autotune.tuner import is_baseline
+
+COMPLETE = optuna.trial.TrialState.COMPLETE
+
+
+@dataclass(frozen=True)
+class BestResult:
+    """The fastest lossless configuration of a study, against the study's baseline."""
+
+    study: str
+    trial: optuna.trial.FrozenTrial
+    baseline: optuna.trial.FrozenTrial | None
+
+    @property
+    def argv(self) -> list[str]:
+        return list(self.trial.user_attrs["argv"])
+
+    @property
+    def tok_s(self) -> float:
+        return float(self.trial.value)
+
+    @property
+    def baseline_tok_s(self) -> float | None:
+        return None if self.baseline is None else float(self.baseline.value)
+
+    @property
+    def speedup(self) -> float | None:
+        return self.tok_s / self.baseline_tok_s if self.baseline_tok_s else None
+
+    def as_dict(self) -> dict:
+        config = self.trial.user_attrs["config"]
+        return {
+            "study": self.study,
+            "trial": self.trial.number,
+            "command": format_command(self.argv),
+            "argv": self.argv,
+            "tok_s": round(self.tok_s, 3),
+            "baseline_tok_s": None if self.baseline_tok_s is None else round(self.baseline_tok_s, 3),
+            "speedup": None if self.speedup is None else round(self.speedup, 4),
+            "params": {"spec_type": config["spec_type"], **config["params"]},
+            "engine": self.trial.user_attrs.get("engine"),
+            "figures": self.trial.user_attrs.get("figures"),
+            "llama_cpp_build": self.trial.user_attrs.get("llama_cpp_build"),
+            "hardware": self.trial.user_attrs.get("hardware"),
+        }
+
+
+def best_result(study: optuna.Study) -> BestResult:
+    """The completed trial with the highest mix tok/s whose output matched the baseline's."""
+    complete = study.get_trials(deepcopy=False, states=(COMPLETE,))
+    eligible = [t for t in complete if t.user_attrs.get("lossless", True)]
+    if not eligible:
+        raise StudyNotFoundError(f"study {study.study_name!r} has no completed trial yet: run `autotune search`")
+    best = max(eligible, key=lambda t: t.value)
+    baseline = next((t for t in complete if is_baseline(t)), None)
+    return BestResult(study.study_name, best, baseline)
+
+
+def trial_rows(study: optuna.Study) -> list[dict]:
+    """One JSON-ready row per trial, in trial order."""
+    rows = []
+    for trial in study.get_trials(deepcopy=False):
+        attrs = trial.user_attrs
+        config = attrs.get("config", {})
+        figures = attrs.get("figures", {})
+        rows.append(
+            {
+                "number": trial.number,
+                "state": trial.state.name,
+                "role": attrs.get("role", "search"),
+                "spec_type": config.get("spec_type"),
+                "params": config.get("params", {}),
+                "label": config.get("label"),
+                "tok_s": trial.value,
+                "speedup": attrs.get("speedup"),
+                "acceptance": figures.get("acceptance"),
+                "mean_accepted_length": figures.get("mean_accepted_length"),
+                "prompt_tok_s": figures.get("prompt_tok_s"),
+                "lossless": attrs.get("lossless"),
+                "fail_reason": attrs.get("fail_reason"),
+                "wall_s": attrs.get("wall_s"),
+            }
+        )
+    return rows

@@ -1,0 +1,179 @@
+"""Search-space files: one declarative TOML file per model family (see README, "Search-space files").
+
+Parsing is strict: an unknown key, a wrong type or an empty range raises SearchSpaceError naming
+the file, the key and the problem, before anything is measured or written.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from autotune.errors import SearchSpaceError, UnknownModelError
+from autotune.spec import SPEC_TYPE_PARAMS, SpecParam
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+#: Value of `model.draft` meaning "the target file is its own draft".
+DRAFT_IS_TARGET = "target"
+
+
+@dataclass(frozen=True)
+class ParamRange:
+    """The values a study may pick for one parameter: fixed (low == high) or an inclusive range."""
+
+    param: SpecParam
+    low: int | float
+    high: int | float
+    step: int | float | None = None
+
+    @property
+    def is_fixed(self) -> bool:
+        return self.low == self.high
+
+
+@dataclass(frozen=True)
+class ModelSection:
+    """The `[model]` table: which files make up the model and how llama-server runs it."""
+
+    name: str
+    target: str
+    description: str = ""
+    demo_package: str | None = None
+    draft: str | None = None
+    context_size: int = 4096
+    base_flags: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """A parsed search-space file."""
+
+    path: Path
+    model: ModelSection
+    spec_types: dict[str, tuple[ParamRange, ...]] = field(default_factory=dict)
+
+    def restricted_to(self, runnable: set[str]) -> "SearchSpace":
+        """The same space without the spec types an engine cannot run."""
+        kept = {t: r for t, r in self.spec_types.items() if t in runnable}
+        return SearchSpace(self.path, self.model, kept)
+
+
+_MODEL_KEYS: dict[str, type | tuple[type, ...]] = {
+    "name": str,
+    "target": str,
+    "description": str,
+    "demo_package": str,
+    "draft": str,
+    "context_size": int,
+    "base_flags": list,
+}
+_REQUIRED_MODEL_KEYS = ("name", "target")
+
+
+def bundled_space_dir() -> Path:
+    return Path(str(resources.files("search_spaces")))
+
+
+def known_models() -> list[str]:
+    return sorted(p.stem for p in bundled_space_dir().glob("*.toml"))
+
+
+def find_space_file(model: str) -> Path:
+    """The bundled search-space file of a model name."""
+    path = bundled_space_dir() / f"{model}.toml"
+    if not path.is_file():
+        raise UnknownModelError(
+            f"unknown model {model!r}: known models are {', '.join(known_models())} "
+            "(or pass --space FILE with your own search-space file)"
+        )
+    return path
+
+
+def load_space(path: Path) -> SearchSpace:
+    """Parse and validate one search-space file."""
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise SearchSpaceError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise SearchSpaceError(f"{path}: not valid TOML: {exc}") from exc
+    return _SpaceParser(path).parse(data)
+
+
+class _SpaceParser:
+    def __init__(self, path: Path):
+        self.path = path
+
+    def fail(self, key: str, problem: str) -> SearchSpaceError:
+        return SearchSpaceError(f"{self.path}: {key}: {problem}")
+
+    def parse(self, data: dict[str, Any]) -> SearchSpace:
+        for key in data:
+            if key not in ("model", "spec_types"):
+                raise self.fail(key, "unknown key (expected [model] and [spec_types.*])")
+        model = self.parse_model(data.get("model"))
+        spec_types = data.get("spec_types")
+        if not isinstance(spec_types, dict) or not spec_types:
+            raise self.fail("spec_types", "missing or empty: list at least one [spec_types.<type>] table")
+        parsed = {name: self.parse_spec_type(name, table) for name, table in spec_types.items()}
+        return SearchSpace(self.path, model, parsed)
+
+    def parse_model(self, table: Any) -> ModelSection:
+        if not isinstance(table, dict):
+            raise self.fail("model", "missing [model] table")
+        for key, value in table.items():
+            expected = _MODEL_KEYS.get(key)
+            if expected is None:
+                raise self.fail(f"model.{key}", f"unknown key (known: {', '.join(_MODEL_KEYS)})")
+            if not isinstance(value, expected) or isinstance(value, bool):
+                raise self.fail(f"model.{key}", f"expected {expected.__name__}, got {type(value).__name__}")
+        for key in _REQUIRED_MODEL_KEYS:
+            if key not in table:
+                raise self.fail(f"model.{key}", "required key is missing")
+        if table.get("context_size", 1) <= 0:
+            raise self.fail("model.context_size", "must be positive")
+        flags = table.get("base_flags", [])
+        if not all(isinstance(f, str) for f in flags):
+            raise self.fail("model.base_flags", "expected a list of strings")
+        return ModelSection(**{**table, "base_flags": tuple(flags)})
+
+    def parse_spec_type(self, name: str, table: Any) -> tuple[ParamRange, ...]:
+        key = f"spec_types.{name}"
+        params = SPEC_TYPE_PARAMS.get(name)
+        if params is None:
+            raise self.fail(key, f"unknown spec type (known: {', '.join(SPEC_TYPE_PARAMS)})")
+        if not isinstance(table, dict):
+            raise self.fail(key, "expected a table")
+        ranges = []
+        for param_name, value in table.items():
+            param = params.get(param_name)
+            if param is None:
+                known = ", ".join(params) or "none"
+                raise self.fail(f"{key}.{param_name}", f"unknown parameter (known: {known})")
+            ranges.append(self.parse_range(f"{key}.{param_name}", param, value))
+        return tuple(ranges)
+
+    def parse_range(self, key: str, param: SpecParam, value: Any) -> ParamRange:
+        values = value if isinstance(value, list) else [value]
+        if not 1 <= len(values) <= 3 or (isinstance(value, list) and len(values) == 1):
+            raise self.fail(key, "expected a value, [low, high] or [low, high, step]")
+        allowed = (int,) if param.kind is int else (int, float)
+        for v in values:
+            if isinstance(v, bool) or not isinstance(v, allowed):
+                raise self.fail(key, f"expected {param.kind.__name__} values, got {v!r}")
+        low, high = values[0], values[-1] if len(values) == 1 else values[1]
+        step = values[2] if len(values) == 3 else None
+        if low > high:
+            raise self.fail(key, f"empty range: low {low} is above high {high}")
+        if low < 0:
+            raise self.fail(key, f"must not be negative, got {low}")
+        if step is not None and step <= 0:
+            raise self.fail(key, f"step must be positive, got {step}")
+        return ParamRange(param, param.kind(low), param.kind(high), None if step is None else param.kind(step))

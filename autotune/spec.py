@@ -1,0 +1,113 @@
+"""What a trial measures: a speculative-decoding configuration, and the parameters each spec type has.
+
+Parameter names are the llama-server flag stems with underscores (`draft_n_max` is
+`--spec-draft-n-max`), so a search-space file, an Optuna parameter and a command-line flag
+all use one spelling. Defaults are llama.cpp's own (common/arg.cpp).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping
+
+
+@dataclass(frozen=True)
+class SpecParam:
+    """One tunable parameter of a spec type."""
+
+    name: str
+    kind: type  # int or float
+    default: int | float
+
+    @property
+    def flag(self) -> str:
+        return "--spec-" + self.name.replace("_", "-")
+
+
+def _params(*params: SpecParam) -> dict[str, SpecParam]:
+    return {p.name: p for p in params}
+
+
+_DRAFT = _params(
+    SpecParam("draft_n_max", int, 3),
+    SpecParam("draft_n_min", int, 0),
+    SpecParam("draft_p_min", float, 0.0),
+)
+
+
+def _ngram_map(prefix: str) -> dict[str, SpecParam]:
+    return _params(
+        SpecParam(f"{prefix}_size_n", int, 12),
+        SpecParam(f"{prefix}_size_m", int, 48),
+        SpecParam(f"{prefix}_min_hits", int, 1),
+    )
+
+
+#: Every spec type llama-server knows, with its tunable parameters.
+SPEC_TYPE_PARAMS: dict[str, dict[str, SpecParam]] = {
+    "none": {},
+    "draft-simple": _DRAFT,
+    "draft-eagle3": _DRAFT,
+    "draft-mtp": _DRAFT,
+    "draft-dflash": _DRAFT,
+    "draft-dspark": _DRAFT,
+    "ngram-simple": _ngram_map("ngram_simple"),
+    "ngram-map-k": _ngram_map("ngram_map_k"),
+    "ngram-map-k4v": _ngram_map("ngram_map_k4v"),
+    "ngram-mod": _params(
+        SpecParam("ngram_mod_n_min", int, 48),
+        SpecParam("ngram_mod_n_max", int, 64),
+        SpecParam("ngram_mod_n_match", int, 24),
+    ),
+    "ngram-cache": {},
+}
+
+#: Spec types that need a draft model file (`-md`).
+DRAFT_MODEL_TYPES = frozenset(t for t in SPEC_TYPE_PARAMS if t.startswith("draft-"))
+
+BASELINE = "none"
+
+
+@dataclass(frozen=True)
+class SpecConfig:
+    """One configuration to measure: target file, spec type, draft file and parameter values.
+
+    `params` holds only the parameters the user (or the study) set; `value()` falls back to
+    llama.cpp's default for the others, so the engines and the command line agree.
+    """
+
+    target: Path
+    spec_type: str = BASELINE
+    draft: Path | None = None
+    params: Mapping[str, int | float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        known = SPEC_TYPE_PARAMS.get(self.spec_type)
+        if known is None:
+            raise ValueError(f"unknown spec type {self.spec_type!r}")
+        unknown = set(self.params) - set(known)
+        if unknown:
+            raise ValueError(f"{self.spec_type} has no parameter {sorted(unknown)[0]!r}")
+        if (self.spec_type in DRAFT_MODEL_TYPES) != (self.draft is not None):
+            raise ValueError(f"{self.spec_type} {'needs' if self.draft is None else 'takes no'} draft model")
+
+    @property
+    def is_baseline(self) -> bool:
+        return self.spec_type == BASELINE
+
+    def value(self, name: str) -> int | float:
+        """The parameter's value as llama.cpp will use it (set, or llama.cpp's default)."""
+        spec = SPEC_TYPE_PARAMS[self.spec_type][name]
+        return spec.kind(self.params.get(name, spec.default))
+
+    def describe(self) -> str:
+        """Short human label, e.g. `ngram-simple size_n=3 size_m=16`."""
+        parts = [self.spec_type]
+        if self.draft is not None and self.draft != self.target:
+            parts.append(f"draft={self.draft.name}")
+        prefix = self.spec_type.replace("-", "_") + "_"
+        for name, value in sorted(self.params.items()):
+            shown = name.removeprefix(prefix).removeprefix("draft_")
+            parts.append(f"{shown}={value:g}" if isinstance(value, float) else f"{shown}={value}")
+        return " ".join(parts)

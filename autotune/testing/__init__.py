@@ -1,0 +1,1 @@
+"""Test helpers for autotune (tiny GGUF fixtures for real llama.cpp runs)."""
