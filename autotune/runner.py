@@ -63,6 +63,5 @@ def run_search(
 
 def open_study_of(model: str, hardware: str | None, engine: str, storage_url: str | None) -> optuna.Study:
     """The stored study of (model, hardware, engine); this machine's hardware key by default."""
-    load_model_space(model)
     storage = open_storage(resolve_storage_url(storage_url))
     return load_study(storage, study_name(model, hardware or hardware_key(), engine))

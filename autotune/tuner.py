@@ -29,9 +29,6 @@ from autotune.study import study_name
 
 BASELINE_ROLE = "baseline"
 
-# multivariate/group TPE handle our conditional space best; they are stable enough to rely on.
-warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
-
 
 class SearchReporter(Protocol):
     """What the tuner tells whoever shows progress (the CLI prints it; tests may ignore it)."""
@@ -73,12 +70,15 @@ class Tuner:
 
     def run(self, storage: optuna.storages.BaseStorage) -> optuna.Study:
         """Run trials until the study holds `settings.trials` finished ones (resuming an earlier run)."""
-        sampler = optuna.samplers.TPESampler(
-            seed=self.settings.seed,
-            multivariate=True,
-            group=True,
-            n_startup_trials=max(3, min(10, self.settings.trials // 3)),
-        )
+        with warnings.catch_warnings():
+            # multivariate + group TPE models a conditional space best; Optuna still labels it experimental
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            sampler = optuna.samplers.TPESampler(
+                seed=self.settings.seed,
+                multivariate=True,
+                group=True,
+                n_startup_trials=max(3, min(10, self.settings.trials // 3)),
+            )
         study = optuna.create_study(
             storage=storage, study_name=self.study_name, direction="maximize", sampler=sampler, load_if_exists=True
         )
@@ -174,7 +174,7 @@ class Tuner:
             [p.id for p in self.mix],
             baseline.user_attrs["output_tokens"],
             [r.tokens for r in measurement.results],
-            lambda i, generated, a, b: self.engine.logit_margins(config.target, self.mix.prompts[i], generated, a, b),
+            lambda i, generated, a, b: self.engine.tie_evidence(config.target, self.mix.prompts[i], generated, a, b),
         )
         trial.set_user_attr("lossless", all(v.lossless for v in verdicts))
         trial.set_user_attr("output_match", [v.as_dict() for v in verdicts if v.verdict != "same"])

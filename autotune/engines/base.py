@@ -6,6 +6,7 @@ from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Callable, Sequence
 
+from autotune.lossless import TieEvidence
 from autotune.measurement import GenerationResult, Measurement
 from autotune.prompts import Prompt, PromptMix
 from autotune.spec import SpecConfig
@@ -52,11 +53,11 @@ class Engine(ABC):
         """
 
     @abstractmethod
-    def logit_margins(
+    def tie_evidence(
         self, target: Path, prompt: Prompt, generated: Sequence[int], token_a: int, token_b: int
-    ) -> tuple[float, float]:
-        """logit(a) - logit(b) of the target after `prompt` + `generated`: decoded one token at a time
-        (as the baseline ran) and in one batch (as a verifier runs)."""
+    ) -> TieEvidence:
+        """How strongly the target prefers token a over b after `prompt` + `generated`, decoded one token
+        at a time (as the baseline ran) and in one batch (as a verifier runs)."""
 
     def close(self) -> None:
         """Free what the engine holds (models, processes)."""

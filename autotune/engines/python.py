@@ -12,15 +12,19 @@ import time
 from pathlib import Path
 from typing import Sequence
 
+import numpy as np
+
 from autotune.engines._llama import Context, LoadedModel, default_threads, llama_build
 from autotune.engines.base import Engine, ProgressCallback
 from autotune.engines.drafters import DraftModelDrafter, Drafter, NgramSimpleDrafter
 from autotune.errors import UsageError
+from autotune.lossless import TieEvidence
 from autotune.measurement import GenerationResult, Measurement
 from autotune.prompts import Prompt, PromptMix
 from autotune.spec import SpecConfig
 
 WARMUP_TOKENS = 8
+_LEADING_LOGITS = 32  # logits kept per step of a replay, and compared between decode paths for noise
 
 
 class PythonEngine(Engine):
@@ -32,6 +36,8 @@ class PythonEngine(Engine):
         self._models: dict[Path, LoadedModel] = {}
         self._contexts: dict[tuple[str, Path], Context] = {}
         self._prompt_tokens: dict[tuple[Path, str], list[int]] = {}
+        self._replays: dict[tuple[Path, str], tuple[list[int], list[tuple[np.ndarray, np.ndarray]]]] = {}
+        self._max_tokens = 0
 
     @property
     def runnable_spec_types(self) -> frozenset[str]:
@@ -48,6 +54,7 @@ class PythonEngine(Engine):
             for key in [k for k in self._contexts if k[1] == path]:
                 self._contexts.pop(key).free()
             self._models.pop(path).free()
+            self._replays = {k: v for k, v in self._replays.items() if k[0] != path}
         for path in needed:
             if path not in self._models:
                 self._models[path] = LoadedModel(path)
@@ -66,6 +73,7 @@ class PythonEngine(Engine):
         on_prompt: ProgressCallback | None = None,
     ) -> Measurement:
         self.load(config)
+        self._max_tokens = max_tokens
         target = self._context("target", config.target)
         drafter = self._drafter(config)
         prompts = [(prompt, self._tokens(config.target, prompt, max_tokens)) for prompt in mix]
@@ -78,19 +86,47 @@ class PythonEngine(Engine):
                 on_prompt(index, result)
         return Measurement(results)
 
-    def logit_margins(
+    def tie_evidence(
         self, target: Path, prompt: Prompt, generated: Sequence[int], token_a: int, token_b: int
-    ) -> tuple[float, float]:
+    ) -> TieEvidence:
+        """The one-token-at-a-time margin comes from a cached greedy replay of the whole baseline
+        output (one per prompt and study, however many trials part from it); the batched margin from
+        one prefill of prompt + `generated`. A token outside the replay's leading logits counts as
+        the lowest of them, a lower bound far above any tie."""
+        leading_ids, leading_logits = self._replay(target, prompt, generated)[len(generated)]
+        one_by_one = dict(zip(leading_ids.tolist(), leading_logits.tolist()))
         context = self._context("target", target)
-        tokens = self._prompt_tokens[(target, prompt.text)]
+        context.clear()
+        batched = context.decode(self._prompt_tokens[(target, prompt.text)] + list(generated), 0)[-1]
+        difference = leading_logits - batched[leading_ids]
+        return TieEvidence(
+            margin_one_by_one=one_by_one[token_a] - one_by_one.get(token_b, float(leading_logits.min())),
+            margin_batched=float(batched[token_a] - batched[token_b]),
+            noise_rms=float(np.sqrt(np.mean((difference - difference.mean()) ** 2))),
+        )
+
+    def _replay(self, target: Path, prompt: Prompt, generated: Sequence[int]) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Leading logits (ids, values) at each step of a greedy one-token-at-a-time run through `generated`."""
+        key = (target, prompt.text)
+        cached = self._replays.get(key)
+        if cached is not None and cached[0][: len(generated)] == list(generated) and len(cached[1]) > len(generated):
+            return cached[1]
+        context = self._context("target", target)
+        tokens = self._prompt_tokens[key]
         context.clear()
         row = context.decode(tokens, 0)[-1]
-        for position, token in enumerate(generated, start=len(tokens)):
-            row = context.decode([token], position)[-1]
-        one_by_one = float(row[token_a]) - float(row[token_b])
-        context.clear()
-        row = context.decode(tokens + list(generated), 0)[-1]
-        return one_by_one, float(row[token_a]) - float(row[token_b])
+        followed: list[int] = []
+        leading = []
+        while True:
+            ids = np.argpartition(row, -_LEADING_LOGITS)[-_LEADING_LOGITS:]
+            leading.append((ids, row[ids].copy()))
+            if len(leading) > max(len(generated), self._max_tokens - 1):
+                break
+            token = generated[len(followed)] if len(followed) < len(generated) else int(row.argmax())
+            row = context.decode([token], len(tokens) + len(followed))[-1]
+            followed.append(token)
+        self._replays[key] = (followed, leading)
+        return leading
 
     def close(self) -> None:
         for context in self._contexts.values():

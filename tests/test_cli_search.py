@@ -1,0 +1,117 @@
+"""`autotune search`, `best` and `trials` end to end, on real llama.cpp and real SQLite."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import optuna
+import pytest
+from click.testing import CliRunner
+
+from autotune.cli import cli
+from autotune.hardware import hardware_key
+
+
+def run(*args: str, ok: bool = True):
+    result = CliRunner().invoke(cli, list(args))
+    if ok:
+        assert result.exit_code == 0, result.output
+    return result
+
+
+def tiny_search(tiny_space, models_dir, *extra):
+    return run("search", "--model", "tiny", "--space", str(tiny_space), "--models-dir", str(models_dir),
+               "--max-tokens", "12", "--per-category", "1", *extra)
+
+
+def load(home: Path, model: str) -> optuna.Study:
+    storage = f"sqlite:///{home / 'autotune.db'}"
+    return optuna.load_study(study_name=f"{model}@{hardware_key()}:python", storage=storage)
+
+
+def test_tiny_search_stores_baseline_first_and_every_attr(tiny_space, models_dir, autotune_home):
+    result = tiny_search(tiny_space, models_dir, "--trials", "5", "--seed", "3")
+    assert result.stdout.splitlines()[0].startswith("llama-server -m ")
+    study = load(autotune_home, "tiny")
+    trials = study.get_trials()
+    assert len(trials) == 5
+    baseline = trials[0]
+    assert baseline.user_attrs["role"] == "baseline" and baseline.user_attrs["config"]["spec_type"] == "none"
+    assert baseline.state == optuna.trial.TrialState.COMPLETE
+    for trial in trials:
+        attrs = trial.user_attrs
+        for key in ("engine", "llama_cpp_build", "hardware", "model_files", "argv", "per_prompt", "per_category", "figures"):
+            assert key in attrs, key
+        assert attrs["engine"] == "python"
+        assert len(attrs["per_prompt"]) == 11
+        assert all(len(sha) == 64 for sha in attrs["model_files"].values())
+    for trial in trials[1:]:
+        assert trial.user_attrs["config"]["spec_type"] in ("draft-simple", "ngram-simple")
+        if trial.state == optuna.trial.TrialState.COMPLETE:
+            assert trial.user_attrs["lossless"] is True
+            assert trial.user_attrs["speedup"] > 0
+        else:
+            assert trial.user_attrs["fail_reason"]
+
+
+def test_rerun_resumes_the_same_study(tiny_space, models_dir, autotune_home):
+    tiny_search(tiny_space, models_dir, "--trials", "3")
+    tiny_search(tiny_space, models_dir, "--trials", "3")
+    assert len(load(autotune_home, "tiny").trials) == 3
+    tiny_search(tiny_space, models_dir, "--trials", "4")
+    trials = load(autotune_home, "tiny").trials
+    assert len(trials) == 4
+    assert sum(t.user_attrs.get("role") == "baseline" for t in trials) == 1
+
+
+def test_changed_measurement_settings_are_refused(tiny_space, models_dir):
+    tiny_search(tiny_space, models_dir, "--trials", "2")
+    result = run("search", "--model", "tiny", "--space", str(tiny_space), "--models-dir", str(models_dir),
+                 "--max-tokens", "20", "--trials", "3", ok=False)
+    assert result.exit_code == 2 and "--max-tokens 12" in result.output
+
+
+def test_best_and_trials_read_the_study(tiny_space, models_dir):
+    tiny_search(tiny_space, models_dir, "--trials", "4", "--seed", "1")
+    best = json.loads(run("best", "--model", "tiny", "--json").stdout)
+    assert set(best) >= {"command", "argv", "tok_s", "baseline_tok_s", "speedup", "params", "engine"}
+    assert shlex.split(best["command"]) == best["argv"]
+    assert Path(best["argv"][best["argv"].index("-m") + 1]).is_file()
+    assert best["tok_s"] >= best["baseline_tok_s"] or best["params"]["spec_type"] == "none"
+    rows = json.loads(run("trials", "--model", "tiny", "--json").stdout)
+    assert [r["number"] for r in rows] == [0, 1, 2, 3]
+    assert rows[0]["role"] == "baseline"
+    text = run("trials", "--model", "tiny").output
+    assert "(baseline)" in text
+
+
+@pytest.mark.slow
+def test_gemma_search_end_to_end_in_a_real_process(tmp_path, gemma_path, autotune_home):
+    """The README's main job, scaled down: a real `autotune` process on the real Gemma 3 270M."""
+    models = tmp_path / "models"
+    models.mkdir()
+    env = {**os.environ, "AUTOTUNE_HOME": str(autotune_home), "AUTOTUNE_MODELS_DIR": str(models)}
+    args = [sys.executable, "-m", "autotune", "search", "--model", "gemma3-270m", "--trials", "4",
+            "--max-tokens", "16", "--seed", "2"]
+    done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert "[1/4] trial   0 none" in done.stderr
+    command = done.stdout.splitlines()[0]
+    argv = shlex.split(command)
+    assert argv[0] == "llama-server" and Path(argv[argv.index("-m") + 1]).is_file()
+
+    db = sqlite3.connect(autotune_home / "autotune.db")
+    (count,) = db.execute("select count(*) from trials").fetchone()
+    assert count == 4
+    study = load(autotune_home, "gemma3-270m")
+    baseline_tokens = study.trials[0].user_attrs["output_tokens"]
+    for trial in study.trials[1:]:
+        if trial.state == optuna.trial.TrialState.COMPLETE:
+            assert trial.user_attrs["lossless"] is True, trial.user_attrs.get("output_match")
+            assert len(trial.user_attrs["output_tokens"]) == len(baseline_tokens)

@@ -1,0 +1,56 @@
+import shlex
+from pathlib import Path
+
+import pytest
+
+from autotune.commandline import format_command, server_argv
+from autotune.spec import SpecConfig
+
+TARGET = Path("/models/Qwen3 8B-Q4_K_M.gguf")
+
+
+def test_baseline_runs_all_layers_on_gpu_with_flash_attention():
+    argv = server_argv(SpecConfig(target=TARGET), context_size=4096)
+    assert argv == ["llama-server", "-m", str(TARGET), "-c", "4096", "-ngl", "all", "-fa", "on"]
+
+
+def test_draft_config_spells_every_set_parameter_and_the_draft_model():
+    config = SpecConfig(
+        target=TARGET, spec_type="draft-simple", draft=Path("/m/d.gguf"),
+        params={"draft_n_max": 5, "draft_p_min": 0.5},
+    )
+    argv = server_argv(config, context_size=2048, base_flags=["--jinja"], binary="/opt/llama-server")
+    assert argv[0] == "/opt/llama-server"
+    assert argv[argv.index("--spec-type") + 1] == "draft-simple"
+    assert argv[argv.index("-md") + 1] == "/m/d.gguf"
+    assert argv[argv.index("--spec-draft-n-max") + 1] == "5"
+    assert argv[argv.index("--spec-draft-p-min") + 1] == "0.5"
+    assert "--jinja" in argv
+    assert "--spec-draft-n-min" not in argv  # unset parameters keep llama.cpp's default
+
+
+def test_ngram_flags_and_quoting_round_trip():
+    config = SpecConfig(target=TARGET, spec_type="ngram-simple", params={"ngram_simple_size_n": 3})
+    argv = server_argv(config, context_size=4096)
+    assert argv[-2:] == ["--spec-ngram-simple-size-n", "3"]
+    assert shlex.split(format_command(argv)) == argv
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"spec_type": "draft-fancy"},
+        {"spec_type": "draft-simple"},  # needs a draft
+        {"spec_type": "ngram-simple", "draft": Path("/d.gguf")},
+        {"spec_type": "ngram-simple", "params": {"draft_n_max": 3}},
+    ],
+)
+def test_spec_config_refuses_inconsistent_settings(kwargs):
+    with pytest.raises(ValueError):
+        SpecConfig(target=TARGET, **kwargs)
+
+
+def test_value_falls_back_to_llama_cpp_default():
+    config = SpecConfig(target=TARGET, spec_type="ngram-simple", params={"ngram_simple_size_n": 2})
+    assert config.value("ngram_simple_size_n") == 2
+    assert config.value("ngram_simple_size_m") == 48
