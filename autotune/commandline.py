@@ -20,14 +20,18 @@ def server_argv(
     context_size: int,
     base_flags: Sequence[str] = (),
     binary: str = DEFAULT_SERVER_BINARY,
+    threads: int | None = None,
 ) -> list[str]:
     """The llama-server command line that runs `config`.
 
-    Every layer goes to the GPU (`-ngl all`, ignored by a CPU build) with flash attention on;
-    `base_flags` come from the search-space file. Only parameters the configuration sets are
-    written, the rest keep llama.cpp's defaults.
+    One slot (`-np 1`: the whole context for one stream, as measured), every layer on the GPU
+    (`-ngl all`, ignored by a CPU build), flash attention on; `-t` only when the user chose a
+    thread count; `base_flags` come from the search-space file. Only parameters the configuration
+    sets are written, the rest keep llama.cpp's defaults.
     """
-    argv = [binary, "-m", str(config.target), "-c", str(context_size), "-ngl", "all", "-fa", "on"]
+    argv = [binary, "-m", str(config.target), "-c", str(context_size), "-np", "1", "-ngl", "all", "-fa", "on"]
+    if threads:
+        argv += ["-t", str(threads)]
     argv += list(base_flags)
     if config.is_baseline:
         return argv

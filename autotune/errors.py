@@ -41,12 +41,27 @@ class StudyNotFoundError(UsageError):
     """No study (or no finished trial) exists for what was asked."""
 
 
+class ServerBinaryError(UsageError):
+    """No usable llama-server binary: the message says how to get one."""
+
+
 class EngineError(AutotuneError):
     """llama.cpp could not load a model or run a generation."""
 
 
 class TrialFailure(AutotuneError):
     """One trial could not be measured; the study records it as FAIL with this reason and goes on."""
+
+
+class ServerFailure(TrialFailure):
+    """llama-server would not start, crashed, timed out or refused a request.
+
+    `log_tail` holds the server's last log lines (newline-joined) so the tuner can store them.
+    """
+
+    def __init__(self, message: str, log_tail: str = ""):
+        super().__init__(message)
+        self.log_tail = log_tail
 
 
 class SpeculationInactiveError(TrialFailure):

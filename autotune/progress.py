@@ -14,6 +14,18 @@ from autotune.spec import SpecConfig
 _BAR_WIDTH = 20
 
 
+class SilentReporter:
+    """Shows nothing: for scripts and benchmarks that drive a Tuner themselves."""
+
+    def note(self, text: str) -> None: ...
+
+    def trial_started(self, number: int, index: int, total: int, config: SpecConfig) -> None: ...
+
+    def prompt_done(self, index: int, total: int, result: GenerationResult) -> None: ...
+
+    def trial_finished(self, trial: optuna.trial.FrozenTrial) -> None: ...
+
+
 class TerminalReporter:
     """Prints to stderr; on a terminal the bar line is redrawn in place, elsewhere only summaries print."""
 
@@ -23,6 +35,9 @@ class TerminalReporter:
         self.index = 0
         self.total = 0
         self.label = ""
+
+    def note(self, text: str) -> None:
+        print(f"autotune: {text}", file=self.stream, flush=True)
 
     def trial_started(self, number: int, index: int, total: int, config: SpecConfig) -> None:
         self.index, self.total, self.label = index, total, config.describe()

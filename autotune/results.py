@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import optuna
 
 from autotune.commandline import format_command
+from autotune.confirm import Confirmation, ConfirmedConfig, stored_confirmation
 from autotune.errors import StudyNotFoundError
 from autotune.tuner import is_baseline
 
@@ -20,6 +21,14 @@ class BestResult:
     study: str
     trial: optuna.trial.FrozenTrial
     baseline: optuna.trial.FrozenTrial | None
+    confirmation: Confirmation | None = None
+
+    @property
+    def confirmed(self) -> ConfirmedConfig | None:
+        """The re-measured figures of this trial's configuration, when `autotune confirm` ran."""
+        if self.confirmation is None:
+            return None
+        return next((c for c in self.confirmation.configs if c.trial == self.trial.number), None)
 
     @property
     def argv(self) -> list[str]:
@@ -52,18 +61,35 @@ class BestResult:
             "figures": self.trial.user_attrs.get("figures"),
             "llama_cpp_build": self.trial.user_attrs.get("llama_cpp_build"),
             "hardware": self.trial.user_attrs.get("hardware"),
+            "confirmed": None if self.confirmed is None else {
+                "engine": self.confirmation.engine,
+                "build": self.confirmation.build,
+                "repeats": self.confirmation.repeats,
+                "date": self.confirmation.date,
+                "tok_s": self.confirmed.mean_tok_s,
+                "ci95": list(self.confirmed.ci95),
+                "baseline_tok_s": self.confirmation.baseline.mean_tok_s,
+                "speedup": self.confirmed.speedup,
+                "p_value": self.confirmed.p_value,
+                "significantly_faster": self.confirmed.significantly_faster,
+            },
         }
 
 
 def best_result(study: optuna.Study) -> BestResult:
-    """The completed trial with the highest mix tok/s whose output matched the baseline's."""
+    """The winner: the fastest confirmed configuration when `autotune confirm` ran, else the completed
+    trial with the highest mix tok/s whose output matched the baseline's."""
     complete = study.get_trials(deepcopy=False, states=(COMPLETE,))
     eligible = [t for t in complete if t.user_attrs.get("lossless", True)]
     if not eligible:
         raise StudyNotFoundError(f"study {study.study_name!r} has no completed trial yet: run `autotune search`")
     best = max(eligible, key=lambda t: t.value)
     baseline = next((t for t in complete if is_baseline(t)), None)
-    return BestResult(study.study_name, best, baseline)
+    confirmation = stored_confirmation(study)
+    winner = confirmation.winner if confirmation else None
+    if winner is not None:
+        best = next((t for t in complete if t.number == winner.trial), best)
+    return BestResult(study.study_name, best, baseline, confirmation)
 
 
 def trial_rows(study: optuna.Study) -> list[dict]:

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import optuna
 
+from autotune.confirm import Confirmation, confirm
 from autotune.engines import create_engine
-from autotune.errors import SearchSpaceError
+from autotune.errors import AutotuneError, SearchSpaceError
 from autotune.hardware import hardware_key
 from autotune.models import resolve_model_files
 from autotune.prompts import load_prompt_mix
@@ -43,21 +44,32 @@ def run_search(
     seed: int | None,
     threads: int | None,
     reporter: SearchReporter,
+    server_bin: str | None = None,
 ) -> BestResult:
     space = load_model_space(model, space_file)
     mix = load_prompt_mix(prompts_file).take(per_category=per_category)
     files = resolve_model_files(space, models_dir)
-    with create_engine(engine_name, context_size=space.model.context_size, threads=threads) as engine:
+    with create_engine(
+        engine_name, context_size=space.model.context_size, threads=threads, server_bin=server_bin,
+        base_flags=space.model.base_flags,
+    ) as engine:
         runnable = space.restricted_to(set(engine.runnable_spec_types))
+        skipped = sorted(set(space.spec_types) - set(runnable.spec_types))
         if not [t for t in runnable.spec_types if t != "none"]:
-            raise SearchSpaceError(f"{space.path}: no spec type the {engine.name} engine can run")
+            raise SearchSpaceError(f"{space.path}: no spec type the {engine.name} engine can run (it runs "
+                                   f"{', '.join(sorted(engine.runnable_spec_types))})")
+        if skipped:
+            reporter.note(f"the {engine.name} engine cannot run {', '.join(skipped)}: left out of this study")
         if files.draft is None:
             runnable = runnable.restricted_to({t for t in runnable.spec_types if not t.startswith("draft-")})
-        settings = SearchSettings(model=model, trials=trials, max_tokens=max_tokens, seed=seed)
+        settings = SearchSettings(model=model, trials=trials, max_tokens=max_tokens, seed=seed, threads=threads)
         tuner = Tuner(runnable, files, mix, engine, settings, reporter)
         engine.prepare(tuner.baseline_config(), mix, max_tokens=max_tokens)
         storage = open_storage(resolve_storage_url(storage_url))
         study = tuner.run(storage)
+    if not study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
+        reason = study.trials[-1].user_attrs.get("fail_reason", "no reason recorded") if study.trials else "no trial ran"
+        raise AutotuneError(f"every trial failed (last: {reason}); see `autotune trials --model {model}`")
     return best_result(study)
 
 
@@ -65,3 +77,24 @@ def open_study_of(model: str, hardware: str | None, engine: str, storage_url: st
     """The stored study of (model, hardware, engine); this machine's hardware key by default."""
     storage = open_storage(resolve_storage_url(storage_url))
     return load_study(storage, study_name(model, hardware or hardware_key(), engine))
+
+
+def run_confirm(
+    *,
+    model: str,
+    engine_name: str,
+    top: int,
+    repeats: int,
+    storage_url: str | None,
+    server_bin: str | None,
+    on_measured,
+) -> Confirmation:
+    """Re-measure the top configurations of this machine's `engine_name` study on llama-server."""
+    study = open_study_of(model, None, engine_name, storage_url)
+    server = study.user_attrs.get("llama_server", {"context_size": 4096, "base_flags": []})
+    base_flags = tuple(server["base_flags"])
+    with create_engine("server", context_size=server["context_size"], server_bin=server_bin, base_flags=base_flags) as engine:
+        return confirm(
+            study, engine, top=top, repeats=repeats, context_size=server["context_size"], base_flags=base_flags,
+            on_measured=on_measured,
+        )

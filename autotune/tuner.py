@@ -33,6 +33,8 @@ BASELINE_ROLE = "baseline"
 class SearchReporter(Protocol):
     """What the tuner tells whoever shows progress (the CLI prints it; tests may ignore it)."""
 
+    def note(self, text: str) -> None: ...
+
     def trial_started(self, number: int, index: int, total: int, config: SpecConfig) -> None: ...
 
     def prompt_done(self, index: int, total: int, result: GenerationResult) -> None: ...
@@ -48,6 +50,7 @@ class SearchSettings:
     trials: int
     max_tokens: int
     seed: int | None = None
+    threads: int | None = None
 
 
 @dataclass
@@ -105,6 +108,8 @@ class Tuner:
             study.set_user_attr("model", self.settings.model)
             study.set_user_attr("hardware", hardware_key())
             study.set_user_attr("engine", self.engine.name)
+            model = self.space.model
+            study.set_user_attr("llama_server", {"context_size": model.context_size, "base_flags": list(model.base_flags)})
         elif existing != wanted:
             raise UsageError(
                 f"study {study.study_name!r} was measured with --max-tokens {existing['max_tokens']} on "
@@ -134,7 +139,10 @@ class Tuner:
         started = time.perf_counter()
         model = self.space.model
         trial.set_user_attr("config", _config_attrs(config))
-        trial.set_user_attr("argv", server_argv(config, context_size=model.context_size, base_flags=model.base_flags))
+        argv = server_argv(
+            config, context_size=model.context_size, base_flags=model.base_flags, threads=self.settings.threads
+        )
+        trial.set_user_attr("argv", argv)
         trial.set_user_attr("engine", self.engine.name)
         trial.set_user_attr("llama_cpp_build", self.engine.build_info)
         trial.set_user_attr("hardware", hardware_key())
@@ -153,6 +161,10 @@ class Tuner:
             self._record(trial, config, measurement)
         except (TrialFailure, EngineError) as exc:
             trial.set_user_attr("fail_reason", str(exc))
+            if getattr(exc, "log_tail", ""):
+                trial.set_user_attr("server_log_tail", exc.log_tail)
+            if isinstance(exc, SpeculationInactiveError) and getattr(self.engine, "last_log_errors", None):
+                trial.set_user_attr("server_log_errors", self.engine.last_log_errors)
             raise exc if isinstance(exc, TrialFailure) else TrialFailure(str(exc)) from exc
         finally:
             trial.set_user_attr("wall_s", round(time.perf_counter() - started, 3))

@@ -11,7 +11,8 @@ TARGET = Path("/models/Qwen3 8B-Q4_K_M.gguf")
 
 def test_baseline_runs_all_layers_on_gpu_with_flash_attention():
     argv = server_argv(SpecConfig(target=TARGET), context_size=4096)
-    assert argv == ["llama-server", "-m", str(TARGET), "-c", "4096", "-ngl", "all", "-fa", "on"]
+    assert argv == ["llama-server", "-m", str(TARGET), "-c", "4096", "-np", "1", "-ngl", "all", "-fa", "on"]
+    assert server_argv(SpecConfig(target=TARGET), context_size=4096, threads=6)[-2:] == ["-t", "6"]
 
 
 def test_draft_config_spells_every_set_parameter_and_the_draft_model():

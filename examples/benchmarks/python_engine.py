@@ -22,16 +22,11 @@ from autotune.engines._llama import default_threads
 from autotune.engines.python import PythonEngine
 from autotune.measurement import Measurement
 from autotune.models import resolve_model_files
+from autotune.progress import SilentReporter
 from autotune.prompts import load_prompt_mix
 from autotune.runner import load_model_space
 from autotune.spec import SpecConfig
 from autotune.tuner import SearchSettings, Tuner
-
-
-class Quiet:
-    def trial_started(self, *args): ...
-    def prompt_done(self, *args): ...
-    def trial_finished(self, *args): ...
 
 
 def llama_streamed_tok_s(llm: Llama, texts: list[str], max_tokens: int) -> float:
@@ -97,7 +92,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         storage = optuna.storages.RDBStorage(f"sqlite:///{tmp}/bench.db")
         tuner = Tuner(space.restricted_to(set(engine.runnable_spec_types)), files, mix, engine,
-                      SearchSettings("gemma3-270m", trials=6, max_tokens=args.max_tokens, seed=0), Quiet())
+                      SearchSettings("gemma3-270m", trials=6, max_tokens=args.max_tokens, seed=0), SilentReporter())
         study = tuner.run(storage)
         for trial in study.trials:
             wall, gen = trial.user_attrs["wall_s"], trial.user_attrs.get("generation_s")

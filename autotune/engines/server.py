@@ -1,0 +1,266 @@
+"""Server engine: each measurement launches a real llama-server with exactly the emitted argv.
+
+`server_argv()` (autotune.commandline) spells every flag that shapes the result; this engine adds
+only where to listen and how to be observed: `--host/--port` and, when the binary has them,
+`--metrics` and `--no-webui`. Per measurement it starts the
+server, waits for `/health`, warms up with one short request, then sends each prompt to
+`/completion` greedily with the prompt cache off.
+
+Figures come from llama-server itself, so they mean what DESIGN.md defines:
+- `timings.predicted_ms` is t(last token) - t(first token) (server_slot_stats: t_gen_last -
+  t_prompt_last, where t_prompt_last is stamped when the first token is sampled), i.e. decode_ms;
+  `timings.prompt_ms` runs from the start of prompt processing to the first token.
+- verify steps are the delta of `llamacpp:spec_decode_num_drafts_total` on `/metrics` around each
+  prompt (the server folds a request's stats into the counters before it answers). A build
+  without `--metrics` reports 0 steps, so mean accepted length is then unknown.
+Prompts go as token ids computed like the python engine's (see `_prompt_tokens`).
+
+After each measurement `last_argv`, `last_log_tail` (last 30 log lines) and `last_log_errors` (the
+log's error lines) say what ran and what the server complained about: llama-server only logs a
+draft it cannot use, so that is where "speculation inactive" finds its reason.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+from typing import Sequence
+
+from autotune.capabilities import ServerCapabilities, read_capabilities
+from autotune.commandline import server_argv
+from autotune.engines._prompt_tokens import PromptTokens
+from autotune.engines._server_process import ServerProcess
+from autotune.errors import ServerFailure
+from autotune.engines.base import Engine, ProgressCallback
+from autotune.errors import EngineError, ModelFileError
+from autotune.lossless import TieEvidence
+from autotune.measurement import GenerationResult, Measurement
+from autotune.prompts import Prompt, PromptMix
+from autotune.server_binary import resolve_server_binary
+from autotune.spec import SpecConfig
+
+__all__ = ["ServerEngine", "ServerFailure"]
+
+WARMUP_TOKENS = 8
+SEED = 0
+MARGIN_TOP_N = 64  # top log-probabilities asked for per step when replaying a divergence
+NOISE_TOP_K = 32  # leading tokens of each path compared to estimate numeric noise (as the python engine)
+_VERIFY_STEPS = re.compile(r"^llamacpp:spec_decode_num_drafts_total\s+(\S+)", re.MULTILINE)
+
+
+class ServerEngine(Engine):
+    name = "server"
+
+    def __init__(
+        self,
+        *,
+        context_size: int,
+        threads: int | None = None,
+        binary: str | None = None,
+        base_flags: Sequence[str] = (),
+        startup_timeout_s: float = 120,
+        request_timeout_s: float = 600,
+    ):
+        self.context_size = context_size
+        self.threads = threads
+        self.binary = resolve_server_binary(binary)
+        self.base_flags = list(base_flags)
+        self.startup_timeout_s = startup_timeout_s
+        self.request_timeout_s = request_timeout_s
+        self.last_argv: list[str] = []
+        self.last_log_tail = ""
+        self.last_log_errors: list[str] = []
+        self._prompts = PromptTokens(context_size)
+        self._margin_server: tuple[Path, ServerProcess] | None = None
+
+    @property
+    def capabilities(self) -> ServerCapabilities:
+        return read_capabilities(self.binary)
+
+    @property
+    def runnable_spec_types(self) -> frozenset[str]:
+        return self.capabilities.spec_types
+
+    @property
+    def build_info(self) -> str:
+        return self.capabilities.build
+
+    def argv(self, config: SpecConfig) -> list[str]:
+        """What is launched for `config`, without `--host/--port` (added at start)."""
+        argv = server_argv(
+            config, context_size=self.context_size, base_flags=self.base_flags, binary=self.binary, threads=self.threads
+        )
+        return argv + [flag for flag in ("--metrics", "--no-webui") if self.capabilities.has_flag(flag)]
+
+    def prepare(self, config: SpecConfig, mix: PromptMix, *, max_tokens: int) -> None:
+        read_capabilities(self.binary)  # runs --version and --help: a binary that cannot run fails here
+        for path in {config.target, config.draft} - {None}:
+            if not path.is_file():
+                raise ModelFileError(f"model file not found: {path}")
+        for prompt in mix:
+            self._prompts.tokens(config.target, prompt, max_tokens)
+
+    def measure(
+        self,
+        config: SpecConfig,
+        mix: PromptMix,
+        *,
+        max_tokens: int,
+        on_prompt: ProgressCallback | None = None,
+    ) -> Measurement:
+        self._stop_margin_server()  # never two servers (and two copies of the weights) at once
+        prompts = [(prompt, self._prompts.tokens(config.target, prompt, max_tokens)) for prompt in mix]
+        results = []
+        self.last_log_tail, self.last_log_errors = "", []
+        self.last_argv = self.argv(config)
+        try:
+            with self._launch(self.last_argv) as server:
+                try:
+                    _complete(server, prompts[0][1], min(WARMUP_TOKENS, max_tokens), what="the warm-up request")
+                    for index, (prompt, tokens) in enumerate(prompts):
+                        steps_before = _verify_steps(server)
+                        answer = _complete(server, tokens, max_tokens, what=f"prompt {prompt.id}")
+                        result = _result(prompt, answer, _verify_steps(server) - steps_before)
+                        results.append(result)
+                        if on_prompt is not None:
+                            on_prompt(index, result)
+                finally:
+                    self.last_log_tail, self.last_log_errors = server.log_tail(), server.error_lines()
+        except ServerFailure as exc:
+            self.last_log_tail = exc.log_tail
+            raise
+        return Measurement(results)
+
+    def tie_evidence(
+        self, target: Path, prompt: Prompt, generated: Sequence[int], token_a: int, token_b: int
+    ) -> TieEvidence:
+        """Replayed on a baseline server from `/completion` log-probabilities before sampling.
+
+        log p(x) = logit(x) - logsumexp, a constant per step, so log-probability differences are
+        logit differences. One token at a time: the prompt, then greedy generation through
+        `generated` (checked to follow it). In one batch: prompt + `generated` as one prompt.
+        The server returns the top MARGIN_TOP_N tokens of each step. On the one-at-a-time path `a`
+        is the top token, and a `b` outside the returned ones counts as the lowest returned one,
+        so that margin is a lower bound (far above any tie). The batch path asks again for the
+        whole vocabulary when a token is missing, so its margin is exact. The noise is the
+        mean-centred RMS difference of the leading log-probabilities both paths returned.
+        """
+        server = self._margin_server_for(target)
+        tokens = self._prompts.tokens(target, prompt, 0)
+        generated = [int(t) for t in generated]
+        answer = _complete(server, tokens, len(generated) + 1, what="the divergence replay", n_probs=MARGIN_TOP_N)
+        steps = answer.get("completion_probabilities", [])
+        if answer["tokens"][: len(generated)] != generated or len(steps) <= len(generated):
+            raise EngineError(
+                f"prompt {prompt.id}: llama-server did not reproduce the baseline's tokens, so the divergence "
+                "cannot be replayed"
+            )
+        one_by_one = _logprobs(steps[len(generated)])
+        for n_probs in (MARGIN_TOP_N, self._prompts.model(target).n_vocab):
+            answer = _complete(server, tokens + generated, 1, what="the divergence replay", n_probs=n_probs)
+            batched = _logprobs(answer["completion_probabilities"][0])
+            if {token_a, token_b} <= batched.keys():
+                break
+        else:
+            raise EngineError(
+                f"prompt {prompt.id}: llama-server returned no log-probability for token {token_a} or {token_b}"
+            )
+        return TieEvidence(
+            margin_one_by_one=_margin(one_by_one, token_a, token_b),
+            margin_batched=batched[token_a] - batched[token_b],
+            noise_rms=_noise_rms(one_by_one, batched),
+        )
+
+    def close(self) -> None:
+        try:
+            self._stop_margin_server()
+        finally:
+            self._prompts.close()
+
+    def _launch(self, argv: list[str]) -> ServerProcess:
+        return ServerProcess(argv, startup_timeout_s=self.startup_timeout_s, request_timeout_s=self.request_timeout_s)
+
+    def _margin_server_for(self, target: Path) -> ServerProcess:
+        if self._margin_server is not None and self._margin_server[0] != target:
+            self._stop_margin_server()
+        if self._margin_server is None:
+            server = self._launch(self.argv(SpecConfig(target))).__enter__()
+            self._margin_server = (target, server)
+        return self._margin_server[1]
+
+    def _stop_margin_server(self) -> None:
+        if self._margin_server is not None:
+            _, server = self._margin_server
+            self._margin_server = None
+            server.close()
+
+
+def _complete(server: ServerProcess, tokens: list[int], n_predict: int, *, what: str, n_probs: int = 0) -> dict:
+    body = {
+        "prompt": tokens,
+        "n_predict": n_predict,
+        "temperature": 0.0,
+        "seed": SEED,
+        "cache_prompt": False,
+        "return_tokens": True,
+        "stream": False,
+    }
+    if n_probs:
+        body.update(n_probs=n_probs, post_sampling_probs=False)
+    answer = server.post("/completion", body, what=what)
+    if "timings" not in answer or "tokens" not in answer:
+        raise server.failure(f"llama-server's answer to {what} has no timings or tokens")
+    return answer
+
+
+def _result(prompt: Prompt, answer: dict, verify_steps: int) -> GenerationResult:
+    timings = answer["timings"]
+    return GenerationResult(
+        prompt_id=prompt.id,
+        category=prompt.category,
+        n_prompt=int(timings["prompt_n"]),
+        prompt_ms=float(timings["prompt_ms"]),
+        n_generated=int(timings["predicted_n"]),
+        decode_ms=float(timings["predicted_ms"]),
+        n_drafted=int(timings.get("draft_n", 0)),
+        n_accepted=int(timings.get("draft_n_accepted", 0)),
+        n_verify_steps=max(verify_steps, 0),
+        tokens=[int(t) for t in answer["tokens"]],
+    )
+
+
+def _verify_steps(server: ServerProcess) -> int:
+    """The server's verify-step counter (0 without `--metrics`, so the delta is 0 too)."""
+    text = server.get_text("/metrics")
+    match = _VERIFY_STEPS.search(text or "")
+    return int(float(match.group(1))) if match else 0
+
+
+def _logprobs(step: dict) -> dict[int, float]:
+    """token id -> log-probability of one step's returned top tokens."""
+    logprobs = {int(entry["id"]): float(entry["logprob"]) for entry in step.get("top_logprobs") or []}
+    if not logprobs:
+        raise EngineError("llama-server returned no log-probabilities for the divergence replay")
+    return logprobs
+
+
+def _margin(logprobs: dict[int, float], token_a: int, token_b: int) -> float:
+    """logprob(a) - logprob(b); a token not returned counts as the lowest returned one."""
+    floor = min(logprobs.values())
+    return logprobs.get(token_a, floor) - logprobs.get(token_b, floor)
+
+
+def _noise_rms(one_by_one: dict[int, float], batched: dict[int, float]) -> float:
+    """Mean-centred RMS difference between the paths over the leading tokens both returned."""
+    candidates = _top(one_by_one, NOISE_TOP_K) | _top(batched, NOISE_TOP_K)
+    leading = [t for t in candidates if t in one_by_one and t in batched]
+    if len(leading) < 2:
+        return 0.0
+    differences = [one_by_one[t] - batched[t] for t in leading]
+    mean = sum(differences) / len(differences)
+    return math.sqrt(sum((d - mean) ** 2 for d in differences) / len(differences))
+
+
+def _top(logprobs: dict[int, float], k: int) -> set[int]:
+    return set(sorted(logprobs, key=logprobs.__getitem__, reverse=True)[:k])

@@ -1,0 +1,94 @@
+"""`--engine server` and `autotune confirm` end to end, on a real llama-server and real SQLite."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import optuna
+import pytest
+from click.testing import CliRunner
+
+from autotune.cli import cli
+from autotune.hardware import hardware_key
+
+
+def run(*args: str, ok: bool = True):
+    result = CliRunner().invoke(cli, list(args))
+    if ok:
+        assert result.exit_code == 0, result.output
+    return result
+
+
+def write_space(tmp_path, draft: str, spec_tables: str, base_flags: str = "[]"):
+    path = tmp_path / "tiny.toml"
+    path.write_text(textwrap.dedent(f"""
+        [model]
+        name = "tiny"
+        target = "tiny-target.gguf"
+        draft = "{draft}"
+        context_size = 512
+        base_flags = {base_flags}
+    """) + textwrap.dedent(spec_tables))
+    return path
+
+
+def trials_of(home, engine: str) -> list[optuna.trial.FrozenTrial]:
+    study = optuna.load_study(study_name=f"tiny@{hardware_key()}:{engine}", storage=f"sqlite:///{home / 'autotune.db'}")
+    return study.trials
+
+
+def search(space, models_dir, *extra, ok: bool = True):
+    return run("search", "--model", "tiny", "--space", str(space), "--models-dir", str(models_dir),
+               "--max-tokens", "12", "--per-category", "1", *extra, ok=ok)
+
+
+def test_server_search_on_dspark_measures_and_prints_the_launched_command(tmp_path, models_dir, autotune_home):
+    space = write_space(tmp_path, "tiny-dspark.gguf", """
+        [spec_types.draft-dspark]
+        draft_n_max = [1, 4]
+    """)
+    result = search(space, models_dir, "--engine", "server", "--trials", "3", "--seed", "0")
+    trials = trials_of(autotune_home, "server")
+    assert [t.state.name for t in trials] == ["COMPLETE"] * 3
+    for trial in trials[1:]:
+        assert trial.user_attrs["figures"]["n_drafted"] > 0
+        assert trial.user_attrs["lossless"] is True
+    assert "--spec-type draft-dspark" in result.stdout or trials[0].value >= max(t.value for t in trials)
+
+
+def test_vocab_mismatched_draft_fails_as_speculation_inactive(tmp_path, models_dir, autotune_home):
+    space = write_space(tmp_path, "tiny-otherwords.gguf", """
+        [spec_types.draft-simple]
+        draft_n_max = [2, 4]
+    """)
+    search(space, models_dir, "--engine", "server", "--trials", "2")
+    baseline, simple = trials_of(autotune_home, "server")
+    assert baseline.state.name == "COMPLETE"
+    assert simple.state.name == "FAIL"
+    assert simple.user_attrs["fail_reason"].startswith("speculation inactive")
+    assert any("compatible" in line for line in simple.user_attrs["server_log_errors"])
+
+
+def test_a_server_that_will_not_start_fails_every_trial_and_the_study_goes_on(tmp_path, models_dir, autotune_home):
+    space = write_space(tmp_path, "tiny-draft.gguf", """
+        [spec_types.ngram-simple]
+        ngram_simple_size_n = [1, 3]
+    """, base_flags='["--no-such-flag"]')
+    result = search(space, models_dir, "--engine", "server", "--trials", "2", ok=False)
+    assert result.exit_code == 1 and "every trial failed" in result.output and "invalid argument" in result.output
+    trials = trials_of(autotune_home, "server")
+    assert [t.state.name for t in trials] == ["FAIL", "FAIL"]
+    assert all(t.user_attrs["server_log_tail"] for t in trials)
+
+
+def test_confirm_remeasures_the_winners_and_best_shows_it(tiny_space, models_dir):
+    search(tiny_space, models_dir, "--trials", "4", "--seed", "1")
+    table = run("confirm", "--model", "tiny", "--top", "2", "--repeats", "2")
+    assert "95% CI" in table.stdout
+    best = json.loads(run("best", "--model", "tiny", "--json").stdout)
+    confirmed = best["confirmed"]
+    assert confirmed["engine"] == "server" and confirmed["repeats"] == 2
+    assert confirmed["ci95"][0] <= confirmed["tok_s"] <= confirmed["ci95"][1]
+    assert confirmed["baseline_tok_s"] > 0
+    assert "confirmed on server" in run("best", "--model", "tiny").stdout
