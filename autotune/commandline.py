@@ -40,7 +40,13 @@ def server_argv(
         argv += ["-md", str(config.draft), "-ngld", "all"]
     known = SPEC_TYPE_PARAMS[config.spec_type]
     for name in sorted(config.params):
-        argv += [known[name].flag, _format_value(config.value(name))]
+        param, value = known[name], config.value(name)
+        if param.requires and not config.value(param.requires):
+            continue
+        if param.kind is bool:
+            argv += [param.flag] if value else []
+        else:
+            argv += [param.flag, _format_value(value)]
     return argv
 
 

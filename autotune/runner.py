@@ -60,6 +60,11 @@ def run_search(
                                    f"{', '.join(sorted(engine.runnable_spec_types))})")
         if skipped:
             reporter.note(f"the {engine.name} engine cannot run {', '.join(skipped)}: left out of this study")
+        unsupported = sorted({r.param.flag for ranges in runnable.spec_types.values() for r in ranges
+                              if not engine.supports_param(r.param)})
+        if unsupported:
+            reporter.note(f"the {engine.name} engine has no {', '.join(unsupported)}: left out of this study")
+            runnable = runnable.without_params(lambda param: not engine.supports_param(param))
         if files.draft is None:
             runnable = runnable.restricted_to({t for t in runnable.spec_types if not t.startswith("draft-")})
         settings = SearchSettings(model=model, trials=trials, max_tokens=max_tokens, seed=seed, threads=threads)

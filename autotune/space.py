@@ -10,7 +10,7 @@ import sys
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from autotune.errors import SearchSpaceError, UnknownModelError
 from autotune.spec import SPEC_TYPE_PARAMS, SpecParam
@@ -62,6 +62,11 @@ class SearchSpace:
     def restricted_to(self, runnable: set[str]) -> "SearchSpace":
         """The same space without the spec types an engine cannot run."""
         kept = {t: r for t, r in self.spec_types.items() if t in runnable}
+        return SearchSpace(self.path, self.model, kept)
+
+    def without_params(self, dropped: Callable[[SpecParam], bool]) -> "SearchSpace":
+        """The same space without the parameters `dropped` picks (those an engine cannot set)."""
+        kept = {t: tuple(r for r in ranges if not dropped(r.param)) for t, ranges in self.spec_types.items()}
         return SearchSpace(self.path, self.model, kept)
 
 
@@ -164,9 +169,9 @@ class _SpaceParser:
         values = value if isinstance(value, list) else [value]
         if not 1 <= len(values) <= 3 or (isinstance(value, list) and len(values) == 1):
             raise self.fail(key, "expected a value, [low, high] or [low, high, step]")
-        allowed = (int,) if param.kind is int else (int, float)
+        allowed = {int: (int,), float: (int, float), bool: (bool,)}[param.kind]
         for v in values:
-            if isinstance(v, bool) or not isinstance(v, allowed):
+            if isinstance(v, bool) != (param.kind is bool) or not isinstance(v, allowed):
                 raise self.fail(key, f"expected {param.kind.__name__} values, got {v!r}")
         low, high = values[0], values[-1] if len(values) == 1 else values[1]
         step = values[2] if len(values) == 3 else None

@@ -14,11 +14,16 @@ from typing import Mapping
 
 @dataclass(frozen=True)
 class SpecParam:
-    """One tunable parameter of a spec type."""
+    """One tunable parameter of a spec type.
+
+    A `bool` parameter is a switch (the flag alone turns it on); a parameter that `requires` a switch
+    only exists while that switch is on (PCTree's k and n need `--spec-dspark-pctree`).
+    """
 
     name: str
-    kind: type  # int or float
-    default: int | float
+    kind: type  # int, float or bool
+    default: int | float | bool
+    requires: str | None = None
 
     @property
     def flag(self) -> str:
@@ -51,7 +56,15 @@ SPEC_TYPE_PARAMS: dict[str, dict[str, SpecParam]] = {
     "draft-eagle3": _DRAFT,
     "draft-mtp": _DRAFT,
     "draft-dflash": _DRAFT,
-    "draft-dspark": _DRAFT,
+    # PCTree (parent-conditioned drafting trees) exists only in a community fork of llama-server
+    "draft-dspark": {
+        **_DRAFT,
+        **_params(
+            SpecParam("dspark_pctree", bool, False),
+            SpecParam("dspark_pctree_k", int, 3, requires="dspark_pctree"),
+            SpecParam("dspark_pctree_n", int, 16, requires="dspark_pctree"),
+        ),
+    },
     "ngram-simple": _ngram_map("ngram_simple"),
     "ngram-map-k": _ngram_map("ngram_map_k"),
     "ngram-map-k4v": _ngram_map("ngram_map_k4v"),
@@ -108,6 +121,9 @@ class SpecConfig:
             parts.append(f"draft={self.draft.name}")
         prefix = self.spec_type.replace("-", "_") + "_"
         for name, value in sorted(self.params.items()):
-            shown = name.removeprefix(prefix).removeprefix("draft_")
-            parts.append(f"{shown}={value:g}" if isinstance(value, float) else f"{shown}={value}")
+            shown = name.removeprefix(prefix).removeprefix("draft_").removeprefix("dspark_")
+            if isinstance(value, bool):
+                parts.append(f"{shown}={'on' if value else 'off'}")
+            else:
+                parts.append(f"{shown}={value:g}" if isinstance(value, float) else f"{shown}={value}")
         return " ".join(parts)

@@ -122,11 +122,15 @@ class Tuner:
             return self.baseline_config()
         choices = [t for t in self.space.spec_types if t != BASELINE]
         spec_type = trial.suggest_categorical("spec_type", choices)
-        params: dict[str, int | float] = {}
+        params: dict[str, int | float | bool] = {}
         for r in self.space.spec_types[spec_type]:
             name = r.param.name
+            if r.param.requires and not params.get(r.param.requires):
+                continue
             if r.is_fixed:
                 params[name] = r.low
+            elif r.param.kind is bool:
+                params[name] = trial.suggest_categorical(name, [False, True])
             elif r.param.kind is int:
                 params[name] = trial.suggest_int(name, r.low, r.high, step=r.step or 1)
             else:

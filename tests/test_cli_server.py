@@ -57,6 +57,21 @@ def test_server_search_on_dspark_measures_and_prints_the_launched_command(tmp_pa
     assert "--spec-type draft-dspark" in result.stdout or trials[0].value >= max(t.value for t in trials)
 
 
+def test_pctree_is_left_out_when_the_binary_lacks_the_fork_flags(tmp_path, models_dir, autotune_home):
+    space = write_space(tmp_path, "tiny-dspark.gguf", """
+        [spec_types.draft-dspark]
+        draft_n_max = [1, 4]
+        dspark_pctree = [false, true]
+        dspark_pctree_k = [2, 4]
+        dspark_pctree_n = [8, 32]
+    """)
+    result = search(space, models_dir, "--engine", "server", "--trials", "2")
+    assert "has no --spec-dspark-pctree" in result.stderr
+    (_, trial) = trials_of(autotune_home, "server")
+    assert not any(arg.startswith("--spec-dspark-pctree") for arg in trial.user_attrs["argv"])
+    assert "dspark_pctree" not in trial.params
+
+
 def test_vocab_mismatched_draft_fails_as_speculation_inactive(tmp_path, models_dir, autotune_home):
     space = write_space(tmp_path, "tiny-otherwords.gguf", """
         [spec_types.draft-simple]

@@ -55,3 +55,15 @@ def test_value_falls_back_to_llama_cpp_default():
     config = SpecConfig(target=TARGET, spec_type="ngram-simple", params={"ngram_simple_size_n": 2})
     assert config.value("ngram_simple_size_n") == 2
     assert config.value("ngram_simple_size_m") == 48
+
+
+def test_pctree_switch_and_its_parameters():
+    draft = Path("/m/dspark.gguf")
+    on = SpecConfig(TARGET, "draft-dspark", draft, {"dspark_pctree": True, "dspark_pctree_k": 3, "dspark_pctree_n": 16})
+    argv = server_argv(on, context_size=4096)
+    assert "--spec-dspark-pctree" in argv
+    assert argv[argv.index("--spec-dspark-pctree-k") + 1] == "3"
+    assert argv[argv.index("--spec-dspark-pctree-n") + 1] == "16"
+    off = SpecConfig(TARGET, "draft-dspark", draft, {"dspark_pctree": False, "dspark_pctree_k": 3})
+    assert not [a for a in server_argv(off, context_size=4096) if "pctree" in a]
+    assert "pctree=on" in on.describe()

@@ -9,7 +9,7 @@ from typing import Callable, Sequence
 from autotune.lossless import TieEvidence
 from autotune.measurement import GenerationResult, Measurement
 from autotune.prompts import Prompt, PromptMix
-from autotune.spec import SpecConfig
+from autotune.spec import SpecConfig, SpecParam
 
 #: Called after each prompt with (index, result) so callers can show progress or report to a pruner.
 ProgressCallback = Callable[[int, GenerationResult], None]
@@ -29,6 +29,10 @@ class Engine(ABC):
     @abstractmethod
     def build_info(self) -> str:
         """Which llama.cpp build measures (recorded with every trial)."""
+
+    def supports_param(self, param: SpecParam) -> bool:
+        """Whether this engine can set `param` (a llama-server without a fork's flags cannot)."""
+        return True
 
     @abstractmethod
     def prepare(self, config: SpecConfig, mix: PromptMix, *, max_tokens: int) -> None:

@@ -38,7 +38,7 @@ from autotune.lossless import TieEvidence
 from autotune.measurement import GenerationResult, Measurement
 from autotune.prompts import Prompt, PromptMix
 from autotune.server_binary import resolve_server_binary
-from autotune.spec import SpecConfig
+from autotune.spec import SpecConfig, SpecParam
 
 __all__ = ["ServerEngine", "ServerFailure"]
 
@@ -85,6 +85,9 @@ class ServerEngine(Engine):
     @property
     def build_info(self) -> str:
         return self.capabilities.build
+
+    def supports_param(self, param: SpecParam) -> bool:
+        return self.capabilities.has_flag(param.flag)
 
     def argv(self, config: SpecConfig) -> list[str]:
         """What is launched for `config`, without `--host/--port` (added at start)."""
