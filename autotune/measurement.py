@@ -51,6 +51,7 @@ class Measurement:
     """All generations of one configuration over a prompt mix."""
 
     results: list[GenerationResult]
+    startup_ms: float = 0.0  # what the engine spent getting ready (a server's launch until /health)
 
     @property
     def mix_tok_s(self) -> float:

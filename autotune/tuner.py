@@ -182,6 +182,7 @@ class Tuner:
         trial.set_user_attr("per_category", measurement.per_category())
         trial.set_user_attr("output_tokens", [r.tokens for r in measurement.results])
         trial.set_user_attr("generation_s", round(measurement.generation_ms / 1000, 3))
+        trial.set_user_attr("startup_s", round(measurement.startup_ms / 1000, 3))
         baseline = None if config.is_baseline else _baseline_trial(trial.study)
         if baseline is None:
             return

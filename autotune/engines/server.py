@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 import re
+import time
 from pathlib import Path
 from typing import Sequence
 
@@ -117,8 +118,10 @@ class ServerEngine(Engine):
         results = []
         self.last_log_tail, self.last_log_errors = "", []
         self.last_argv = self.argv(config)
+        launched = time.perf_counter()
         try:
             with self._launch(self.last_argv) as server:
+                startup_ms = (time.perf_counter() - launched) * 1000
                 try:
                     _complete(server, prompts[0][1], min(WARMUP_TOKENS, max_tokens), what="the warm-up request")
                     for index, (prompt, tokens) in enumerate(prompts):
@@ -133,7 +136,7 @@ class ServerEngine(Engine):
         except ServerFailure as exc:
             self.last_log_tail = exc.log_tail
             raise
-        return Measurement(results)
+        return Measurement(results, startup_ms=startup_ms)
 
     def tie_evidence(
         self, target: Path, prompt: Prompt, generated: Sequence[int], token_a: int, token_b: int
