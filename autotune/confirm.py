@@ -19,7 +19,7 @@ from autotune.engines.base import Engine
 from autotune.errors import StudyNotFoundError, TrialFailure
 from autotune.prompts import PromptMix, load_prompt_mix
 from autotune.spec import SpecConfig
-from autotune.tuner import is_baseline
+from autotune.tuner import config_from_attrs, is_baseline
 
 CONFIRMATION_ATTR = "confirmation"
 
@@ -29,12 +29,14 @@ class ConfirmedConfig:
     """One configuration's repeated measurements on the confirming engine."""
 
     label: str
-    trial: int | None  # the study trial it came from; None for the baseline
+    role: str  # "baseline", "trial" (one of the study's best) or "preset" (the configuration in use)
+    trial: int | None  # the study trial it came from
+    target: str
     argv: list[str]
     samples: list[float]
     mean_tok_s: float
     ci95: tuple[float, float]
-    p_value: float | None  # Welch's t-test against the baseline (two-sided); None for the baseline
+    p_value: float | None  # Welch's t-test against its target's baseline (two-sided); None for a baseline
     speedup: float | None
     failure: str | None = None
 
@@ -49,7 +51,7 @@ class Confirmation:
     build: str
     repeats: int
     date: str
-    baseline: ConfirmedConfig
+    baselines: list[ConfirmedConfig]
     configs: list[ConfirmedConfig]
 
     def as_dict(self) -> dict:
@@ -60,12 +62,24 @@ class Confirmation:
         def config(row: dict) -> ConfirmedConfig:
             return ConfirmedConfig(**{**row, "ci95": tuple(row["ci95"])})
 
-        return cls(**{**data, "baseline": config(data["baseline"]), "configs": [config(c) for c in data["configs"]]})
+        return cls(**{**data, "baselines": [config(c) for c in data["baselines"]],
+                      "configs": [config(c) for c in data["configs"]]})
+
+    def baseline_of(self, row: ConfirmedConfig) -> ConfirmedConfig:
+        return next(b for b in self.baselines if b.target == row.target)
 
     @property
     def winner(self) -> ConfirmedConfig | None:
-        measured = [c for c in self.configs if c.failure is None]
+        measured = [c for c in self.configs if c.failure is None and c.role == "trial"]
         return max(measured, key=lambda c: c.mean_tok_s) if measured else None
+
+    @property
+    def preset(self) -> ConfirmedConfig | None:
+        return next((c for c in self.configs if c.role == "preset" and c.failure is None), None)
+
+    def welch_p(self, a: ConfirmedConfig, b: ConfirmedConfig) -> float | None:
+        """Welch's t-test p-value (two-sided) between two rows' samples."""
+        return _welch_p(a.samples, b.samples)
 
 
 def stored_confirmation(study: optuna.Study) -> Confirmation | None:
@@ -87,12 +101,6 @@ def top_trials(study: optuna.Study, top: int) -> list[optuna.trial.FrozenTrial]:
     return chosen[:top]
 
 
-def config_of(trial: optuna.trial.FrozenTrial) -> SpecConfig:
-    attrs = trial.user_attrs["config"]
-    draft = Path(attrs["draft"]) if attrs["draft"] else None
-    return SpecConfig(Path(attrs["target"]), attrs["spec_type"], draft, attrs["params"])
-
-
 def study_prompt_mix(study: optuna.Study) -> tuple[PromptMix, int]:
     """The prompts and output length the study was measured with."""
     measurement = study.user_attrs["measurement"]
@@ -111,53 +119,63 @@ def confirm(
     repeats: int,
     context_size: int,
     base_flags: tuple[str, ...] = (),
+    preset: SpecConfig | None = None,
     on_measured: Callable[[int, str, float | None], None] = lambda r, label, tok_s: None,
 ) -> Confirmation:
-    """Measure baseline and the top configurations `repeats` times, interleaved, and store the result."""
+    """Measure the baselines (one per target involved) and the top configurations `repeats` times,
+    interleaved, and store the result with the study. `preset`, the configuration in use, is measured
+    alongside so a new winner can be tested against it."""
     trials = top_trials(study, top)
     if not trials:
         raise StudyNotFoundError(f"study {study.study_name!r} has no completed speculative trial to confirm")
     mix, max_tokens = study_prompt_mix(study)
-    baseline_config = SpecConfig(config_of(trials[0]).target)
-    entries = [(None, baseline_config)] + [(t.number, config_of(t)) for t in trials]
-    engine.prepare(baseline_config, mix, max_tokens=max_tokens)
-    samples: dict[int | None, list[float]] = {number: [] for number, _ in entries}
-    failures: dict[int | None, str] = {}
+    configs = [("trial", t.number, config_from_attrs(t.user_attrs["config"])) for t in trials]
+    if preset is not None:
+        configs.append(("preset", None, preset))
+    baselines = [("baseline", None, SpecConfig(target)) for target in dict.fromkeys(c.target for *_, c in configs)]
+    entries = baselines + configs
+    for *_, baseline in baselines:
+        engine.prepare(baseline, mix, max_tokens=max_tokens)
+    samples: dict[int, list[float]] = {index: [] for index in range(len(entries))}
+    failures: dict[int, str] = {}
     for round_ in range(repeats):
-        for number, config in entries:
-            if number in failures:
+        for index, (*_, config) in enumerate(entries):
+            if index in failures:
                 continue
             try:
                 tok_s = engine.measure(config, mix, max_tokens=max_tokens).mix_tok_s
             except TrialFailure as exc:
-                failures[number] = str(exc)
+                failures[index] = str(exc)
                 on_measured(round_, config.describe(), None)
                 continue
-            samples[number].append(tok_s)
+            samples[index].append(tok_s)
             on_measured(round_, config.describe(), tok_s)
-    if None in failures:
-        raise TrialFailure(f"the baseline could not be measured on the {engine.name} engine: {failures[None]}")
+    for index in range(len(baselines)):
+        if index in failures:
+            raise TrialFailure(f"the baseline could not be measured on the {engine.name} engine: {failures[index]}")
+    baseline_samples = {config.target: samples[i] for i, (*_, config) in enumerate(baselines)}
 
-    def summarize(number: int | None, config: SpecConfig) -> ConfirmedConfig:
-        values = samples[number]
+    def summarize(index: int) -> ConfirmedConfig:
+        role, number, config = entries[index]
+        values = samples[index]
         argv = server_argv(config, context_size=context_size, base_flags=base_flags)
-        if number in failures or not values:
-            return ConfirmedConfig(config.describe(), number, argv, values, 0.0, (0.0, 0.0), None, None, failures.get(number))
-        base = samples[None]
+        if index in failures or not values:
+            return ConfirmedConfig(config.describe(), role, number, str(config.target), argv, values, 0.0, (0.0, 0.0),
+                                   None, None, failures.get(index))
+        base = baseline_samples[config.target]
         mean = float(np.mean(values))
-        p_value = None if number is None else _welch_p(values, base)
-        return ConfirmedConfig(
-            config.describe(), number, argv, values, round(mean, 3), _ci95(values), p_value,
-            None if number is None else round(mean / float(np.mean(base)), 4),
-        )
+        p_value = None if config.is_baseline else _welch_p(values, base)
+        speedup = None if config.is_baseline else round(mean / float(np.mean(base)), 4)
+        return ConfirmedConfig(config.describe(), role, number, str(config.target), argv, values, round(mean, 3),
+                               _ci95(values), p_value, speedup)
 
     confirmation = Confirmation(
         engine=engine.name,
         build=engine.build_info,
         repeats=repeats,
         date=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        baseline=summarize(None, baseline_config),
-        configs=[summarize(number, config) for number, config in entries[1:]],
+        baselines=[summarize(i) for i in range(len(baselines))],
+        configs=[summarize(i) for i in range(len(baselines), len(entries))],
     )
     study.set_user_attr(CONFIRMATION_ATTR, confirmation.as_dict())
     return confirmation

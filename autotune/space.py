@@ -7,21 +7,23 @@ the file, the key and the problem, before anything is measured or written.
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any, Callable
 
 from autotune.errors import SearchSpaceError, UnknownModelError
-from autotune.spec import SPEC_TYPE_PARAMS, SpecParam
+from autotune.spec import DRAFT_MODEL_TYPES, SPEC_TYPE_PARAMS, SpecParam
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
 
-#: Value of `model.draft` meaning "the target file is its own draft".
+#: A draft file pattern meaning "the target file is its own draft".
 DRAFT_IS_TARGET = "target"
+#: Placeholder in a file pattern for the quantization name (matched case-insensitively).
+QUANT_PLACEHOLDER = "{quant}"
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,20 @@ class ParamRange:
 
 
 @dataclass(frozen=True)
+class FilePattern:
+    """Files of one role: a glob under the models dir, with `{quant}` standing for each of `quants`."""
+
+    pattern: str
+    quants: tuple[str, ...] = ()
+
+    def patterns(self) -> list[tuple[str | None, str]]:
+        """(quant, glob) pairs to look for."""
+        if QUANT_PLACEHOLDER in self.pattern and self.quants:
+            return [(q, self.pattern.replace(QUANT_PLACEHOLDER, q)) for q in self.quants]
+        return [(None, self.pattern.replace(QUANT_PLACEHOLDER, "*"))]
+
+
+@dataclass(frozen=True)
 class ModelSection:
     """The `[model]` table: which files make up the model and how llama-server runs it."""
 
@@ -46,9 +62,14 @@ class ModelSection:
     target: str
     description: str = ""
     demo_package: str | None = None
+    quants: tuple[str, ...] = ()
     draft: str | None = None
     context_size: int = 4096
     base_flags: tuple[str, ...] = ()
+
+    @property
+    def targets(self) -> FilePattern:
+        return FilePattern(self.target, self.quants)
 
 
 @dataclass(frozen=True)
@@ -58,16 +79,23 @@ class SearchSpace:
     path: Path
     model: ModelSection
     spec_types: dict[str, tuple[ParamRange, ...]] = field(default_factory=dict)
+    drafts: dict[str, FilePattern] = field(default_factory=dict)
+
+    def draft_files(self, spec_type: str) -> FilePattern | None:
+        """Where the drafts of a draft-* spec type are: its [drafts.<type>] table, else model.draft."""
+        if spec_type in self.drafts:
+            return self.drafts[spec_type]
+        return FilePattern(self.model.draft) if self.model.draft else None
 
     def restricted_to(self, runnable: set[str]) -> "SearchSpace":
         """The same space without the spec types an engine cannot run."""
         kept = {t: r for t, r in self.spec_types.items() if t in runnable}
-        return SearchSpace(self.path, self.model, kept)
+        return replace(self, spec_types=kept)
 
     def without_params(self, dropped: Callable[[SpecParam], bool]) -> "SearchSpace":
         """The same space without the parameters `dropped` picks (those an engine cannot set)."""
         kept = {t: tuple(r for r in ranges if not dropped(r.param)) for t, ranges in self.spec_types.items()}
-        return SearchSpace(self.path, self.model, kept)
+        return replace(self, spec_types=kept)
 
 
 _MODEL_KEYS: dict[str, type | tuple[type, ...]] = {
@@ -75,6 +103,7 @@ _MODEL_KEYS: dict[str, type | tuple[type, ...]] = {
     "target": str,
     "description": str,
     "demo_package": str,
+    "quants": list,
     "draft": str,
     "context_size": int,
     "base_flags": list,
@@ -121,14 +150,41 @@ class _SpaceParser:
 
     def parse(self, data: dict[str, Any]) -> SearchSpace:
         for key in data:
-            if key not in ("model", "spec_types"):
-                raise self.fail(key, "unknown key (expected [model] and [spec_types.*])")
+            if key not in ("model", "drafts", "spec_types"):
+                raise self.fail(key, "unknown key (expected [model], [drafts.*] and [spec_types.*])")
         model = self.parse_model(data.get("model"))
         spec_types = data.get("spec_types")
         if not isinstance(spec_types, dict) or not spec_types:
             raise self.fail("spec_types", "missing or empty: list at least one [spec_types.<type>] table")
         parsed = {name: self.parse_spec_type(name, table) for name, table in spec_types.items()}
-        return SearchSpace(self.path, model, parsed)
+        drafts = self.parse_drafts(data.get("drafts", {}))
+        for name in parsed:
+            if name in DRAFT_MODEL_TYPES and name not in drafts and model.draft is None:
+                raise self.fail(f"spec_types.{name}", f"needs a draft file: add [drafts.{name}] or model.draft")
+        return SearchSpace(self.path, model, parsed, drafts)
+
+    def parse_drafts(self, table: Any) -> dict[str, FilePattern]:
+        if not isinstance(table, dict):
+            raise self.fail("drafts", "expected [drafts.<spec type>] tables")
+        drafts = {}
+        for name, entry in table.items():
+            key = f"drafts.{name}"
+            if name not in DRAFT_MODEL_TYPES:
+                raise self.fail(key, f"not a draft spec type (known: {', '.join(sorted(DRAFT_MODEL_TYPES))})")
+            if not isinstance(entry, dict):
+                raise self.fail(key, "expected a table with file and quants")
+            for sub in entry:
+                if sub not in ("file", "quants"):
+                    raise self.fail(f"{key}.{sub}", "unknown key (known: file, quants)")
+            if not isinstance(entry.get("file"), str):
+                raise self.fail(f"{key}.file", "required string (a glob, or \"target\")")
+            drafts[name] = FilePattern(entry["file"], self.parse_quants(f"{key}.quants", entry.get("quants", [])))
+        return drafts
+
+    def parse_quants(self, key: str, quants: Any) -> tuple[str, ...]:
+        if not isinstance(quants, list) or not all(isinstance(q, str) and q for q in quants):
+            raise self.fail(key, "expected a list of quantization names such as [\"Q4_K_M\", \"Q8_0\"]")
+        return tuple(quants)
 
     def parse_model(self, table: Any) -> ModelSection:
         if not isinstance(table, dict):
@@ -147,7 +203,8 @@ class _SpaceParser:
         flags = table.get("base_flags", [])
         if not all(isinstance(f, str) for f in flags):
             raise self.fail("model.base_flags", "expected a list of strings")
-        return ModelSection(**{**table, "base_flags": tuple(flags)})
+        quants = self.parse_quants("model.quants", table.get("quants", []))
+        return ModelSection(**{**table, "base_flags": tuple(flags), "quants": quants})
 
     def parse_spec_type(self, name: str, table: Any) -> tuple[ParamRange, ...]:
         key = f"spec_types.{name}"

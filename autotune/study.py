@@ -9,9 +9,26 @@ from autotune.errors import StudyNotFoundError
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
-def study_name(model: str, hardware: str, engine: str) -> str:
-    """`<model>@<hardware-key>:<engine>`: figures of two engines never share a study."""
-    return f"{model}@{hardware}:{engine}"
+def study_name(model: str, hardware: str, engine: str, version: int | None = None) -> str:
+    """`<model>@<hardware-key>:<engine>`, and `/v<N>` for the N-th nightly version: figures of two
+    engines, machines or sets of model files never share a study."""
+    base = f"{model}@{hardware}:{engine}"
+    return f"{base}/v{version}" if version else base
+
+
+def latest_version(storage: optuna.storages.BaseStorage, base: str) -> tuple[str, int | None]:
+    """The newest study of `base` (the unversioned name or its highest `/vN`) and its version."""
+    versions: dict[int | None, str] = {}
+    for summary in optuna.get_all_study_summaries(storage, include_best_trial=False):
+        name = summary.study_name
+        if name == base:
+            versions[None] = name
+        elif name.startswith(base + "/v") and name[len(base) + 2 :].isdigit():
+            versions[int(name[len(base) + 2 :])] = name
+    if not versions:
+        return base, None
+    newest = max(versions, key=lambda v: v or 0)
+    return versions[newest], newest
 
 
 def load_study(storage: optuna.storages.BaseStorage, name: str) -> optuna.Study:

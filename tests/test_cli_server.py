@@ -72,17 +72,29 @@ def test_pctree_is_left_out_when_the_binary_lacks_the_fork_flags(tmp_path, model
     assert "dspark_pctree" not in trial.params
 
 
-def test_vocab_mismatched_draft_fails_as_speculation_inactive(tmp_path, models_dir, autotune_home):
+def test_a_config_that_never_drafts_fails_as_speculation_inactive(tmp_path, models_dir, autotune_home):
+    space = write_space(tmp_path, "tiny-draft.gguf", """
+        [spec_types.ngram-simple]
+        ngram_simple_size_n = 12
+        ngram_simple_size_m = 48
+    """)
+    search(space, models_dir, "--engine", "server", "--trials", "2")
+    baseline, ngram = trials_of(autotune_home, "server")
+    assert baseline.state.name == "COMPLETE"
+    assert ngram.state.name == "FAIL"
+    assert ngram.user_attrs["fail_reason"].startswith("speculation inactive")
+
+
+def test_a_vocab_mismatched_draft_never_reaches_a_trial(tmp_path, models_dir, autotune_home):
     space = write_space(tmp_path, "tiny-otherwords.gguf", """
         [spec_types.draft-simple]
         draft_n_max = [2, 4]
     """)
-    search(space, models_dir, "--engine", "server", "--trials", "2")
-    baseline, simple = trials_of(autotune_home, "server")
-    assert baseline.state.name == "COMPLETE"
-    assert simple.state.name == "FAIL"
-    assert simple.user_attrs["fail_reason"].startswith("speculation inactive")
-    assert any("compatible" in line for line in simple.user_attrs["server_log_errors"])
+    result = search(space, models_dir, "--engine", "server", "--trials", "2", ok=False)
+    assert result.exit_code == 2
+    assert "not runnable: draft-simple: tiny-target.gguf + tiny-otherwords.gguf" in result.stderr
+    assert "nothing speculative to search" in result.stderr
+    assert not (autotune_home / "autotune.db").exists()
 
 
 def test_a_server_that_will_not_start_fails_every_trial_and_the_study_goes_on(tmp_path, models_dir, autotune_home):

@@ -8,7 +8,12 @@ from autotune.space import find_space_file, known_models, load_space
 GOOD = """
 [model]
 name = "m"
-target = "m-*.gguf"
+target = "m-{quant}.gguf"
+quants = ["Q4_K_M", "Q8_0"]
+
+[drafts.draft-simple]
+file = "small-{quant}.gguf"
+quants = ["Q8_0"]
 
 [spec_types.ngram-simple]
 ngram_simple_size_n = [1, 4]
@@ -35,6 +40,8 @@ def test_every_bundled_space_loads():
 
 def test_ranges_fixed_values_and_steps(tmp_path):
     space = load_space(write(tmp_path, GOOD))
+    assert space.model.targets.patterns() == [("Q4_K_M", "m-Q4_K_M.gguf"), ("Q8_0", "m-Q8_0.gguf")]
+    assert space.draft_files("draft-simple").patterns() == [("Q8_0", "small-Q8_0.gguf")]
     size_n, size_m = space.spec_types["ngram-simple"]
     assert (size_n.low, size_n.high, size_n.is_fixed) == (1, 4, False)
     assert size_m.is_fixed and size_m.low == 16
@@ -45,8 +52,11 @@ def test_ranges_fixed_values_and_steps(tmp_path):
 @pytest.mark.parametrize(
     "old, new, key, problem",
     [
-        ('target = "m-*.gguf"', 'target = "m-*.gguf"\ncolour = "red"', "model.colour", "unknown key"),
-        ('target = "m-*.gguf"', 'target = "m-*.gguf"\ncontext_size = "big"', "model.context_size", "expected int"),
+        ('quants = ["Q4_K_M", "Q8_0"]', 'colour = "red"', "model.colour", "unknown key"),
+        ('quants = ["Q4_K_M", "Q8_0"]', 'context_size = "big"', "model.context_size", "expected int"),
+        ('quants = ["Q4_K_M", "Q8_0"]', 'quants = "Q4"', "model.quants", "expected list"),
+        ('[drafts.draft-simple]', '[drafts.ngram-simple]', "drafts.ngram-simple", "not a draft spec type"),
+        ('file = "small-{quant}.gguf"', 'path = "small.gguf"', "drafts.draft-simple.path", "unknown key"),
         ('name = "m"\n', "", "model.name", "required"),
         ("[1, 4]", "[4, 1]", "spec_types.ngram-simple.ngram_simple_size_n", "empty range"),
         ("[1, 4]", "[1.5, 4]", "spec_types.ngram-simple.ngram_simple_size_n", "expected int"),
@@ -69,3 +79,9 @@ def test_invalid_toml_and_unknown_model(tmp_path):
         load_space(write(tmp_path, "[model\nname="))
     with pytest.raises(UnknownModelError, match="gemma3-270m"):
         find_space_file("no-such-model")
+
+
+def test_draft_spec_type_without_draft_files_is_refused(tmp_path):
+    path = write(tmp_path, GOOD.replace("[drafts.draft-simple]", "[drafts.draft-dspark]"))
+    with pytest.raises(SearchSpaceError, match="spec_types.draft-simple: needs a draft file"):
+        load_space(path)

@@ -18,6 +18,7 @@ from pathlib import Path
 import optuna
 from llama_cpp import Llama
 
+from autotune.candidates import find_candidates
 from autotune.engines._llama import default_threads
 from autotune.engines.python import PythonEngine
 from autotune.measurement import Measurement
@@ -91,7 +92,7 @@ def main() -> None:
     print("\n(c) one trial's wall time and its share that is not generation (models already loaded)")
     with tempfile.TemporaryDirectory() as tmp:
         storage = optuna.storages.RDBStorage(f"sqlite:///{tmp}/bench.db")
-        tuner = Tuner(space.restricted_to(set(engine.runnable_spec_types)), files, mix, engine,
+        tuner = Tuner(space.restricted_to(set(engine.runnable_spec_types)), find_candidates(files), mix, engine,
                       SearchSettings("gemma3-270m", trials=6, max_tokens=args.max_tokens, seed=0), SilentReporter())
         study = tuner.run(storage)
         for trial in study.trials:

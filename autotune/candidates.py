@@ -1,0 +1,63 @@
+"""What a study may sample: the target files, and the runnable (target, draft) pairs of each draft type.
+
+Pairs llama.cpp would refuse (or silently run without speculation) are left out here with the
+reason, so an incompatible pair never reaches a trial.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from autotune.compat import check_pair
+from autotune.gguf_info import read_gguf_info
+from autotune.models import ModelFiles
+
+
+@dataclass(frozen=True)
+class RefusedPair:
+    spec_type: str
+    target: Path
+    draft: Path
+    reason: str
+
+    def describe(self) -> str:
+        return f"{self.spec_type}: {self.target.name} + {self.draft.name}: {self.reason}"
+
+
+@dataclass(frozen=True)
+class Candidates:
+    targets: tuple[Path, ...]
+    pairs: dict[str, tuple[tuple[Path, Path], ...]] = field(default_factory=dict)
+    refused: tuple[RefusedPair, ...] = ()
+
+    def spec_types(self, wanted: list[str]) -> list[str]:
+        """The spec types of `wanted` that have something to run (a draft type needs a runnable pair)."""
+        return [t for t in wanted if t not in self.pairs or self.pairs[t]]
+
+    def fingerprint(self) -> list[str]:
+        """File names the study samples from: a study refuses to resume when they change."""
+        names = [t.name for t in self.targets]
+        for spec_type, pairs in sorted(self.pairs.items()):
+            names += [f"{spec_type}:{pair_label(p)}" for p in pairs]
+        return names
+
+
+def pair_label(pair: tuple[Path, Path]) -> str:
+    return f"{pair[0].name} + {pair[1].name}"
+
+
+def find_candidates(files: ModelFiles) -> Candidates:
+    pairs: dict[str, tuple[tuple[Path, Path], ...]] = {}
+    refused: list[RefusedPair] = []
+    for spec_type, drafts in files.drafts.items():
+        runnable = []
+        for target in files.targets:
+            for draft in drafts:
+                verdict = check_pair(spec_type, read_gguf_info(target), read_gguf_info(draft))
+                if verdict.runnable:
+                    runnable.append((target, draft))
+                else:
+                    refused.append(RefusedPair(spec_type, target, draft, verdict.reason))
+        pairs[spec_type] = tuple(runnable)
+    return Candidates(files.targets, pairs, tuple(refused))

@@ -1,0 +1,127 @@
+"""Commands about what is kept per machine: `presets` and the unattended `nightly` re-tuning."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from autotune.cli_options import measurement_options, model_option, server_bin_option, storage_option
+from autotune.settings import default_models_dir
+
+
+@click.command()
+@model_option
+@measurement_options
+@click.option("--top", type=click.IntRange(min=1), default=3, show_default=True, help="Configurations confirmed on llama-server.")
+@click.option("--repeats", type=click.IntRange(min=2), default=3, show_default=True, help="Rounds of interleaved confirmation.")
+@server_bin_option
+def nightly(model, trials, engine, prompts_file, per_category, max_tokens, storage, models_dir, space_file, seed,
+            threads, top, repeats, server_bin):
+    """Re-tune MODEL when its files are new or changed; replace the preset only on a significant win.
+
+    Prints one summary line. Exit codes: 0 improved (preset replaced), 3 unchanged (preset kept),
+    4 regressed (the preset's configuration now runs slower than recorded), 1 failed, 2 bad input.
+
+    \b
+    Example:
+        autotune nightly --model gemma3-270m --trials 20
+    """
+    from autotune.progress import TerminalReporter
+    from autotune.runner import run_nightly
+
+    outcome = run_nightly(
+        model=model, trials=trials, engine_name=engine, top=top, repeats=repeats, prompts_file=prompts_file,
+        per_category=per_category, max_tokens=max_tokens, storage_url=storage,
+        models_dir=models_dir or default_models_dir(), space_file=space_file, seed=seed, threads=threads,
+        server_bin=server_bin, reporter=TerminalReporter(),
+    )
+    click.echo(f"{outcome.status}: {outcome.summary}")
+    sys.exit(outcome.exit_code)
+
+
+@click.group()
+def presets() -> None:
+    """The best confirmed configuration per (model, hardware), kept in the study database.
+
+    \b
+    Example:
+        autotune presets list
+    """
+
+
+@presets.command("list")
+@storage_option
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+def presets_list(storage, as_json):
+    """List every (model, hardware) preset with its tok/s and speedup.
+
+    \b
+    Example:
+        autotune presets list --json
+    """
+    from autotune.preset_export import preset_record
+
+    rows = _store(storage).list()
+    if as_json:
+        click.echo(json.dumps([preset_record(p) for p in rows], indent=2, default=str))
+        return
+    if not rows:
+        click.echo("no presets yet: `autotune confirm` or `autotune nightly` make them")
+    for p in rows:
+        click.echo(f"{p.model:<16} {p.hardware:<40} {p.tok_s:8.1f} tok/s {p.speedup:5.2f}x  {p.created_at:%Y-%m-%d}")
+
+
+@presets.command("show")
+@model_option
+@click.option("--hardware", help="Hardware key (default: this machine's).")
+@storage_option
+def presets_show(model, hardware, storage):
+    """Show one preset: its command line first, then its figures.
+
+    \b
+    Example:
+        autotune presets show --model gemma3-270m
+    """
+    preset = _get_preset(storage, model, hardware)
+    click.echo(preset.command)
+    click.echo(f"# {preset.tok_s:.1f} tok/s [95% CI {preset.ci95_low}-{preset.ci95_high}], baseline "
+               f"{preset.baseline_tok_s:.1f}, speedup {preset.speedup:.2f}x, p={preset.p_value}")
+    click.echo(f"# measured by {preset.engine} ({preset.llama_cpp_build}) on {preset.hardware}, {preset.created_at:%Y-%m-%d %H:%M} UTC")
+    for name, sha in preset.file_hashes.items():
+        click.echo(f"# {name} sha256 {sha}")
+
+
+@presets.command("export")
+@click.option("--format", "fmt", type=click.Choice(["json", "toml", "sh"]), default="json", show_default=True,
+              help="json or toml data, or sh: a launcher script that runs this machine's preset.")
+@storage_option
+def presets_export(fmt, storage):
+    """Export every preset; `--format sh` writes a runnable launcher script.
+
+    \b
+    Example:
+        autotune presets export --format sh > llama-launch.sh
+    """
+    from autotune.preset_export import export_presets
+
+    click.echo(export_presets(_store(storage).list(), fmt), nl=False)
+
+
+def _store(storage):
+    from storage import resolve_storage_url
+    from storage.presets import PresetStore
+
+    return PresetStore(resolve_storage_url(storage))
+
+
+def _get_preset(storage, model, hardware):
+    from autotune.errors import StudyNotFoundError
+    from autotune.hardware import hardware_key
+
+    key = hardware or hardware_key()
+    preset = _store(storage).get(model, key)
+    if preset is None:
+        raise StudyNotFoundError(f"no preset for {model} on {key}: run `autotune confirm --model {model}` first")
+    return preset

@@ -1,0 +1,153 @@
+"""Presets as files to share or run: JSON, TOML, or a POSIX launcher script.
+
+The launcher detects the hardware key the way autotune.hardware does (the first GPU name from
+`nvidia-smi`, else "CPU <model name>" from /proc/cpuinfo) and `exec`s the matching preset's argv,
+so a fleet can ship one script and every machine starts llama-server with its own best settings.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shlex
+from dataclasses import asdict
+from datetime import datetime
+from itertools import groupby
+from typing import Any, Callable
+
+from storage.presets import Preset
+
+
+def export_presets(presets: list[Preset], fmt: str) -> str:
+    """`presets` as the text of a json, toml or sh file; any other `fmt` raises ValueError."""
+    try:
+        writer = _WRITERS[fmt]
+    except KeyError:
+        raise ValueError(f"unknown preset export format {fmt!r}: use one of {', '.join(EXPORT_FORMATS)}") from None
+    return writer(presets)
+
+
+def preset_record(preset: Preset) -> dict[str, Any]:
+    """Every field of `preset` plus its command line, in a stable key order; `created_at` stays a datetime."""
+    return {"model": preset.model, "hardware": preset.hardware, "command": preset.command, **asdict(preset),
+            "argv": list(preset.argv)}
+
+
+def _to_json(presets: list[Preset]) -> str:
+    records = [preset_record(p) for p in presets]
+    return json.dumps(records, indent=2, ensure_ascii=False, default=_iso_datetime) + "\n"
+
+
+def _iso_datetime(value: object) -> str:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+# TOML (written by hand: the standard library reads TOML but does not write it)
+
+_TOML_ESCAPES = str.maketrans(
+    {
+        **{chr(code): f"\\u{code:04X}" for code in [*range(0x20), 0x7F]},
+        "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r", '"': '\\"', "\\": "\\\\",
+    }
+)
+
+
+def _to_toml(presets: list[Preset]) -> str:
+    """One `[[preset]]` table per preset. TOML has no null: a field without a value is left out."""
+    tables = []
+    for preset in presets:
+        lines = ["[[preset]]"]
+        lines += [f"{key} = {_toml_value(value)}" for key, value in preset_record(preset).items() if value is not None]
+        tables.append("\n".join(lines) + "\n")
+    return "\n".join(tables)
+
+
+def _toml_value(value: object) -> str:
+    if isinstance(value, str):
+        return '"' + value.translate(_TOML_ESCAPES) + '"'
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return repr(value) if math.isfinite(value) else str(value)  # TOML spells them inf, -inf, nan
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml_value(item) for item in value) + "]"
+    if isinstance(value, dict):
+        items = [f"{_toml_value(str(k))} = {_toml_value(v)}" for k, v in value.items() if v is not None]
+        return "{ " + ", ".join(items) + " }" if items else "{}"
+    raise TypeError(f"cannot write a {type(value).__name__} to TOML")
+
+
+# sh: a launcher script
+
+_LAUNCHER_HEAD = """\
+#!/bin/sh
+# llama-server with the autotune preset for this machine (written by `autotune presets export --format sh`).
+# Usage: sh <this file> [MODEL] [more llama-server flags...]
+set -eu
+
+hardware_key() {{
+    # The key autotune files presets under: the first GPU's name, else "CPU <model name>".
+    gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null) || gpu=""
+    gpu=$(printf '%s\\n' "$gpu" | sed 's/^[[:space:]]*//; s/[[:space:]]*$//; /^$/d' | head -n1)
+    if [ -n "$gpu" ]; then
+        printf '%s\\n' "$gpu"
+        return
+    fi
+    cpu=$(sed -n 's/^model name[^:]*:[[:space:]]*//p' /proc/cpuinfo 2>/dev/null | head -n1 | sed 's/[[:space:]]*$//') || cpu=""
+    if [ -z "$cpu" ]; then
+        cpu=$(uname -p 2>/dev/null) || cpu=""
+        if [ -z "$cpu" ] || [ "$cpu" = unknown ]; then cpu=$(uname -m); fi
+    fi
+    printf 'CPU %s\\n' "$cpu"
+}}
+
+if [ $# -gt 0 ] && [ "${{1#-}}" = "$1" ]; then
+    model=$1
+    shift
+else
+    model={default_model}
+fi
+hardware=$(hardware_key)
+"""
+
+_LAUNCHER_TAIL = """\
+echo "no autotune preset for model '$model' on hardware '$hardware'" >&2
+echo "usage: $0 [MODEL] [more llama-server flags...]; presets in this script (model @ hardware):" >&2
+printf '  %s\\n' {known} >&2
+exit 2
+"""
+
+
+def _to_sh(presets: list[Preset]) -> str:
+    """A launcher: a `case` on the detected hardware key, then on MODEL (the first argument unless it
+    starts with '-'; by default the only model, when there is one), each branch `exec`ing the preset's
+    argv followed by the script's remaining arguments. Every string is quoted with shlex.quote, which
+    also makes it a literal `case` pattern."""
+    models = sorted({p.model for p in presets})
+    script = [_LAUNCHER_HEAD.format(default_model=shlex.quote(models[0]) if len(models) == 1 else '""')]
+    ordered = sorted(presets, key=lambda p: (p.hardware, p.model))
+    if ordered:
+        script.append('case "$hardware" in\n')
+        for hardware, group in groupby(ordered, key=lambda p: p.hardware):
+            script.append(f'{shlex.quote(hardware)})\n    case "$model" in\n')
+            for preset in group:
+                script.append(
+                    f"    {shlex.quote(preset.model)})\n"
+                    f"        # {preset.tok_s:.1f} tok/s, {preset.speedup:.2f}x the baseline\n"
+                    f'        exec {shlex.join(preset.argv)} "$@" ;;\n'
+                )
+            script.append("    esac ;;\n")
+        script.append("esac\n")
+    known = [f"{p.model} @ {p.hardware}" for p in sorted(presets, key=lambda p: (p.model, p.hardware))]
+    script.append(_LAUNCHER_TAIL.format(known=" ".join(shlex.quote(k) for k in known) or "'(none)'"))
+    return "".join(script)
+
+
+_WRITERS: dict[str, Callable[[list[Preset]], str]] = {"json": _to_json, "toml": _to_toml, "sh": _to_sh}
+EXPORT_FORMATS = tuple(_WRITERS)

@@ -1,0 +1,89 @@
+"""SQLAlchemy models of what Optuna does not keep: presets and a persistent file-hash cache.
+
+The tables live in the same database as Optuna's but in their own `MetaData`, so creating them
+never touches Optuna's tables (and Optuna's migrations never see ours). Every name starts with
+`autotune_`. Changing a table means bumping `SCHEMA_VERSION`; the store refuses a database whose
+recorded version differs from it.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import JSON, BigInteger, DateTime, Float, Integer, MetaData, String, Text, UniqueConstraint
+from sqlalchemy.engine import Dialect
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import TypeDecorator
+
+SCHEMA_VERSION = 1
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData()
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """A timezone-aware UTC datetime on every backend.
+
+    SQLite drops the offset of a stored datetime and PostgreSQL converts to the session's zone, so
+    the column holds naive UTC and reads come back tagged UTC. Naive datetimes are refused: their
+    zone is a guess.
+    """
+
+    impl = DateTime
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError(f"naive datetime {value.isoformat()}: give it a timezone")
+        return value.astimezone(timezone.utc).replace(tzinfo=None)
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        return None if value is None else value.replace(tzinfo=timezone.utc)
+
+
+class SchemaVersionRow(Base):
+    """The single row saying which `SCHEMA_VERSION` created the autotune tables."""
+
+    __tablename__ = "autotune_schema_version"
+
+    version: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+
+
+class PresetRow(Base):
+    """The best confirmed configuration of one model on one hardware key."""
+
+    __tablename__ = "autotune_presets"
+    __table_args__ = (UniqueConstraint("model", "hardware", name="uq_autotune_presets_model_hardware"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    model: Mapped[str] = mapped_column(String(255))
+    hardware: Mapped[str] = mapped_column(String(255))
+    argv: Mapped[list[str]] = mapped_column(JSON)
+    command: Mapped[str] = mapped_column(Text)  # shlex.join(argv), for readers of the bare database
+    tok_s: Mapped[float] = mapped_column(Float)
+    baseline_tok_s: Mapped[float] = mapped_column(Float)
+    speedup: Mapped[float] = mapped_column(Float)
+    ci95_low: Mapped[float | None] = mapped_column(Float)
+    ci95_high: Mapped[float | None] = mapped_column(Float)
+    p_value: Mapped[float | None] = mapped_column(Float)
+    engine: Mapped[str] = mapped_column(String(64))
+    llama_cpp_build: Mapped[str] = mapped_column(String(255))
+    file_hashes: Mapped[dict[str, str]] = mapped_column(JSON)  # file name -> sha256
+    params: Mapped[dict[str, Any]] = mapped_column(JSON)
+    study_name: Mapped[str] = mapped_column(String(512))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class FileHashRow(Base):
+    """A file's sha256 as of its size and mtime: a hash is reused until either changes."""
+
+    __tablename__ = "autotune_file_hashes"
+
+    path: Mapped[str] = mapped_column(String(4096), primary_key=True)
+    size: Mapped[int] = mapped_column(BigInteger)
+    mtime_ns: Mapped[int] = mapped_column(BigInteger)
+    sha256: Mapped[str] = mapped_column(String(64))

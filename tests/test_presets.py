@@ -1,0 +1,270 @@
+"""Presets in real SQLite files, the persistent hash cache, and the three export formats (the sh
+launcher is really executed, with a fake nvidia-smi and a fake llama-server on PATH)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shlex
+import sqlite3
+import subprocess
+from dataclasses import replace
+from datetime import datetime, timezone
+from pathlib import Path
+
+import optuna
+import pytest
+
+from autotune.errors import StorageError
+from autotune.hardware import _cpu_name
+from autotune.preset_export import export_presets, preset_record
+from storage import open_storage
+from storage.presets import Preset, PresetStore
+from storage.schema import SCHEMA_VERSION
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
+H200 = "NVIDIA H200"
+
+
+def make_preset(model: str = "gemma3-270m", hardware: str = H200, **changes) -> Preset:
+    preset = Preset(
+        model=model,
+        hardware=hardware,
+        argv=("llama-server", "-m", "/models/my model.gguf", "--spec-type", "draft-simple", "--spec-draft-n-max", "6"),
+        tok_s=412.5,
+        baseline_tok_s=250.0,
+        speedup=1.65,
+        ci95_low=401.25,
+        ci95_high=423.75,
+        p_value=0.0004,
+        engine="server",
+        llama_cpp_build="b6000 (abc123)",
+        file_hashes={"my model.gguf": "ab" * 32},
+        params={"spec_type": "draft-simple", "draft_n_max": 6, "draft_p_min": 0.5},
+        study_name=f"{model}@{hardware}:python",
+        created_at=datetime(2025, 1, 2, 3, 4, 5, 678901, tzinfo=timezone.utc),
+    )
+    return replace(preset, **changes)
+
+
+@pytest.fixture
+def url(tmp_path) -> str:
+    return f"sqlite:///{tmp_path / 'autotune.db'}"
+
+
+@pytest.fixture
+def store(url):
+    with PresetStore(url) as opened:
+        yield opened
+
+
+# the store
+
+
+def test_save_get_replace_list(store):
+    first = make_preset()
+    store.save(first)
+    assert store.get("gemma3-270m", H200) == first
+    assert store.get("gemma3-270m", "NVIDIA A100") is None
+
+    better = make_preset(tok_s=500.0, speedup=2.0, ci95_low=None, ci95_high=None, p_value=None)
+    store.save(better)
+    assert store.get("gemma3-270m", H200) == better
+
+    others = [make_preset("qwen3-8b", "CPU Intel Xeon"), make_preset("gemma3-270m", "CPU AMD EPYC")]
+    for preset in others:
+        store.save(preset)
+    assert [(p.model, p.hardware) for p in store.list()] == [
+        ("gemma3-270m", "CPU AMD EPYC"),
+        ("gemma3-270m", H200),
+        ("qwen3-8b", "CPU Intel Xeon"),
+    ]
+
+
+def test_presets_survive_reopening_and_store_the_command(url):
+    with PresetStore(url) as store:
+        store.save(make_preset())
+    with PresetStore(url) as store:
+        (preset,) = store.list()
+    assert preset.created_at.tzinfo == timezone.utc
+    with sqlite3.connect(url.removeprefix("sqlite:///")) as connection:
+        (command,) = connection.execute("SELECT command FROM autotune_presets").fetchone()
+    assert command == "llama-server -m '/models/my model.gguf' --spec-type draft-simple --spec-draft-n-max 6"
+    assert command == preset.command
+
+
+def test_shares_the_database_with_optuna(url):
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    optuna.create_study(study_name="gemma3-270m@NVIDIA H200:python", storage=open_storage(url))
+    with PresetStore(url) as store:
+        store.save(make_preset())
+    assert optuna.load_study(study_name="gemma3-270m@NVIDIA H200:python", storage=open_storage(url))
+    with PresetStore(url) as store:
+        assert len(store.list()) == 1
+
+
+@pytest.mark.parametrize(
+    ("version", "message"),
+    [
+        (SCHEMA_VERSION + 1, f"database schema v{SCHEMA_VERSION + 1} is newer than this autotune (v{SCHEMA_VERSION}): upgrade autotune"),
+        (SCHEMA_VERSION - 1, f"database schema v{SCHEMA_VERSION - 1} is older than this autotune (v{SCHEMA_VERSION})"),
+    ],
+)
+def test_schema_version_mismatch_names_the_fix(url, version, message):
+    PresetStore(url).close()
+    with sqlite3.connect(url.removeprefix("sqlite:///")) as connection:
+        connection.execute("UPDATE autotune_schema_version SET version = ?", (version,))
+    with pytest.raises(StorageError) as raised:
+        PresetStore(url)
+    assert str(raised.value).startswith(message)
+
+
+def test_database_errors_become_storage_errors(url):
+    with PresetStore(url) as store:
+        with sqlite3.connect(url.removeprefix("sqlite:///")) as connection:
+            connection.execute("DROP TABLE autotune_presets")
+        with pytest.raises(StorageError, match="no such table: autotune_presets"):
+            store.list()
+
+
+def test_bad_url_is_a_storage_error():
+    with pytest.raises(StorageError, match="not a valid SQLAlchemy URL"):
+        PresetStore("not a url")
+
+
+def test_hash_cache_hits_until_size_or_mtime_changes(store, tmp_path):
+    model = tmp_path / "model.gguf"
+    model.write_bytes(b"first contents")
+    first = hashlib.sha256(b"first contents").hexdigest()
+    assert store.cached_sha256(model) == first
+    stat = model.stat()
+
+    # Same size, same mtime: the cache answers, even though the bytes changed behind its back.
+    model.write_bytes(b"other contents")
+    os.utime(model, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert store.cached_sha256(model) == first
+
+    # Touching the file moves its mtime: the hash is computed again.
+    os.utime(model, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
+    assert store.cached_sha256(model) == hashlib.sha256(b"other contents").hexdigest()
+    assert store.cached_sha256(str(model)) == hashlib.sha256(b"other contents").hexdigest()
+
+
+# exports
+
+
+def test_json_export_parses_back(store):
+    presets = [make_preset(), make_preset("qwen3-8b", "CPU Intel Xeon", p_value=None)]
+    rows = json.loads(export_presets(presets, "json"))
+    assert rows == [{**preset_record(p), "created_at": p.created_at.isoformat()} for p in presets]
+    assert rows[0]["command"] == presets[0].command
+    assert rows[1]["p_value"] is None
+
+
+def test_toml_export_parses_back_with_awkward_strings():
+    awkward = make_preset(
+        hardware='GPU "quoted" \\ back\tslash\nnewline \x7f é',
+        argv=("llama-server", "-m", "C:\\models\\a'b.gguf"),
+        file_hashes={"a.b \"c\".gguf": "cd" * 32},
+        params={"spec_type": "ngram-simple", "on": True, "ratio": float("inf"), "tiny": 1e-7},
+        p_value=None,
+    )
+    presets = [make_preset(), awkward]
+    tables = tomllib.loads(export_presets(presets, "toml"))["preset"]
+    expected = [{k: v for k, v in preset_record(p).items() if v is not None} for p in presets]
+    assert tables == expected
+    assert "p_value" not in tables[1]
+
+
+def test_unknown_format_is_a_value_error():
+    with pytest.raises(ValueError, match="unknown preset export format 'yaml'"):
+        export_presets([make_preset()], "yaml")
+
+
+# the sh launcher, really run
+
+
+@pytest.fixture
+def bin_dir(tmp_path) -> Path:
+    """A folder for a fake nvidia-smi, put first on PATH."""
+    path = tmp_path / "bin"
+    path.mkdir()
+    return path
+
+
+def write_script(path: Path, body: str) -> Path:
+    path.write_text("#!/bin/sh\n" + body)
+    path.chmod(0o755)
+    return path
+
+
+def fake_gpu(bin_dir: Path, name: str | None) -> None:
+    """nvidia-smi reporting one GPU, or failing (no driver) when `name` is None."""
+    body = f"printf '%s\\n' {shlex.quote(name)}\n" if name else "echo 'NVIDIA-SMI has failed' >&2\nexit 9\n"
+    write_script(bin_dir / "nvidia-smi", body)
+
+
+def run_launcher(tmp_path: Path, bin_dir: Path, presets: list[Preset], *args: str) -> subprocess.CompletedProcess:
+    launcher = tmp_path / "launch.sh"
+    launcher.write_text(export_presets(presets, "sh"))
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    return subprocess.run(["sh", str(launcher), *args], capture_output=True, text=True, env=env, timeout=30)
+
+
+@pytest.fixture
+def print_args(tmp_path) -> str:
+    """A stand-in llama-server that prints each argument on its own line."""
+    return str(write_script(tmp_path / "fake llama-server", 'for arg in "$@"; do printf "%s\\n" "$arg"; done\n'))
+
+
+def test_sh_export_is_valid_sh(tmp_path):
+    presets = [make_preset(), make_preset("qwen3-8b", "CPU it's \"odd\" $(rm -rf /)")]
+    for batch in (presets, []):
+        launcher = tmp_path / "launch.sh"
+        launcher.write_text(export_presets(batch, "sh"))
+        assert subprocess.run(["sh", "-n", str(launcher)], capture_output=True).returncode == 0
+
+
+def test_sh_launcher_execs_the_preset_for_this_gpu(tmp_path, bin_dir, print_args):
+    argv = (print_args, "-m", "/models/my model.gguf", "--odd", "it's $HOME `date` \"q\"", "--spec-draft-n-max", "6")
+    presets = [
+        make_preset(argv=argv),
+        make_preset(hardware="NVIDIA A100", argv=(print_args, "--wrong-gpu")),
+        make_preset("qwen3-8b", argv=(print_args, "--wrong-model")),
+    ]
+    fake_gpu(bin_dir, H200)
+    done = run_launcher(tmp_path, bin_dir, presets, "gemma3-270m", "--port", "8080", "a b")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [*argv[1:], "--port", "8080", "a b"]
+
+
+def test_sh_launcher_defaults_to_the_only_model_and_falls_back_to_the_cpu(tmp_path, bin_dir, print_args):
+    presets = [make_preset(hardware=_cpu_name(), argv=(print_args, "--on-cpu")), make_preset(argv=(print_args, "--gpu"))]
+    fake_gpu(bin_dir, None)
+    done = run_launcher(tmp_path, bin_dir, presets, "--port", "8080")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["--on-cpu", "--port", "8080"]
+
+
+def test_sh_launcher_on_unknown_hardware_lists_the_presets_and_exits_2(tmp_path, bin_dir, print_args):
+    presets = [make_preset(argv=(print_args,)), make_preset("qwen3-8b", "NVIDIA A100", argv=(print_args,))]
+    fake_gpu(bin_dir, "NVIDIA GeForce RTX 4090")
+    done = run_launcher(tmp_path, bin_dir, presets, "gemma3-270m")
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert "no autotune preset for model 'gemma3-270m' on hardware 'NVIDIA GeForce RTX 4090'" in done.stderr
+    assert "  gemma3-270m @ NVIDIA H200\n" in done.stderr
+    assert "  qwen3-8b @ NVIDIA A100\n" in done.stderr
+
+
+def test_sh_launcher_needs_a_model_when_there_are_several(tmp_path, bin_dir, print_args):
+    presets = [make_preset(argv=(print_args,)), make_preset("qwen3-8b", argv=(print_args,))]
+    fake_gpu(bin_dir, H200)
+    done = run_launcher(tmp_path, bin_dir, presets)
+    assert done.returncode == 2
+    assert "no autotune preset for model '' on hardware 'NVIDIA H200'" in done.stderr
