@@ -86,16 +86,24 @@ def search(model, trials, engine, prompts_file, per_category, max_tokens, storag
 def best(model, hardware, engine, storage, as_json):
     """Print the fastest configuration found for MODEL as a llama-server command line.
 
-    The first line is the command; then its mix tok/s, the baseline's and the speedup.
+    The first line is the command; then its mix tok/s, the baseline's and the speedup. Without a
+    study for that hardware, the hardware's preset (from `confirm` or `nightly`) is printed.
 
     \b
     Example:
         autotune best --model gemma3-270m --json
     """
-    from autotune.runner import open_study_of
-    from autotune.results import best_result
+    from autotune.errors import StudyNotFoundError
+    from autotune.results import PresetResult, best_result
+    from autotune.runner import open_study_of, stored_preset
 
-    result = best_result(open_study_of(model, hardware, engine, storage))
+    try:
+        result = best_result(open_study_of(model, hardware, engine, storage))
+    except StudyNotFoundError:
+        preset = stored_preset(model, hardware, storage)
+        if preset is None:
+            raise
+        result = PresetResult(preset)
     click.echo(json.dumps(result.as_dict(), indent=2) if as_json else _best_text(result))
 
 
@@ -173,8 +181,11 @@ def confirm(model, top, repeats, engine, storage, server_bin):
 
 def _best_text(result) -> str:
     from autotune.commandline import format_command
+    from autotune.results import PresetResult
 
     lines = [format_command(result.argv)]
+    if isinstance(result, PresetResult):
+        return "\n".join(lines + [result.summary()])
     engine = result.trial.user_attrs.get("engine")
     lines.append(f"# {result.tok_s:.1f} tok/s decode (trial {result.trial.number}, {engine} engine)")
     if result.baseline_tok_s:

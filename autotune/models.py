@@ -105,9 +105,12 @@ def check_gguf(path: Path) -> GGUFHeader:
 @functools.lru_cache(maxsize=64)
 def _sha256(path: Path, size: int, mtime_ns: int) -> str:
     digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 22), b""):
-            digest.update(block)
+    try:
+        with path.open("rb") as handle:
+            for block in iter(lambda: handle.read(1 << 22), b""):
+                digest.update(block)
+    except OSError as exc:
+        raise ModelFileError(f"cannot hash {path}: {exc.strerror}") from exc
     return digest.hexdigest()
 
 

@@ -11,6 +11,7 @@ from autotune.commandline import format_command
 from autotune.confirm import Confirmation, ConfirmedConfig, stored_confirmation
 from autotune.errors import StudyNotFoundError
 from autotune.tuner import baseline_trial
+from storage.presets import Preset
 
 COMPLETE = optuna.trial.TrialState.COMPLETE
 
@@ -119,3 +120,35 @@ def trial_rows(study: optuna.Study) -> list[dict]:
             }
         )
     return rows
+
+
+@dataclass(frozen=True)
+class PresetResult:
+    """A stored preset shown where no study of that hardware is at hand (e.g. another machine's)."""
+
+    preset: Preset
+
+    @property
+    def argv(self) -> list[str]:
+        return list(self.preset.argv)
+
+    def summary(self) -> str:
+        p = self.preset
+        return (f"# preset for {p.hardware}: {p.tok_s:.1f} tok/s, baseline {p.baseline_tok_s:.1f}, speedup "
+                f"{p.speedup:.2f}x (confirmed on {p.engine}, {p.created_at:%Y-%m-%d})")
+
+    def as_dict(self) -> dict:
+        p = self.preset
+        return {
+            "study": p.study_name,
+            "command": p.command,
+            "argv": self.argv,
+            "tok_s": p.tok_s,
+            "baseline_tok_s": p.baseline_tok_s,
+            "speedup": p.speedup,
+            "params": {"spec_type": p.params.get("spec_type"), **p.params.get("params", {})},
+            "engine": p.engine,
+            "llama_cpp_build": p.llama_cpp_build,
+            "hardware": p.hardware,
+            "preset": True,
+        }

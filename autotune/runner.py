@@ -243,3 +243,8 @@ def preset_from(model: str, study: optuna.Study, confirmation: Confirmation, row
         params=dict(trial.user_attrs["config"]),
         study_name=study.study_name,
     )
+
+
+def stored_preset(model: str, hardware: str | None, storage_url: str | None) -> Preset | None:
+    with PresetStore(resolve_storage_url(storage_url)) as store:
+        return store.get(model, hardware or hardware_key())

@@ -8,7 +8,6 @@ tables are in `storage.schema`; callers see only the `Preset` dataclass.
 from __future__ import annotations
 
 import builtins
-import hashlib
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -24,10 +23,10 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from autotune.commandline import format_command
 from autotune.errors import ModelFileError, StorageError
+from autotune.models import file_sha256
 from storage import SQLITE_BUSY_TIMEOUT_S, _prepare_sqlite_file
 from storage.schema import SCHEMA_VERSION, Base, FileHashRow, PresetRow, SchemaVersionRow
 
-HASH_BLOCK_BYTES = 4 << 20
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -117,7 +116,7 @@ class PresetStore:
             if row is not None and (row.size, row.mtime_ns) == (stat.st_size, stat.st_mtime_ns):
                 return row.sha256
         # Keyed by the stat taken before hashing: a file changed meanwhile misses next time.
-        sha256 = _hash_file(resolved)
+        sha256 = file_sha256(resolved)
         with self._session() as session:
             session.merge(FileHashRow(path=key, size=stat.st_size, mtime_ns=stat.st_mtime_ns, sha256=sha256))
         return sha256
@@ -182,17 +181,6 @@ def _check_version(found: list[int]) -> None:
         f"database schema v{found[0]} is older than this autotune (v{SCHEMA_VERSION}) and has no migration: "
         "use the autotune version that wrote it, or a new --storage URL"
     )
-
-
-def _hash_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    try:
-        with path.open("rb") as handle:
-            for block in iter(lambda: handle.read(HASH_BLOCK_BYTES), b""):
-                digest.update(block)
-    except OSError as exc:
-        raise ModelFileError(f"cannot hash {path}: {exc.strerror}") from exc
-    return digest.hexdigest()
 
 
 def _to_row(preset: Preset) -> PresetRow:

@@ -1,0 +1,115 @@
+"""Nightly re-tuning: the decision rule, and whole nightly runs on a fixture models dir."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import textwrap
+
+import optuna
+import pytest
+from click.testing import CliRunner
+
+from autotune.cli import cli
+from autotune.confirm import Confirmation, ConfirmedConfig
+from autotune.hardware import hardware_key
+from autotune.nightly import decide
+from autotune.testing import tiny_gguf
+from storage.presets import Preset
+
+
+def row(role, label, samples, argv=None, target="t.gguf"):
+    mean = sum(samples) / len(samples)
+    return ConfirmedConfig(label, role, 1 if role == "trial" else None, target, argv or [label], samples,
+                           mean, (mean - 1, mean + 1), 0.01, mean / 100)
+
+
+def confirmation(winner_samples, preset_samples):
+    return Confirmation("server", "b1", 3, "2026-12-02", [row("baseline", "none", [100, 100.5, 99.5])],
+                        [row("trial", "new", winner_samples), row("preset", "old", preset_samples)])
+
+
+def preset(ci_low=118.0, ci_high=122.0):
+    return Preset(model="m", hardware="h", argv=("old",), tok_s=120.0, baseline_tok_s=100.0, speedup=1.2,
+                  ci95_low=ci_low, ci95_high=ci_high, p_value=0.01, engine="server", llama_cpp_build="b1",
+                  file_hashes={}, params={}, study_name="s")
+
+
+def test_a_significantly_faster_winner_replaces_the_preset():
+    outcome = decide("m", confirmation([130, 131, 129.5], [120, 120.5, 119.5]), preset())
+    assert outcome.status == "improved" and outcome.exit_code == 0 and outcome.new_winner.label == "new"
+
+
+def test_a_winner_within_noise_keeps_the_preset():
+    outcome = decide("m", confirmation([121, 118, 124], [120, 122, 119]), preset())
+    assert outcome.status == "unchanged" and outcome.exit_code == 3 and outcome.new_winner is None
+
+
+def test_a_preset_that_got_slower_than_recorded_is_a_regression():
+    outcome = decide("m", confirmation([101, 100, 102], [100, 101, 99.5]), preset(ci_low=118.0))
+    assert outcome.status == "regressed" and outcome.exit_code == 4
+
+
+def test_no_preset_yet_makes_the_winner_the_preset():
+    outcome = decide("m", confirmation([130, 131, 129.5], [120, 120.5, 119.5]), None)
+    assert outcome.status == "improved"
+
+
+NIGHTLY_SPACE = """
+[model]
+name = "tiny"
+target = "tiny-target.gguf"
+context_size = 512
+[drafts.draft-simple]
+file = "draft-{quant}.gguf"
+quants = ["A", "B"]
+[spec_types.draft-simple]
+draft_n_max = [1, 4]
+[spec_types.ngram-simple]
+ngram_simple_size_n = [1, 3]
+ngram_simple_size_m = [2, 8]
+"""
+
+
+def nightly(space, models, ok_codes=(0, 3, 4)):
+    result = CliRunner().invoke(cli, ["nightly", "--model", "tiny", "--space", str(space), "--models-dir", str(models),
+                                      "--trials", "4", "--top", "2", "--repeats", "2", "--max-tokens", "10", "--seed", "0"])
+    assert result.exit_code in ok_codes, result.output
+    return result
+
+
+@pytest.mark.slow
+def test_new_draft_file_starts_a_warm_started_study_version(tmp_path, tiny_dir, autotune_home):
+    models = tmp_path / "models"
+    models.mkdir()
+    shutil.copy(tiny_dir / "tiny-target.gguf", models)
+    shutil.copy(tiny_dir / "tiny-draft.gguf", models / "draft-A.gguf")
+    space = tmp_path / "tiny.toml"
+    space.write_text(textwrap.dedent(NIGHTLY_SPACE))
+    storage = f"sqlite:///{autotune_home / 'autotune.db'}"
+    base = f"tiny@{hardware_key()}:python"
+
+    first = nightly(space, models, ok_codes=(0,))
+    assert first.stdout.startswith("improved: tiny: first preset")
+    presets = json.loads(CliRunner().invoke(cli, ["presets", "list", "--json"]).stdout)
+    assert [(p["model"], p["hardware"]) for p in presets] == [("tiny", hardware_key())]
+
+    second = nightly(space, models, ok_codes=(3,))
+    assert "no new or changed model files" in second.stdout
+
+    tiny_gguf.write_qwen3_target(models / "draft-B.gguf", seed=2)  # a new draft is released
+    third = nightly(space, models)
+    names = {s.study_name for s in optuna.get_all_study_summaries(storage, include_best_trial=False)}
+    assert names == {base, f"{base}/v2"}
+    v2 = optuna.load_study(study_name=f"{base}/v2", storage=storage)
+    roles = [t.user_attrs.get("role") for t in v2.trials]
+    assert roles[0] == "baseline" and "warm-start" in roles
+    assert any("draft-B.gguf" in str(t.params.values()) for t in v2.trials) or len(v2.trials) == 4
+    after = json.loads(CliRunner().invoke(cli, ["presets", "list", "--json"]).stdout)[0]
+    confirmed = v2.user_attrs["confirmation"]
+    if third.exit_code == 0:  # replaced only on a significant win over the preset measured alongside
+        winner = max((c for c in confirmed["configs"] if c["role"] == "trial"), key=lambda c: c["mean_tok_s"])
+        current = next(c for c in confirmed["configs"] if c["role"] == "preset")
+        assert winner["mean_tok_s"] > current["mean_tok_s"] and after["study_name"] == f"{base}/v2"
+    else:
+        assert after == presets[0]
