@@ -15,10 +15,9 @@ import click
 
 from autotune import __version__
 from autotune.cli_options import (
-    engine_option, json_option, measurement_options, model_option, server_bin_option, storage_option,
+    engine_option, json_option, measurement_options, model_option, objective_option, server_bin_option, storage_option,
 )
 from autotune.errors import AutotuneError
-from autotune.settings import default_models_dir
 
 DEBUG_ENV = "AUTOTUNE_DEBUG"
 
@@ -55,8 +54,7 @@ def cli() -> None:
 @model_option
 @measurement_options
 @server_bin_option
-def search(model, trials, engine, prompts_file, per_category, max_tokens, storage, models_dir, space_file, seed, threads,
-           server_bin):
+def search(model, options, server_bin):
     """Run (or resume) an Optuna study of speculative settings for MODEL on this machine.
 
     Trial 0 is the baseline without speculation; every trial generates the prompt mix for real and
@@ -69,11 +67,7 @@ def search(model, trials, engine, prompts_file, per_category, max_tokens, storag
     from autotune.runner import run_search
     from autotune.progress import TerminalReporter
 
-    best = run_search(
-        model=model, trials=trials, engine_name=engine, prompts_file=prompts_file, per_category=per_category,
-        max_tokens=max_tokens, storage_url=storage, models_dir=models_dir or default_models_dir(),
-        space_file=space_file, seed=seed, threads=threads, reporter=TerminalReporter(), server_bin=server_bin,
-    )
+    best = run_search(model, options, reporter=TerminalReporter(), server_bin=server_bin)
     click.echo(_best_text(best))
 
 
@@ -81,9 +75,10 @@ def search(model, trials, engine, prompts_file, per_category, max_tokens, storag
 @model_option
 @click.option("--hardware", help="Hardware key of the study (default: this machine's).")
 @engine_option
+@objective_option
 @storage_option
 @json_option
-def best(model, hardware, engine, storage, as_json):
+def best(model, hardware, engine, objective, storage, as_json):
     """Print the fastest configuration found for MODEL as a llama-server command line.
 
     The first line is the command; then its mix tok/s, the baseline's and the speedup. Without a
@@ -98,7 +93,7 @@ def best(model, hardware, engine, storage, as_json):
     from autotune.runner import open_study_of, stored_preset
 
     try:
-        result = best_result(open_study_of(model, hardware, engine, storage))
+        result = best_result(open_study_of(model, hardware, engine, storage, objective))
     except StudyNotFoundError:
         preset = stored_preset(model, hardware, storage)
         if preset is None:
@@ -111,9 +106,10 @@ def best(model, hardware, engine, storage, as_json):
 @model_option
 @click.option("--hardware", help="Hardware key of the study (default: this machine's).")
 @engine_option
+@objective_option
 @storage_option
 @json_option
-def trials(model, hardware, engine, storage, as_json):
+def trials(model, hardware, engine, objective, storage, as_json):
     """List the trials of MODEL's study: state, parameters, tok/s, speedup and acceptance.
 
     \b
@@ -123,23 +119,24 @@ def trials(model, hardware, engine, storage, as_json):
     from autotune.runner import open_study_of
     from autotune.results import trial_rows
 
-    rows = trial_rows(open_study_of(model, hardware, engine, storage))
+    rows = trial_rows(open_study_of(model, hardware, engine, storage, objective))
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
-    click.echo(f"{'#':>3}  {'state':<8} {'tok/s':>7} {'speedup':>7} {'accept':>6}  configuration")
+    click.echo(f"{'#':>3}  {'state':<8} {'tok/s':>7} {'95% CI':>13} {'speedup':>7} {'accept':>6}  configuration")
     for row in rows:
         tok_s = f"{row['tok_s']:.1f}" if row["tok_s"] is not None else "-"
+        ci95 = f"{row['ci95'][0]:.1f}-{row['ci95'][1]:.1f}" if row["ci95"] else "-"
         speedup = f"{row['speedup']:.2f}x" if row["speedup"] is not None else "-"
         accept = f"{row['acceptance']:.0%}" if row["acceptance"] is not None else "-"
         label = row["label"] or "-"
         if row["role"] == "baseline":
-            label += " (baseline)"
+            label += " (baseline" + (f", drift {row['drift']:.3f})" if row["drift"] is not None else ")")
         if row["lossless"] is False:
-            label += " [output differs: excluded]"
+            label += f" [output differs, excluded: {row['lossless_reason']}]"
         if row["fail_reason"]:
             label += f" [{row['fail_reason']}]"
-        click.echo(f"{row['number']:>3}  {row['state']:<8} {tok_s:>7} {speedup:>7} {accept:>6}  {label}")
+        click.echo(f"{row['number']:>3}  {row['state']:<8} {tok_s:>7} {ci95:>13} {speedup:>7} {accept:>6}  {label}")
 
 
 @cli.command()
@@ -186,6 +183,12 @@ def _best_text(result) -> str:
     lines = [format_command(result.argv)]
     if isinstance(result, PresetResult):
         return "\n".join(lines + [result.summary()])
+    if result.front:
+        lines.append("# pareto front (decode tok/s, prompt tok/s); the pick (*) has the best end-to-end tok/s:")
+        for member in sorted(result.front, key=lambda t: -t.values[0]):
+            mark = "*" if member.number == result.trial.number else " "
+            lines.append(f"# {mark} trial {member.number:>3}: {member.values[0]:7.1f} decode, {member.values[1]:7.1f} prompt, "
+                         f"{member.user_attrs['figures']['e2e_tok_s']:7.1f} e2e  {member.user_attrs['config']['label']}")
     engine = result.trial.user_attrs.get("engine")
     lines.append(f"# {result.tok_s:.1f} tok/s decode (trial {result.trial.number}, {engine} engine)")
     if result.baseline_tok_s:

@@ -8,17 +8,16 @@ import sys
 import click
 
 from autotune.cli_options import measurement_options, model_option, server_bin_option, storage_option
-from autotune.settings import default_models_dir
 
 
 @click.command()
 @model_option
 @measurement_options
 @click.option("--top", type=click.IntRange(min=1), default=3, show_default=True, help="Configurations confirmed on llama-server.")
-@click.option("--repeats", type=click.IntRange(min=2), default=3, show_default=True, help="Rounds of interleaved confirmation.")
+@click.option("--confirm-repeats", type=click.IntRange(min=2), default=3, show_default=True,
+              help="Rounds of interleaved confirmation on llama-server.")
 @server_bin_option
-def nightly(model, trials, engine, prompts_file, per_category, max_tokens, storage, models_dir, space_file, seed,
-            threads, top, repeats, server_bin):
+def nightly(model, options, top, confirm_repeats, server_bin):
     """Re-tune MODEL when its files are new or changed; replace the preset only on a significant win.
 
     Prints one summary line. Exit codes: 0 improved (preset replaced), 3 unchanged (preset kept),
@@ -31,12 +30,8 @@ def nightly(model, trials, engine, prompts_file, per_category, max_tokens, stora
     from autotune.progress import TerminalReporter
     from autotune.runner import run_nightly
 
-    outcome = run_nightly(
-        model=model, trials=trials, engine_name=engine, top=top, repeats=repeats, prompts_file=prompts_file,
-        per_category=per_category, max_tokens=max_tokens, storage_url=storage,
-        models_dir=models_dir or default_models_dir(), space_file=space_file, seed=seed, threads=threads,
-        server_bin=server_bin, reporter=TerminalReporter(),
-    )
+    outcome = run_nightly(model, options, top=top, confirm_repeats=confirm_repeats, server_bin=server_bin,
+                          reporter=TerminalReporter())
     click.echo(f"{outcome.status}: {outcome.summary}")
     sys.exit(outcome.exit_code)
 

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from pathlib import Path
 
 import click
 
 from autotune.engines import ENGINE_NAMES
-from autotune.settings import MODELS_DIR_ENV, STORAGE_ENV
+from autotune.objectives import DEFAULT_OBJECTIVE, OBJECTIVES
+from autotune.settings import MODELS_DIR_ENV, STORAGE_ENV, default_models_dir
 
 model_option = click.option("--model", "-m", required=True, help="Model name: a search_spaces/<name>.toml file.")
 storage_option = click.option(
@@ -31,26 +34,53 @@ space_option = click.option(
     "--space", "space_file", type=click.Path(path_type=Path), help="Search-space file to use instead of the bundled one."
 )
 
+objective_option = click.option(
+    "--objective", type=click.Choice(list(OBJECTIVES)), default=DEFAULT_OBJECTIVE, show_default=True,
+    help="decode: mix decode tok/s; e2e: tok/s of whole requests, prompt included; pareto: decode and prompt tok/s.",
+)
+
 _MEASUREMENT_OPTIONS = [
     click.option("--trials", type=click.IntRange(min=1), default=12, show_default=True,
                  help="Finished trials the study should hold (a rerun resumes up to this many)."),
-    engine_option,
+    click.option("--engine", "engine_name", type=click.Choice(ENGINE_NAMES), default="python", show_default=True,
+                 help="python: in-process through llama-cpp-python; server: a real llama-server per trial, launched with the printed argv."),
     click.option("--prompts", "prompts_file", type=click.Path(path_type=Path),
                  help="JSONL prompt file (default: the bundled 11-category mix)."),
     click.option("--per-category", type=click.IntRange(min=1), default=1, show_default=True,
                  help="Prompts taken from each category."),
     click.option("--max-tokens", type=click.IntRange(min=2), default=64, show_default=True,
                  help="Tokens generated per prompt."),
-    storage_option,
+    click.option("--storage", "storage_url", envvar=STORAGE_ENV,
+                 help=f"SQLAlchemy URL of the study database [env {STORAGE_ENV}; default: SQLite in autotune's data dir]."),
     models_dir_option,
     space_option,
     click.option("--seed", type=int, help="Seed of the TPE sampler."),
     click.option("--threads", type=click.IntRange(min=1), help="CPU threads (default: every core this process may use)."),
+    objective_option,
+    click.option("--repeats", type=click.IntRange(min=1), default=1, show_default=True,
+                 help="Measurements of the mix per trial (2+ gives each trial a 95% interval)."),
+    click.option("--baseline-every", type=click.IntRange(min=0), default=5, show_default=True,
+                 help="Re-measure the baseline after this many trials to see and correct drift (0: never)."),
+    click.option("--pruning/--no-pruning", default=True, show_default=True,
+                 help="Stop trials that are significantly slower, prompt by prompt, than the best (Wilcoxon)."),
+    click.option("--trial-timeout", "trial_timeout_s", type=click.FloatRange(min=1),
+                 help="Fail a trial that runs longer than this many seconds."),
 ]
 
 
 def measurement_options(command):
-    """What to measure and where to keep it: the options `search` and `nightly` share."""
+    """What to measure and where to keep it: the options `search` and `nightly` share, handed to the
+    command as one `options: SearchOptions` argument."""
+    from autotune.runner import SearchOptions
+
+    names = [f.name for f in dataclasses.fields(SearchOptions)]
+
+    @functools.wraps(command)
+    def with_options(**kwargs):
+        values = {name: kwargs.pop(name) for name in names}
+        values["models_dir"] = values["models_dir"] or default_models_dir()
+        return command(options=SearchOptions(**values), **kwargs)
+
     for option in reversed(_MEASUREMENT_OPTIONS):
-        command = option(command)
-    return command
+        with_options = option(with_options)
+    return with_options

@@ -19,7 +19,7 @@ from autotune.engines.base import Engine
 from autotune.errors import StudyNotFoundError, TrialFailure
 from autotune.prompts import PromptMix, load_prompt_mix
 from autotune.spec import SpecConfig
-from autotune.tuner import config_from_attrs, is_baseline
+from autotune.trials import config_from_attrs, is_baseline
 
 CONFIRMATION_ATTR = "confirmation"
 
@@ -92,7 +92,7 @@ def top_trials(study: optuna.Study, top: int) -> list[optuna.trial.FrozenTrial]:
     complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
     seen: set[str] = set()
     chosen = []
-    for trial in sorted(complete, key=lambda t: t.value, reverse=True):
+    for trial in sorted(complete, key=lambda t: t.values[0], reverse=True):
         label = trial.user_attrs["config"]["label"]
         if is_baseline(trial) or trial.user_attrs.get("lossless") is False or label in seen:
             continue

@@ -62,6 +62,11 @@ class Measurement:
         return _rate(sum(r.n_prompt for r in self.results), sum(r.prompt_ms for r in self.results))
 
     @property
+    def e2e_tok_s(self) -> float:
+        """Generated tokens per second of whole requests, prompt processing included."""
+        return _rate(sum(r.n_generated for r in self.results), self.generation_ms)
+
+    @property
     def n_drafted(self) -> int:
         return sum(r.n_drafted for r in self.results)
 
@@ -95,6 +100,7 @@ class Measurement:
         return {
             "mix_tok_s": round(self.mix_tok_s, 3),
             "prompt_tok_s": round(self.prompt_tok_s, 3),
+            "e2e_tok_s": round(self.e2e_tok_s, 3),
             "acceptance": None if self.acceptance is None else round(self.acceptance, 4),
             "mean_accepted_length": None if self.mean_accepted_length is None else round(self.mean_accepted_length, 4),
             "n_generated": sum(r.n_generated for r in self.results),

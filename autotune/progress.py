@@ -50,18 +50,23 @@ class TerminalReporter:
         self._clear()
         attrs = trial.user_attrs
         label = attrs.get("config", {}).get("label", "?")
+        if attrs.get("drift_check"):
+            label += " (drift check)"
         head = f"[{self.index}/{self.total}] trial {trial.number:>3} {label}"
         if trial.state == optuna.trial.TrialState.COMPLETE:
             figures = attrs.get("figures", {})
-            tail = f"-> {trial.value:.1f} tok/s"
+            tail = f"-> {figures.get('mix_tok_s', 0):.1f} tok/s"
             if attrs.get("speedup") is not None:
                 tail += f" ({attrs['speedup']:.2f}x)"
             if figures.get("acceptance") is not None:
                 tail += f", acceptance {figures['acceptance']:.0%}"
+            if attrs.get("drift") is not None:
+                tail += f", drift {attrs['drift']:.3f} of the first baseline"
             if attrs.get("lossless") is False:
                 tail += ", OUTPUT DIFFERS from baseline (excluded)"
         else:
-            tail = f"-> {trial.state.name}: {attrs.get('fail_reason', 'no reason recorded')}"
+            reason = attrs.get("fail_reason") or attrs.get("prune_reason") or "no reason recorded"
+            tail = f"-> {trial.state.name}: {reason}"
         print(f"{head} {tail}", file=self.stream, flush=True)
 
     def _redraw(self, status: str) -> None:

@@ -10,7 +10,7 @@ import optuna
 from autotune.commandline import format_command
 from autotune.confirm import Confirmation, ConfirmedConfig, stored_confirmation
 from autotune.errors import StudyNotFoundError
-from autotune.tuner import baseline_trial
+from autotune.trials import baseline_trial, decode_tok_s
 from storage.presets import Preset
 
 COMPLETE = optuna.trial.TrialState.COMPLETE
@@ -24,6 +24,7 @@ class BestResult:
     trial: optuna.trial.FrozenTrial
     baseline: optuna.trial.FrozenTrial | None
     confirmation: Confirmation | None = None
+    front: tuple[optuna.trial.FrozenTrial, ...] = ()  # a pareto study's front (lossless members)
 
     @property
     def confirmed(self) -> ConfirmedConfig | None:
@@ -38,15 +39,18 @@ class BestResult:
 
     @property
     def tok_s(self) -> float:
-        return float(self.trial.value)
+        return decode_tok_s(self.trial)
 
     @property
     def baseline_tok_s(self) -> float | None:
-        return None if self.baseline is None else float(self.baseline.value)
+        return None if self.baseline is None else decode_tok_s(self.baseline)
 
     @property
     def speedup(self) -> float | None:
-        return self.tok_s / self.baseline_tok_s if self.baseline_tok_s else None
+        """Against the baseline measured nearest before the trial (drift-corrected), else the first."""
+        if "speedup" in self.trial.user_attrs:
+            return self.trial.user_attrs["speedup"]
+        return 1.0 if self.baseline is not None and self.baseline.number == self.trial.number else None
 
     def as_dict(self) -> dict:
         config = self.trial.user_attrs["config"]
@@ -63,6 +67,11 @@ class BestResult:
             "figures": self.trial.user_attrs.get("figures"),
             "llama_cpp_build": self.trial.user_attrs.get("llama_cpp_build"),
             "hardware": self.trial.user_attrs.get("hardware"),
+            "pareto_front": [
+                {"trial": t.number, "decode_tok_s": t.values[0], "prompt_tok_s": t.values[1],
+                 "e2e_tok_s": t.user_attrs["figures"]["e2e_tok_s"], "label": t.user_attrs["config"]["label"]}
+                for t in self.front
+            ],
             "confirmed": None if self.confirmed is None else {
                 "engine": self.confirmation.engine,
                 "build": self.confirmation.build,
@@ -80,18 +89,24 @@ class BestResult:
 
 def best_result(study: optuna.Study) -> BestResult:
     """The winner: the fastest confirmed configuration when `autotune confirm` ran, else the completed
-    trial with the highest mix tok/s whose output matched the baseline's."""
+    trial with the best objective whose output matched the baseline's. In a pareto study (decode and
+    prompt tok/s) the pick on the front is the member with the best end-to-end tok/s."""
     complete = study.get_trials(deepcopy=False, states=(COMPLETE,))
     eligible = [t for t in complete if t.user_attrs.get("lossless", True)]
     if not eligible:
         raise StudyNotFoundError(f"study {study.study_name!r} has no completed trial yet: run `autotune search`")
-    best = max(eligible, key=lambda t: t.value)
+    front: tuple[optuna.trial.FrozenTrial, ...] = ()
+    if len(study.directions) > 1:
+        front = tuple(t for t in study.best_trials if t.user_attrs.get("lossless", True)) or tuple(eligible)
+        best = max(front, key=lambda t: t.user_attrs["figures"]["e2e_tok_s"])
+    else:
+        best = max(eligible, key=lambda t: t.values[0])
     confirmation = stored_confirmation(study)
     winner = confirmation.winner if confirmation else None
     if winner is not None:
         best = next((t for t in complete if t.number == winner.trial), best)
     baseline = baseline_trial(study, Path(best.user_attrs["config"]["target"]))
-    return BestResult(study.study_name, best, baseline, confirmation)
+    return BestResult(study.study_name, best, baseline, confirmation, front)
 
 
 def trial_rows(study: optuna.Study) -> list[dict]:
@@ -109,7 +124,12 @@ def trial_rows(study: optuna.Study) -> list[dict]:
                 "spec_type": config.get("spec_type"),
                 "params": config.get("params", {}),
                 "label": config.get("label"),
-                "tok_s": trial.value,
+                "tok_s": decode_tok_s(trial) if "figures" in trial.user_attrs else None,
+                "ci95": trial.user_attrs.get("ci95"),
+                "cv": trial.user_attrs.get("cv"),
+                "drift": trial.user_attrs.get("drift"),
+                "e2e_tok_s": figures.get("e2e_tok_s"),
+                "lossless_reason": trial.user_attrs.get("lossless_reason"),
                 "speedup": attrs.get("speedup"),
                 "acceptance": figures.get("acceptance"),
                 "mean_accepted_length": figures.get("mean_accepted_length"),

@@ -23,7 +23,9 @@ from autotune.space import SearchSpace, find_space_file, load_space
 from autotune.spec import SpecConfig
 from autotune.study import latest_version, load_study, study_name
 from autotune.nightly import NightlyOutcome, decide, unchanged_files
-from autotune.tuner import SearchReporter, SearchSettings, Tuner, config_from_attrs
+from autotune.objectives import DEFAULT_OBJECTIVE
+from autotune.trials import config_from_attrs
+from autotune.tuner import SearchReporter, SearchSettings, Tuner
 from storage import open_storage, resolve_storage_url
 from storage.presets import Preset, PresetStore
 
@@ -45,13 +47,38 @@ class SearchInputs:
     candidates: Candidates
 
 
-def check_inputs(
-    model: str, *, prompts_file: Path | None, per_category: int | None, models_dir: Path, space_file: Path | None,
-    reporter: SearchReporter,
-) -> SearchInputs:
-    space = load_model_space(model, space_file)
-    mix = load_prompt_mix(prompts_file).take(per_category=per_category)
-    files = resolve_model_files(space, models_dir)
+@dataclass(frozen=True)
+class SearchOptions:
+    """What the user asked a study to measure, and where (the options `search` and `nightly` share)."""
+
+    trials: int
+    engine_name: str
+    prompts_file: Path | None
+    per_category: int | None
+    max_tokens: int
+    storage_url: str | None
+    models_dir: Path
+    space_file: Path | None
+    seed: int | None
+    threads: int | None
+    objective: str = DEFAULT_OBJECTIVE
+    repeats: int = 1
+    baseline_every: int = 0
+    pruning: bool = True
+    trial_timeout_s: float | None = None
+
+    def settings(self, model: str) -> SearchSettings:
+        return SearchSettings(
+            model, self.trials, self.max_tokens, seed=self.seed, threads=self.threads, objective=self.objective,
+            repeats=self.repeats, baseline_every=self.baseline_every, pruning=self.pruning,
+            trial_timeout_s=self.trial_timeout_s,
+        )
+
+
+def check_inputs(model: str, options: SearchOptions, reporter: SearchReporter) -> SearchInputs:
+    space = load_model_space(model, options.space_file)
+    mix = load_prompt_mix(options.prompts_file).take(per_category=options.per_category)
+    files = resolve_model_files(space, options.models_dir)
     for pattern in files.missing:
         reporter.note(f"no file matches {pattern}: left out (`autotune quantize` writes a missing quant)")
     candidates = find_candidates(files)
@@ -60,26 +87,9 @@ def check_inputs(
     return SearchInputs(space, mix, files, candidates)
 
 
-def run_search(
-    *,
-    model: str,
-    trials: int,
-    engine_name: str,
-    prompts_file: Path | None,
-    per_category: int | None,
-    max_tokens: int,
-    storage_url: str | None,
-    models_dir: Path,
-    space_file: Path | None,
-    seed: int | None,
-    threads: int | None,
-    reporter: SearchReporter,
-    server_bin: str | None = None,
-) -> BestResult:
-    inputs = check_inputs(model, prompts_file=prompts_file, per_category=per_category, models_dir=models_dir,
-                          space_file=space_file, reporter=reporter)
-    settings = SearchSettings(model, trials, max_tokens, seed=seed, threads=threads)
-    study = _search(inputs, settings, engine_name, server_bin, storage_url, reporter)
+def run_search(model: str, options: SearchOptions, *, reporter: SearchReporter, server_bin: str | None = None) -> BestResult:
+    inputs = check_inputs(model, options, reporter)
+    study = _search(inputs, options.settings(model), options.engine_name, server_bin, options.storage_url, reporter)
     return best_result(study)
 
 
@@ -105,7 +115,8 @@ def _search(
         for target in inputs.candidates.targets:
             engine.prepare(SpecConfig(target), inputs.mix, max_tokens=settings.max_tokens)
         storage = open_storage(resolve_storage_url(storage_url))
-        name, version = latest_version(storage, study_name(settings.model, hardware_key(), engine.name))
+        name, version = latest_version(
+            storage, study_name(settings.model, hardware_key(), engine.name, objective=settings.objective))
         if new_version and name in _study_names(storage):
             version = (version or 1) + 1
         settings = replace(settings, version=version)
@@ -141,10 +152,11 @@ def runnable_space(space: SearchSpace, engine: Engine, candidates: Candidates, r
     return runnable
 
 
-def open_study_of(model: str, hardware: str | None, engine: str, storage_url: str | None) -> optuna.Study:
-    """The stored study of (model, hardware, engine); this machine's hardware key by default."""
+def open_study_of(model: str, hardware: str | None, engine: str, storage_url: str | None,
+                  objective: str = DEFAULT_OBJECTIVE) -> optuna.Study:
+    """The newest stored study of (model, hardware, engine, objective); this machine's hardware by default."""
     storage = open_storage(resolve_storage_url(storage_url))
-    name, _ = latest_version(storage, study_name(model, hardware or hardware_key(), engine))
+    name, _ = latest_version(storage, study_name(model, hardware or hardware_key(), engine, objective=objective))
     return load_study(storage, name)
 
 
@@ -170,44 +182,30 @@ def run_confirm(
 
 
 def run_nightly(
-    *,
-    model: str,
-    trials: int,
-    engine_name: str,
-    top: int,
-    repeats: int,
-    prompts_file: Path | None,
-    per_category: int | None,
-    max_tokens: int,
-    storage_url: str | None,
-    models_dir: Path,
-    space_file: Path | None,
-    seed: int | None,
-    threads: int | None,
-    server_bin: str | None,
+    model: str, options: SearchOptions, *, top: int, confirm_repeats: int, server_bin: str | None,
     reporter: SearchReporter,
 ) -> NightlyOutcome:
     """Re-tune `model` if its files changed since the last study version; see autotune.nightly."""
-    inputs = check_inputs(model, prompts_file=prompts_file, per_category=per_category, models_dir=models_dir,
-                          space_file=space_file, reporter=reporter)
-    url = resolve_storage_url(storage_url)
+    inputs = check_inputs(model, options, reporter)
+    url = resolve_storage_url(options.storage_url)
     with PresetStore(url) as store:
         hashes = {path.name: store.cached_sha256(path) for path in inputs.files.paths}
         storage = open_storage(url)
-        latest, _ = latest_version(storage, study_name(model, hardware_key(), engine_name))
+        settings = options.settings(model)
+        base = study_name(model, hardware_key(), options.engine_name, objective=settings.objective)
+        latest, _ = latest_version(storage, base)
         previous = optuna.load_study(study_name=latest, storage=storage) if latest in _study_names(storage) else None
         preset = store.get(model, hardware_key())
         if previous is not None and preset is not None and previous.user_attrs.get("file_hashes") == hashes:
             return unchanged_files(model)
-        settings = SearchSettings(model, trials, max_tokens, seed=seed, threads=threads)
         study = _search(
-            inputs, settings, engine_name, server_bin, url, reporter, new_version=previous is not None,
+            inputs, settings, options.engine_name, server_bin, url, reporter, new_version=previous is not None,
             warm_start=top_trials(previous, top) if previous is not None else [], study_attrs={"file_hashes": hashes},
         )
         in_use = config_from_attrs(preset.params) if preset is not None else None
         if in_use is not None and not all(p.is_file() for p in (in_use.target, in_use.draft) if p):
             in_use = None
-        confirmation = _confirm(study, top, repeats, server_bin, in_use,
+        confirmation = _confirm(study, top, confirm_repeats, server_bin, in_use,
                                 lambda r, label, tok_s: reporter.note(f"confirm round {r + 1}: {label}: {tok_s}"))
         outcome = decide(model, confirmation, preset)
         if outcome.new_winner is not None:

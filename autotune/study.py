@@ -9,10 +9,11 @@ from autotune.errors import StudyNotFoundError
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
-def study_name(model: str, hardware: str, engine: str, version: int | None = None) -> str:
-    """`<model>@<hardware-key>:<engine>`, and `/v<N>` for the N-th nightly version: figures of two
-    engines, machines or sets of model files never share a study."""
-    base = f"{model}@{hardware}:{engine}"
+def study_name(model: str, hardware: str, engine: str, version: int | None = None, objective: str = "decode") -> str:
+    """`<model>@<hardware-key>:<engine>`, `+<objective>` when it is not decode, and `/v<N>` for the
+    N-th nightly version: figures of two engines, machines, objectives or sets of model files never
+    share a study."""
+    base = f"{model}@{hardware}:{engine}" + ("" if objective == "decode" else f"+{objective}")
     return f"{base}/v{version}" if version else base
 
 

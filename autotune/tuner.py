@@ -1,9 +1,13 @@
 """The Optuna study: sample a SpecConfig, measure it for real, record everything about the trial.
 
-Trial 0 of every study is the baseline (`none`), enqueued, so every result has a reference measured
-on the same engine. The baseline is a reference, not a search point: the sampler only ever picks
-speculative types. A configuration that cannot be measured is told to Optuna as FAIL with its
-reason, never as a score of 0.
+Trial 0 of every study is the baseline (`none`) of each target, enqueued, so every result has a
+reference measured on the same engine; every `baseline_every` search trials the baselines are
+measured again, and speedups divide by the latest one, so drift (heat, other load) cancels and is
+recorded. The baseline is a reference, not a search point: the sampler only picks speculative
+types. A configuration that cannot be measured is told to Optuna as FAIL with its reason, never as
+a score of 0. With one objective, each prompt's decode tok/s is reported as one instance to
+Optuna's WilcoxonPruner, which stops a trial once it is significantly slower, prompt by prompt,
+than the best trial.
 """
 
 from __future__ import annotations
@@ -14,23 +18,31 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+import numpy as np
 import optuna
+from scipy import stats
 
+from autotune.candidates import Candidates, pair_label
 from autotune.commandline import server_argv
 from autotune.engines.base import Engine
-from autotune.errors import EngineError, TrialFailure, SpeculationInactiveError, UsageError
+from autotune.errors import (
+    AutotuneError, EngineError, ModelFileError, SpeculationInactiveError, TrialFailure, UsageError,
+)
 from autotune.hardware import hardware_detail, hardware_key
 from autotune.lossless import compare_outputs
 from autotune.measurement import GenerationResult, Measurement
-from autotune.candidates import Candidates, pair_label
 from autotune.models import file_sha256
+from autotune.objectives import DEFAULT_OBJECTIVE, OBJECTIVES
 from autotune.prompts import PromptMix
 from autotune.space import SearchSpace
 from autotune.spec import BASELINE, DRAFT_MODEL_TYPES, SpecConfig
 from autotune.study import study_name
+from autotune.trials import (
+    BASELINE_ROLE, WARM_START_ROLE, baseline_trial, config_attrs, counted_trials, is_baseline, is_drift_check,
+    latest_baseline,
+)
 
-BASELINE_ROLE = "baseline"
-WARM_START_ROLE = "warm-start"
+WILCOXON_P_THRESHOLD = 0.1
 
 
 class SearchReporter(Protocol):
@@ -55,6 +67,11 @@ class SearchSettings:
     seed: int | None = None
     threads: int | None = None
     version: int | None = None  # a nightly run's study version
+    objective: str = DEFAULT_OBJECTIVE
+    repeats: int = 1  # measurements of the mix per trial
+    baseline_every: int = 0  # re-measure the baselines after this many search trials (0: never)
+    pruning: bool = True
+    trial_timeout_s: float | None = None
 
 
 @dataclass
@@ -70,7 +87,12 @@ class Tuner:
 
     @property
     def study_name(self) -> str:
-        return study_name(self.settings.model, hardware_key(), self.engine.name, self.settings.version)
+        return study_name(self.settings.model, hardware_key(), self.engine.name, self.settings.version,
+                          self.settings.objective)
+
+    @property
+    def objective(self):
+        return OBJECTIVES[self.settings.objective]
 
     def baseline_configs(self) -> list[SpecConfig]:
         """One baseline per target file: every speedup compares against its own target."""
@@ -103,7 +125,8 @@ class Tuner:
         winners), then what the sampler proposes; `study_attrs` are stored with a new study.
         """
         with warnings.catch_warnings():
-            # multivariate + group TPE models a conditional space best; Optuna still labels it experimental
+            # multivariate + group TPE models a conditional space best, and WilcoxonPruner is built for
+            # per-instance scores; Optuna still labels both experimental
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             sampler = optuna.samplers.TPESampler(
                 seed=self.settings.seed,
@@ -111,8 +134,11 @@ class Tuner:
                 group=True,
                 n_startup_trials=max(3, min(10, self.settings.trials // 3)),
             )
+            pruning = self.settings.pruning and not self.objective.is_multi
+            pruner = optuna.pruners.WilcoxonPruner(p_threshold=WILCOXON_P_THRESHOLD) if pruning else optuna.pruners.NopPruner()
         study = optuna.create_study(
-            storage=storage, study_name=self.study_name, direction="maximize", sampler=sampler, load_if_exists=True
+            storage=storage, study_name=self.study_name, directions=list(self.objective.directions),
+            sampler=sampler, pruner=pruner, load_if_exists=True,
         )
         is_new = "measurement" not in study.user_attrs
         self._check_same_settings(study)
@@ -124,20 +150,41 @@ class Tuner:
                 study.enqueue_trial({}, user_attrs={"role": BASELINE_ROLE, "target": str(config.target)})
         if is_new and warm_start:
             self.warm_start(study, list(warm_start))
-        remaining = self.settings.trials - _finished_count(study)
-        self._done_before = _finished_count(study)
-        if remaining > 0:
+        self._done_before = counted_trials(study)
+        if self._done_before < self.settings.trials:
             study.optimize(
                 self._objective,
-                n_trials=remaining,
                 catch=(TrialFailure,),
-                callbacks=[lambda _study, trial: self.reporter.trial_finished(trial)],
+                callbacks=[self._after_trial],
             )
         return study
 
+    def _after_trial(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+        """Show the trial, schedule a drift check when due, and stop once --trials trials counted.
+
+        Counting the study's trials (not this process's) lets several workers share one study."""
+        self.reporter.trial_finished(trial)
+        if counted_trials(study) >= self.settings.trials:
+            study.stop()
+            return
+        every = self.settings.baseline_every
+        if every and not is_baseline(trial) and self._search_trials_since_baseline(study) >= every:
+            for config in self.baseline_configs():
+                study.enqueue_trial({}, user_attrs={"role": BASELINE_ROLE, "target": str(config.target), "drift_check": True})
+
+    @staticmethod
+    def _search_trials_since_baseline(study: optuna.Study) -> int:
+        count = 0
+        for trial in reversed(study.get_trials(deepcopy=False)):
+            if is_baseline(trial):
+                break
+            count += trial.state.is_finished()
+        return count
+
     def _check_same_settings(self, study: optuna.Study) -> None:
         """Refuse to mix figures from another prompt mix or output length into one study."""
-        wanted = {"prompts": [p.id for p in self.mix], "prompt_source": self.mix.source, "max_tokens": self.settings.max_tokens}
+        wanted = {"prompts": [p.id for p in self.mix], "prompt_source": self.mix.source,
+                  "max_tokens": self.settings.max_tokens, "repeats": self.settings.repeats}
         files = self.candidates.fingerprint()
         existing = study.user_attrs.get("measurement")
         if existing is not None and study.user_attrs.get("files", files) != files:
@@ -151,13 +198,14 @@ class Tuner:
             study.set_user_attr("model", self.settings.model)
             study.set_user_attr("hardware", hardware_key())
             study.set_user_attr("engine", self.engine.name)
+            study.set_user_attr("objective", self.settings.objective)
             model = self.space.model
             study.set_user_attr("llama_server", {"context_size": model.context_size, "base_flags": list(model.base_flags)})
         elif existing != wanted:
             raise UsageError(
-                f"study {study.study_name!r} was measured with --max-tokens {existing['max_tokens']} on "
-                f"{len(existing['prompts'])} prompts of {existing['prompt_source']}; rerun with the same settings "
-                "or use another --storage"
+                f"study {study.study_name!r} was measured with --max-tokens {existing['max_tokens']}, "
+                f"--repeats {existing.get('repeats', 1)} on {len(existing['prompts'])} prompts of "
+                f"{existing['prompt_source']}; rerun with the same settings or use another --storage"
             )
 
     def _suggest(self, trial: optuna.Trial) -> SpecConfig:
@@ -197,11 +245,11 @@ class Tuner:
         names = [t.name for t in targets]
         return targets[names.index(trial.suggest_categorical("target", names))], None
 
-    def _objective(self, trial: optuna.Trial) -> float:
+    def _objective(self, trial: optuna.Trial) -> list[float]:
         config = self._suggest(trial)
         started = time.perf_counter()
         model = self.space.model
-        trial.set_user_attr("config", _config_attrs(config))
+        trial.set_user_attr("config", config_attrs(config))
         argv = server_argv(
             config, context_size=model.context_size, base_flags=model.base_flags, threads=self.settings.threads
         )
@@ -211,88 +259,120 @@ class Tuner:
         trial.set_user_attr("hardware", hardware_key())
         trial.set_user_attr("hardware_detail", hardware_detail())
         trial.set_user_attr("model_files", {p.name: file_sha256(p) for p in {config.target, config.draft} if p})
-        self.reporter.trial_started(trial.number, self._done_before + 1, self.settings.trials, config)
-        total = len(self.mix)
+        self.reporter.trial_started(trial.number, min(self._done_before + 1, self.settings.trials),
+                                    self.settings.trials, config)
         try:
-            measurement = self.engine.measure(
-                config,
-                self.mix,
-                max_tokens=self.settings.max_tokens,
-                on_prompt=lambda i, result: self.reporter.prompt_done(i, total, result),
-            )
-            if not config.is_baseline and measurement.n_drafted == 0:
+            measurements = self._measure(trial, config)
+            if not config.is_baseline and sum(m.n_drafted for m in measurements) == 0:
                 raise SpeculationInactiveError(config.spec_type)
-            self._record(trial, config, measurement)
-        except (TrialFailure, EngineError) as exc:
-            trial.set_user_attr("fail_reason", str(exc))
-            if getattr(exc, "log_tail", ""):
-                trial.set_user_attr("server_log_tail", exc.log_tail)
-            if isinstance(exc, SpeculationInactiveError) and getattr(self.engine, "last_log_errors", None):
-                trial.set_user_attr("server_log_errors", self.engine.last_log_errors)
-            raise exc if isinstance(exc, TrialFailure) else TrialFailure(str(exc)) from exc
+            values = self._record(trial, config, measurements)
+        except optuna.TrialPruned:
+            raise
+        except AutotuneError as exc:
+            if isinstance(exc, UsageError) and not isinstance(exc, ModelFileError):
+                raise  # bad input is the user's to fix, not a property of this configuration
+            self._fail(trial, exc)
+        except Exception as exc:  # a bug or a crash inside llama.cpp's bindings: this trial fails, the study goes on
+            self._fail(trial, exc, f"{type(exc).__name__}: {exc}")
         finally:
             trial.set_user_attr("wall_s", round(time.perf_counter() - started, 3))
-            self._done_before += 1
-        return measurement.mix_tok_s
+            if not is_drift_check(trial):
+                self._done_before += 1
+        return values
 
-    def _record(self, trial: optuna.Trial, config: SpecConfig, measurement: Measurement) -> None:
-        summary = measurement.summary()
-        trial.set_user_attr("figures", summary)
-        trial.set_user_attr("per_prompt", [r.figures() for r in measurement.results])
-        trial.set_user_attr("per_category", measurement.per_category())
-        trial.set_user_attr("output_tokens", [r.tokens for r in measurement.results])
-        trial.set_user_attr("generation_s", round(measurement.generation_ms / 1000, 3))
-        trial.set_user_attr("startup_s", round(measurement.startup_ms / 1000, 3))
-        baseline = None if config.is_baseline else baseline_trial(trial.study, config.target)
-        if baseline is None:
-            return
-        trial.set_user_attr("speedup", round(measurement.mix_tok_s / baseline.value, 4) if baseline.value else None)
+    def _fail(self, trial: optuna.Trial, exc: Exception, reason: str | None = None) -> None:
+        reason = reason or str(exc)
+        trial.set_user_attr("fail_reason", reason)
+        if getattr(exc, "log_tail", ""):
+            trial.set_user_attr("server_log_tail", exc.log_tail)
+        if isinstance(exc, SpeculationInactiveError) and getattr(self.engine, "last_log_errors", None):
+            trial.set_user_attr("server_log_errors", self.engine.last_log_errors)
+        raise exc if isinstance(exc, TrialFailure) else TrialFailure(reason) from exc
+
+    def _measure(self, trial: optuna.Trial, config: SpecConfig) -> list[Measurement]:
+        """`repeats` measurements of the mix; the first one reports each prompt to the pruner."""
+        total = len(self.mix)
+        deadline = None if self.settings.trial_timeout_s is None else time.monotonic() + self.settings.trial_timeout_s
+        reported = not self.objective.is_multi  # baselines report too: the best trial may be one
+
+        def on_prompt(index: int, result: GenerationResult, first: bool) -> None:
+            self.reporter.prompt_done(index, total, result)
+            if deadline is not None and time.monotonic() > deadline:
+                raise TrialFailure(f"timeout: the trial ran past --trial-timeout {self.settings.trial_timeout_s:g} s")
+            if first and reported:
+                trial.report(result.decode_tok_s, step=index)
+                if not config.is_baseline and trial.should_prune():
+                    reason = f"significantly slower than the best trial after {index + 1} prompts"
+                    trial.set_user_attr("prune_reason", reason)
+                    raise optuna.TrialPruned(reason)
+
+        return [
+            self.engine.measure(
+                config, self.mix, max_tokens=self.settings.max_tokens,
+                on_prompt=lambda i, result, first=(repeat == 0): on_prompt(i, result, first),
+            )
+            for repeat in range(self.settings.repeats)
+        ]
+
+    def _record(self, trial: optuna.Trial, config: SpecConfig, measurements: list[Measurement]) -> list[float]:
+        """Store the figures of all repeats; returns the objective values (means over repeats)."""
+        first = measurements[0]
+        pooled = Measurement([r for m in measurements for r in m.results], sum(m.startup_ms for m in measurements))
+        samples = [m.mix_tok_s for m in measurements]
+        trial.set_user_attr("figures", pooled.summary())
+        trial.set_user_attr("decode_samples", [round(v, 3) for v in samples])
+        trial.set_user_attr("cv", _coefficient_of_variation(samples))
+        trial.set_user_attr("ci95", _ci95(samples))
+        trial.set_user_attr("per_prompt", [r.figures() for r in first.results])
+        trial.set_user_attr("per_category", pooled.per_category())
+        trial.set_user_attr("output_tokens", [r.tokens for r in first.results])
+        trial.set_user_attr("generation_s", round(pooled.generation_ms / 1000, 3))
+        trial.set_user_attr("startup_s", round(pooled.startup_ms / 1000, 3))
+        values = [float(np.mean(column)) for column in zip(*(self.objective.values_of(m) for m in measurements))]
+        reference = baseline_trial(trial.study, config.target)
+        if reference is None:
+            return values
+        if config.is_baseline:
+            trial.set_user_attr("drift", round(pooled.mix_tok_s / reference.user_attrs["figures"]["mix_tok_s"], 4))
+            return values
+        latest = latest_baseline(trial.study, config.target)
+        latest_tok_s = latest.user_attrs["figures"]["mix_tok_s"]
+        trial.set_user_attr("speedup", round(pooled.mix_tok_s / latest_tok_s, 4) if latest_tok_s else None)
+        trial.set_user_attr("speedup_baseline_trial", latest.number)
+        self._record_lossless(trial, config, reference, first)
+        return values
+
+    def _record_lossless(self, trial: optuna.Trial, config: SpecConfig, reference: optuna.trial.FrozenTrial,
+                         measurement: Measurement) -> None:
         verdicts = compare_outputs(
             [p.id for p in self.mix],
-            baseline.user_attrs["output_tokens"],
+            reference.user_attrs["output_tokens"],
             [r.tokens for r in measurement.results],
             lambda i, generated, a, b: self.engine.tie_evidence(config.target, self.mix.prompts[i], generated, a, b),
         )
         trial.set_user_attr("lossless", all(v.lossless for v in verdicts))
         trial.set_user_attr("output_match", [v.as_dict() for v in verdicts if v.verdict != "same"])
-        trial.set_user_attr(
-            "output_match_fraction", round(sum(v.verdict == "same" for v in verdicts) / len(verdicts), 4)
-        )
+        trial.set_user_attr("output_match_fraction", round(sum(v.verdict == "same" for v in verdicts) / len(verdicts), 4))
+        differing = next((v for v in verdicts if not v.lossless), None)
+        if differing is not None:
+            evidence = differing.evidence
+            detail = "" if evidence is None else (
+                f" where the target prefers the baseline's token by {evidence.margin_one_by_one:.3f} "
+                f"(noise {evidence.noise_rms:.3f})")
+            trial.set_user_attr("lossless_reason", f"prompt {differing.prompt_id} differs at token {differing.diverged_at}{detail}")
 
 
-def config_from_attrs(attrs: dict) -> SpecConfig:
-    """The SpecConfig a trial's `config` user attribute describes."""
-    draft = Path(attrs["draft"]) if attrs["draft"] else None
-    return SpecConfig(Path(attrs["target"]), attrs["spec_type"], draft, attrs["params"])
+def _coefficient_of_variation(samples: list[float]) -> float | None:
+    return round(float(np.std(samples, ddof=1) / np.mean(samples)), 5) if len(samples) > 1 and np.mean(samples) else None
 
 
-def _config_attrs(config: SpecConfig) -> dict:
-    return {
-        "spec_type": config.spec_type,
-        "target": str(config.target),
-        "draft": str(config.draft) if config.draft else None,
-        "params": dict(config.params),
-        "label": config.describe(),
-    }
-
-
-def is_baseline(trial: optuna.trial.FrozenTrial) -> bool:
-    return trial.user_attrs.get("role") == BASELINE_ROLE
-
-
-def baseline_trial(study: optuna.Study, target: Path) -> optuna.trial.FrozenTrial | None:
-    """The study's completed baseline trial of `target` (the first one, should there be several)."""
-    for trial in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
-        if is_baseline(trial) and trial.user_attrs["config"]["target"] == str(target):
-            return trial
-    return None
+def _ci95(samples: list[float]) -> list[float] | None:
+    if len(samples) < 2:
+        return None
+    low, high = stats.t.interval(0.95, len(samples) - 1, loc=np.mean(samples), scale=stats.sem(samples))
+    return [round(float(low), 3), round(float(high), 3)]
 
 
 def _baseline_waiting(study: optuna.Study, target: Path) -> bool:
     waiting = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))
     return any(is_baseline(t) and t.user_attrs.get("target") == str(target) for t in waiting)
-
-
-def _finished_count(study: optuna.Study) -> int:
-    states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL, optuna.trial.TrialState.PRUNED)
-    return len(study.get_trials(deepcopy=False, states=states))

@@ -46,16 +46,22 @@ def test_tiny_search_stores_baseline_first_and_every_attr(tiny_space, models_dir
     assert baseline.state == optuna.trial.TrialState.COMPLETE
     for trial in trials:
         attrs = trial.user_attrs
-        for key in ("engine", "llama_cpp_build", "hardware", "model_files", "argv", "per_prompt", "per_category", "figures"):
+        for key in ("engine", "llama_cpp_build", "hardware", "hardware_detail", "model_files", "argv", "wall_s"):
             assert key in attrs, key
         assert attrs["engine"] == "python"
-        assert len(attrs["per_prompt"]) == 11
         assert all(len(sha) == 64 for sha in attrs["model_files"].values())
+        if trial.state == optuna.trial.TrialState.COMPLETE:
+            for key in ("per_prompt", "per_category", "figures", "output_tokens", "decode_samples"):
+                assert key in attrs, key
+            assert len(attrs["per_prompt"]) == 11
     for trial in trials[1:]:
         assert trial.user_attrs["config"]["spec_type"] in ("draft-simple", "ngram-simple")
         if trial.state == optuna.trial.TrialState.COMPLETE:
             assert trial.user_attrs["lossless"] is True
             assert trial.user_attrs["speedup"] > 0
+        elif trial.state == optuna.trial.TrialState.PRUNED:
+            assert trial.user_attrs["prune_reason"].startswith("significantly slower")
+            assert len(trial.intermediate_values) < 11
         else:
             assert trial.user_attrs["fail_reason"]
 

@@ -40,7 +40,7 @@ def trials_of(home, engine: str) -> list[optuna.trial.FrozenTrial]:
 
 def search(space, models_dir, *extra, ok: bool = True):
     return run("search", "--model", "tiny", "--space", str(space), "--models-dir", str(models_dir),
-               "--max-tokens", "12", "--per-category", "1", *extra, ok=ok)
+               "--max-tokens", "12", "--per-category", "1", "--no-pruning", *extra, ok=ok)
 
 
 def test_server_search_on_dspark_measures_and_prints_the_launched_command(tmp_path, models_dir, autotune_home):

@@ -1,0 +1,34 @@
+"""What a study maximizes.
+
+- decode (default): mix decode tok/s, the speed a user sees once text streams.
+- e2e: generated tokens per second of whole requests, prompt processing included. DSpark can cut
+  prompt speed 3x while raising decode speed; for short answers to long prompts this is the figure.
+- pareto: decode tok/s and prompt tok/s together (a two-objective study); the pick on the front is
+  the configuration with the best end-to-end tok/s.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from autotune.measurement import Measurement
+
+
+@dataclass(frozen=True)
+class Objective:
+    name: str
+    directions: tuple[str, ...]
+    values_of: Callable[[Measurement], list[float]]
+
+    @property
+    def is_multi(self) -> bool:
+        return len(self.directions) > 1
+
+
+OBJECTIVES: dict[str, Objective] = {
+    "decode": Objective("decode", ("maximize",), lambda m: [m.mix_tok_s]),
+    "e2e": Objective("e2e", ("maximize",), lambda m: [m.e2e_tok_s]),
+    "pareto": Objective("pareto", ("maximize", "maximize"), lambda m: [m.mix_tok_s, m.prompt_tok_s]),
+}
+DEFAULT_OBJECTIVE = "decode"

@@ -1,0 +1,68 @@
+"""Reading what the tuner stored on trials: configurations, roles and baselines."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import optuna
+
+from autotune.spec import SpecConfig
+
+BASELINE_ROLE = "baseline"
+WARM_START_ROLE = "warm-start"
+COMPLETE = optuna.trial.TrialState.COMPLETE
+FINISHED = (COMPLETE, optuna.trial.TrialState.FAIL, optuna.trial.TrialState.PRUNED)
+
+
+def config_attrs(config: SpecConfig) -> dict:
+    """The `config` user attribute of a trial."""
+    return {
+        "spec_type": config.spec_type,
+        "target": str(config.target),
+        "draft": str(config.draft) if config.draft else None,
+        "params": dict(config.params),
+        "label": config.describe(),
+    }
+
+
+def config_from_attrs(attrs: dict) -> SpecConfig:
+    """The SpecConfig a trial's `config` user attribute describes."""
+    draft = Path(attrs["draft"]) if attrs["draft"] else None
+    return SpecConfig(Path(attrs["target"]), attrs["spec_type"], draft, attrs["params"])
+
+
+def is_baseline(trial: optuna.trial.FrozenTrial) -> bool:
+    return trial.user_attrs.get("role") == BASELINE_ROLE
+
+
+def is_drift_check(trial: optuna.trial.FrozenTrial) -> bool:
+    """A baseline re-measured between search trials to see drift (not counted against --trials)."""
+    return is_baseline(trial) and bool(trial.user_attrs.get("drift_check"))
+
+
+def decode_tok_s(trial: optuna.trial.FrozenTrial) -> float:
+    """The trial's mix decode tok/s, whatever the study's objective."""
+    return float(trial.user_attrs["figures"]["mix_tok_s"])
+
+
+def baselines_of(study: optuna.Study, target: Path) -> list[optuna.trial.FrozenTrial]:
+    """Completed baseline measurements of `target`, oldest first."""
+    return [t for t in study.get_trials(deepcopy=False, states=(COMPLETE,))
+            if is_baseline(t) and t.user_attrs["config"]["target"] == str(target)]
+
+
+def baseline_trial(study: optuna.Study, target: Path) -> optuna.trial.FrozenTrial | None:
+    """The first completed baseline of `target`: the reference output and speed."""
+    found = baselines_of(study, target)
+    return found[0] if found else None
+
+
+def latest_baseline(study: optuna.Study, target: Path) -> optuna.trial.FrozenTrial | None:
+    """The most recent completed baseline of `target`: speedups divide by it, so drift cancels."""
+    found = baselines_of(study, target)
+    return found[-1] if found else None
+
+
+def counted_trials(study: optuna.Study) -> int:
+    """Finished trials that count against --trials (drift checks do not)."""
+    return sum(not is_drift_check(t) for t in study.get_trials(deepcopy=False, states=FINISHED))
