@@ -206,15 +206,25 @@ def _best_text(result) -> str:
 
 
 def main() -> None:
-    cli(prog_name="autotune")
+    """The console script: Click's own usage errors also become one line with exit code 2."""
+    try:
+        cli.main(prog_name="autotune", standalone_mode=False)
+    except click.ClickException as exc:
+        click.echo(f"autotune: error: {exc.format_message()}", err=True)
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        click.echo("autotune: interrupted", err=True)
+        sys.exit(130)
 
 
 def _register() -> None:
     from autotune.cli_fleet import nightly, presets
     from autotune.cli_models import models, quantize
+    from autotune.cli_report import report
 
     for command in (nightly, presets, models, quantize):
         cli.add_command(command)
+    cli.add_command(report)
 
 
 _register()

@@ -10,7 +10,7 @@ import optuna
 from autotune.commandline import format_command
 from autotune.confirm import Confirmation, ConfirmedConfig, stored_confirmation
 from autotune.errors import StudyNotFoundError
-from autotune.trials import baseline_trial, decode_tok_s
+from autotune.trials import baseline_trial, decode_tok_s, is_baseline
 from storage.presets import Preset
 
 COMPLETE = optuna.trial.TrialState.COMPLETE
@@ -50,7 +50,7 @@ class BestResult:
         """Against the baseline measured nearest before the trial (drift-corrected), else the first."""
         if "speedup" in self.trial.user_attrs:
             return self.trial.user_attrs["speedup"]
-        return 1.0 if self.baseline is not None and self.baseline.number == self.trial.number else None
+        return 1.0 if is_baseline(self.trial) else None
 
     def as_dict(self) -> dict:
         config = self.trial.user_attrs["config"]

@@ -14,7 +14,7 @@ import optuna
 from autotune.candidates import Candidates, find_candidates
 from autotune.confirm import Confirmation, ConfirmedConfig, confirm, top_trials
 from autotune.engines import Engine, create_engine
-from autotune.errors import AutotuneError, SearchSpaceError
+from autotune.errors import AutotuneError, ModelFileError, SearchSpaceError
 from autotune.hardware import hardware_key
 from autotune.models import ModelFiles, resolve_model_files
 from autotune.prompts import PromptMix, load_prompt_mix
@@ -76,12 +76,20 @@ class SearchOptions:
 
 
 def check_inputs(model: str, options: SearchOptions, reporter: SearchReporter) -> SearchInputs:
+    """Load and check everything the user named; a draft type none of whose pairs can run is an error.
+    What is only left out (a missing quant, one refused pair among good ones) is reported as a note."""
     space = load_model_space(model, options.space_file)
     mix = load_prompt_mix(options.prompts_file).take(per_category=options.per_category)
     files = resolve_model_files(space, options.models_dir)
+    candidates = find_candidates(files)
+    for spec_type in space.spec_types:
+        refused = [r for r in candidates.refused if r.spec_type == spec_type]
+        if refused and not candidates.pairs.get(spec_type):
+            raise ModelFileError(
+                f"{refused[0].describe()}; fix the drafts of {spec_type} in {space.path} or remove [spec_types.{spec_type}]"
+            )
     for pattern in files.missing:
         reporter.note(f"no file matches {pattern}: left out (`autotune quantize` writes a missing quant)")
-    candidates = find_candidates(files)
     for refused in candidates.refused:
         reporter.note(f"not runnable: {refused.describe()}")
     return SearchInputs(space, mix, files, candidates)

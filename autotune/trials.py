@@ -64,5 +64,6 @@ def latest_baseline(study: optuna.Study, target: Path) -> optuna.trial.FrozenTri
 
 
 def counted_trials(study: optuna.Study) -> int:
-    """Finished trials that count against --trials (drift checks do not)."""
-    return sum(not is_drift_check(t) for t in study.get_trials(deepcopy=False, states=FINISHED))
+    """Finished trials that count against --trials (drift checks and interrupted trials do not)."""
+    return sum(not is_drift_check(t) and not t.user_attrs.get("interrupted")
+               for t in study.get_trials(deepcopy=False, states=FINISHED))

@@ -268,6 +268,10 @@ class Tuner:
             values = self._record(trial, config, measurements)
         except optuna.TrialPruned:
             raise
+        except KeyboardInterrupt:
+            trial.set_user_attr("fail_reason", "interrupted")
+            trial.set_user_attr("interrupted", True)  # not a result: a resumed study measures it again
+            raise
         except AutotuneError as exc:
             if isinstance(exc, UsageError) and not isinstance(exc, ModelFileError):
                 raise  # bad input is the user's to fix, not a property of this configuration

@@ -79,6 +79,52 @@ def test_best_without_a_study(autotune_home):
     assert_usage_error(done, "no study named", "autotune search")
 
 
-def test_trials_zero_is_a_usage_error(autotune_home):
-    done = autotune("search", "--model", "gemma3-270m", "--trials", "0", home=autotune_home)
-    assert done.returncode == 2 and "Traceback" not in done.stderr
+@pytest.mark.parametrize("trials", ["0", "-3"])
+def test_trials_zero_or_negative_is_a_usage_error(autotune_home, trials):
+    done = autotune("search", "--model", "gemma3-270m", "--trials", trials, home=autotune_home)
+    assert_usage_error(done, "--trials")
+    assert_nothing_written(autotune_home)
+
+
+@pytest.mark.parametrize(
+    "url, needle",
+    [
+        ("postgresql+psycopg://autotune@127.0.0.1:9/nowhere", "cannot open storage"),
+        ("sqlite:////proc/autotune/studies.db", "cannot write the database"),
+        ("sqlite:////dev/full", "cannot write the database"),
+        ("not a url", "not a valid SQLAlchemy URL"),
+    ],
+)
+def test_unusable_storage_fails_before_any_measuring(tiny_space, models_dir, autotune_home, url, needle):
+    done = autotune("search", "--model", "tiny", "--space", str(tiny_space), "--models-dir", str(models_dir),
+                    "--storage", url, home=autotune_home)
+    assert_usage_error(done, needle)
+    assert "[1/" not in done.stderr  # no trial started
+
+
+def test_wrong_arch_draft_is_named(tmp_path, models_dir, autotune_home):
+    space = tmp_path / "tiny.toml"
+    space.write_text('[model]\nname = "tiny"\ntarget = "tiny-target.gguf"\n'
+                     '[drafts.draft-dspark]\nfile = "tiny-draft.gguf"\n'
+                     '[spec_types.draft-dspark]\ndraft_n_max = [1, 4]\n'
+                     '[spec_types.ngram-simple]\nngram_simple_size_n = [1, 3]\n')
+    done = autotune("search", "--model", "tiny", "--space", str(space), "--models-dir", str(models_dir), home=autotune_home)
+    assert_usage_error(done, "tiny-draft.gguf", "dflash-architecture")
+    assert_nothing_written(autotune_home)
+
+
+def test_vocab_mismatched_draft_is_named(tmp_path, models_dir, autotune_home):
+    space = tmp_path / "tiny.toml"
+    space.write_text('[model]\nname = "tiny"\ntarget = "tiny-target.gguf"\ndraft = "tiny-otherwords.gguf"\n'
+                     '[spec_types.draft-simple]\ndraft_n_max = [1, 4]\n')
+    done = autotune("search", "--model", "tiny", "--space", str(space), "--models-dir", str(models_dir), home=autotune_home)
+    assert_usage_error(done, "tiny-otherwords.gguf", "token 5")
+    assert_nothing_written(autotune_home)
+
+
+def test_empty_prompt_file(tiny_space, models_dir, tmp_path, autotune_home):
+    prompts = tmp_path / "empty.jsonl"
+    prompts.write_text("")
+    done = autotune("search", "--model", "tiny", "--space", str(tiny_space), "--models-dir", str(models_dir),
+                    "--prompts", str(prompts), home=autotune_home)
+    assert_usage_error(done, str(prompts), "no prompts")

@@ -92,8 +92,8 @@ def test_a_vocab_mismatched_draft_never_reaches_a_trial(tmp_path, models_dir, au
     """)
     result = search(space, models_dir, "--engine", "server", "--trials", "2", ok=False)
     assert result.exit_code == 2
-    assert "not runnable: draft-simple: tiny-target.gguf + tiny-otherwords.gguf" in result.stderr
-    assert "nothing speculative to search" in result.stderr
+    assert "draft-simple: tiny-target.gguf + tiny-otherwords.gguf" in result.stderr
+    assert "fix the drafts of draft-simple" in result.stderr
     assert not (autotune_home / "autotune.db").exists()
 
 

@@ -1,0 +1,157 @@
+"""A tool that survives: Ctrl-C, two workers on one SQLite file, timeouts; and the noise, pruning and
+objective machinery that makes its figures trustworthy. Real processes, real llama.cpp, real SQLite."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+from click.testing import CliRunner
+
+from autotune.cli import cli
+from autotune.hardware import hardware_key
+
+
+def study(home: Path, suffix: str = "", engine: str = "python") -> optuna.Study:
+    return optuna.load_study(study_name=f"tiny@{hardware_key()}:{engine}{suffix}",
+                             storage=f"sqlite:///{home / 'autotune.db'}")
+
+
+def search_argv(space, models, *extra):
+    return [sys.executable, "-m", "autotune", "search", "--model", "tiny", "--space", str(space),
+            "--models-dir", str(models), *extra]
+
+
+def env_for(home):
+    return {**os.environ, "AUTOTUNE_HOME": str(home), "PYTHONUNBUFFERED": "1"}
+
+
+def llama_servers_for(models: Path) -> list[int]:
+    """llama-server processes running on files of this test's models dir."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        try:
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        if "llama-server" in cmdline and str(models) in cmdline:
+            pids.append(int(entry))
+    return pids
+
+
+def test_ctrl_c_closes_the_running_trial_kills_the_server_and_the_study_resumes(tiny_space, models_dir, autotune_home):
+    argv = search_argv(tiny_space, models_dir, "--engine", "server", "--trials", "5", "--max-tokens", "48",
+                       "--per-category", "4", "--no-pruning", "--baseline-every", "0")
+    proc = subprocess.Popen(argv, env=env_for(autotune_home), stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stderr.readline().startswith("[1/5]"), "the first trial did not finish"
+        deadline = time.monotonic() + 30
+        while not llama_servers_for(models_dir) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert llama_servers_for(models_dir), "the second trial's server never started"
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130
+    assert "interrupted" in proc.stderr.read()
+    assert not llama_servers_for(models_dir)
+    states = [t.state for t in study(autotune_home, engine="server").trials]
+    assert optuna.trial.TrialState.RUNNING not in states
+    assert states[:2] == [optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL]
+
+    done = subprocess.run(argv, env=env_for(autotune_home), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    trials = study(autotune_home, engine="server").trials
+    assert sum(t.state.is_finished() for t in trials) == len(trials) == 6  # 5 counted + the interrupted one
+    assert not llama_servers_for(models_dir)
+
+
+def test_two_workers_on_one_sqlite_file_lose_no_trial(tiny_space, models_dir, autotune_home):
+    argv = search_argv(tiny_space, models_dir, "--trials", "10", "--max-tokens", "24", "--baseline-every", "0")
+    workers = [subprocess.Popen(argv, env=env_for(autotune_home), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True) for _ in range(2)]
+    outputs = [w.communicate(timeout=300) for w in workers]
+    for worker, (_, err) in zip(workers, outputs):
+        assert worker.returncode == 0, err
+    trials = study(autotune_home).trials
+    assert [t.number for t in trials] == list(range(len(trials)))
+    assert all(t.state.is_finished() for t in trials)
+    assert 10 <= len(trials) <= 13  # two baselines may be enqueued at once, and each worker finishes its trial
+    reported = sum(err.count("] trial ") for _, err in outputs)
+    assert reported == len(trials)
+
+
+def test_repeats_give_intervals_and_drift_checks_are_recorded_not_counted(tiny_space, models_dir, autotune_home):
+    result = CliRunner().invoke(cli, ["search", "--model", "tiny", "--space", str(tiny_space), "--models-dir",
+                                      str(models_dir), "--trials", "5", "--repeats", "3", "--baseline-every", "2",
+                                      "--max-tokens", "16", "--no-pruning"])
+    assert result.exit_code == 0, result.output
+    trials = study(autotune_home).trials
+    checks = [t for t in trials if t.user_attrs.get("drift_check")]
+    assert len(checks) == 1 and len(trials) == 6  # baseline, 2 trials, drift check, 2 trials
+    assert all(t.user_attrs["drift"] > 0 for t in checks)
+    for trial in trials:
+        if trial.state == optuna.trial.TrialState.COMPLETE:
+            assert len(trial.user_attrs["decode_samples"]) == 3
+            low, high = trial.user_attrs["ci95"]
+            assert low <= trial.values[0] <= high
+            assert trial.user_attrs["cv"] >= 0
+    later = [t for t in trials if t.number > checks[0].number and not t.user_attrs.get("role")]
+    assert all(t.user_attrs["speedup_baseline_trial"] >= checks[0].number for t in later if "speedup" in t.user_attrs)
+    listing = CliRunner().invoke(cli, ["trials", "--model", "tiny"]).stdout
+    assert "drift" in listing and "95% CI" in listing
+
+
+def test_pruned_trials_never_become_the_best(tiny_space, models_dir, autotune_home):
+    result = CliRunner().invoke(cli, ["search", "--model", "tiny", "--space", str(tiny_space), "--models-dir",
+                                      str(models_dir), "--trials", "12", "--max-tokens", "16", "--seed", "4"])
+    assert result.exit_code == 0, result.output
+    trials = study(autotune_home).trials
+    pruned = [t for t in trials if t.state == optuna.trial.TrialState.PRUNED]
+    best = json.loads(CliRunner().invoke(cli, ["best", "--model", "tiny", "--json"]).stdout)
+    assert best["trial"] not in {t.number for t in pruned}
+    assert all(len(t.intermediate_values) < 11 for t in pruned)
+
+
+def test_pareto_study_prints_its_front_and_the_pick(tiny_space, models_dir, autotune_home):
+    args = ["--model", "tiny", "--objective", "pareto"]
+    result = CliRunner().invoke(cli, ["search", *args, "--space", str(tiny_space), "--models-dir", str(models_dir),
+                                      "--trials", "5", "--max-tokens", "16"])
+    assert result.exit_code == 0, result.output
+    assert len(study(autotune_home, "+pareto").directions) == 2
+    best = json.loads(CliRunner().invoke(cli, ["best", *args, "--json"]).stdout)
+    front = {row["trial"] for row in best["pareto_front"]}
+    assert best["trial"] in front
+    assert max(row["e2e_tok_s"] for row in best["pareto_front"]) == best["figures"]["e2e_tok_s"]
+    assert "pareto front" in CliRunner().invoke(cli, ["best", *args]).stdout
+
+
+def test_e2e_objective_is_its_own_study(tiny_space, models_dir, autotune_home):
+    result = CliRunner().invoke(cli, ["search", "--model", "tiny", "--objective", "e2e", "--space", str(tiny_space),
+                                      "--models-dir", str(models_dir), "--trials", "3", "--max-tokens", "16"])
+    assert result.exit_code == 0, result.output
+    e2e = study(autotune_home, "+e2e")
+    baseline = e2e.trials[0]
+    assert baseline.values[0] == pytest.approx(baseline.user_attrs["figures"]["e2e_tok_s"], rel=1e-3)
+
+
+@pytest.mark.slow
+def test_a_trial_past_its_timeout_fails_and_the_study_goes_on(tmp_path, gemma_path, autotune_home):
+    models = tmp_path / "models"
+    models.mkdir()
+    (models / "gemma-3-270m-Q4_K_M.gguf").symlink_to(gemma_path)
+    result = CliRunner().invoke(cli, ["search", "--model", "gemma3-270m", "--models-dir", str(models), "--trials", "2",
+                                      "--max-tokens", "128", "--trial-timeout", "1", "--no-pruning"])
+    assert result.exit_code == 1 and "every trial failed" in result.output
+    trials = optuna.load_study(study_name=f"gemma3-270m@{hardware_key()}:python",
+                               storage=f"sqlite:///{autotune_home / 'autotune.db'}").trials
+    assert [t.state.name for t in trials] == ["FAIL", "FAIL"]
+    assert all(t.user_attrs["fail_reason"].startswith("timeout") for t in trials)
