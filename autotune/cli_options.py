@@ -65,6 +65,8 @@ _MEASUREMENT_OPTIONS = [
                  help="Stop trials that are significantly slower, prompt by prompt, than the best (Wilcoxon)."),
     click.option("--trial-timeout", "trial_timeout_s", type=click.FloatRange(min=1),
                  help="Fail a trial that runs longer than this many seconds."),
+    click.option("--heartbeat", "heartbeat_s", type=click.IntRange(min=1), default=60, show_default=True,
+                 help="Seconds between a worker's heartbeats; a trial silent for 3 of them is failed and re-queued."),
 ]
 
 

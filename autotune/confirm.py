@@ -15,6 +15,7 @@ import optuna
 from scipy import stats
 
 from autotune.commandline import server_argv
+from autotune.device_lock import device_lock
 from autotune.engines.base import Engine
 from autotune.errors import StudyNotFoundError, TrialFailure
 from autotune.prompts import PromptMix, load_prompt_mix
@@ -143,7 +144,8 @@ def confirm(
             if index in failures:
                 continue
             try:
-                tok_s = engine.measure(config, mix, max_tokens=max_tokens).mix_tok_s
+                with device_lock():
+                    tok_s = engine.measure(config, mix, max_tokens=max_tokens).mix_tok_s
             except TrialFailure as exc:
                 failures[index] = str(exc)
                 on_measured(round_, config.describe(), None)

@@ -25,7 +25,7 @@ from autotune.study import latest_version, load_study, study_name
 from autotune.nightly import NightlyOutcome, decide, unchanged_files
 from autotune.objectives import DEFAULT_OBJECTIVE
 from autotune.trials import config_from_attrs
-from autotune.tuner import SearchReporter, SearchSettings, Tuner
+from autotune.tuner import SearchReporter, SearchSettings, Tuner, requeue_stale_trial
 from storage import open_storage, resolve_storage_url
 from storage.presets import Preset, PresetStore
 
@@ -66,6 +66,7 @@ class SearchOptions:
     baseline_every: int = 0
     pruning: bool = True
     trial_timeout_s: float | None = None
+    heartbeat_s: int = 60
 
     def settings(self, model: str) -> SearchSettings:
         return SearchSettings(
@@ -97,7 +98,8 @@ def check_inputs(model: str, options: SearchOptions, reporter: SearchReporter) -
 
 def run_search(model: str, options: SearchOptions, *, reporter: SearchReporter, server_bin: str | None = None) -> BestResult:
     inputs = check_inputs(model, options, reporter)
-    study = _search(inputs, options.settings(model), options.engine_name, server_bin, options.storage_url, reporter)
+    study = _search(inputs, options.settings(model), options.engine_name, server_bin, options.storage_url, reporter,
+                    heartbeat_s=options.heartbeat_s)
     return best_result(study)
 
 
@@ -112,8 +114,13 @@ def _search(
     new_version: bool = False,
     warm_start: list[optuna.trial.FrozenTrial] = (),
     study_attrs: dict | None = None,
+    heartbeat_s: int | None = None,
 ) -> optuna.Study:
-    """Run the study (the latest version, or a new one) on one engine; fails if no trial completed."""
+    """Run the study (the latest version, or a new one) on one engine; fails if no trial completed.
+
+    Several workers may run this at once on one database: they share the study's trials, a
+    heartbeat fails the trials of a worker that died and re-queues them, and the device lock keeps
+    two workers of one machine from measuring at the same time."""
     model = inputs.space.model
     with create_engine(
         engine_name, context_size=model.context_size, threads=settings.threads, server_bin=server_bin,
@@ -122,7 +129,8 @@ def _search(
         runnable = runnable_space(inputs.space, engine, inputs.candidates, reporter)
         for target in inputs.candidates.targets:
             engine.prepare(SpecConfig(target), inputs.mix, max_tokens=settings.max_tokens)
-        storage = open_storage(resolve_storage_url(storage_url))
+        storage = open_storage(resolve_storage_url(storage_url), heartbeat_interval_s=heartbeat_s,
+                               stale_trial_callback=requeue_stale_trial)
         name, version = latest_version(
             storage, study_name(settings.model, hardware_key(), engine.name, objective=settings.objective))
         if new_version and name in _study_names(storage):
@@ -209,6 +217,7 @@ def run_nightly(
         study = _search(
             inputs, settings, options.engine_name, server_bin, url, reporter, new_version=previous is not None,
             warm_start=top_trials(previous, top) if previous is not None else [], study_attrs={"file_hashes": hashes},
+            heartbeat_s=options.heartbeat_s,
         )
         in_use = config_from_attrs(preset.params) if preset is not None else None
         if in_use is not None and not all(p.is_file() for p in (in_use.target, in_use.draft) if p):

@@ -64,6 +64,9 @@ def latest_baseline(study: optuna.Study, target: Path) -> optuna.trial.FrozenTri
 
 
 def counted_trials(study: optuna.Study) -> int:
-    """Finished trials that count against --trials (drift checks and interrupted trials do not)."""
-    return sum(not is_drift_check(t) and not t.user_attrs.get("interrupted")
-               for t in study.get_trials(deepcopy=False, states=FINISHED))
+    """Finished trials that count against --trials: not drift checks, not interrupted trials, and not
+    trials of a dead worker that were re-queued (their copy counts)."""
+    trials = study.get_trials(deepcopy=False)
+    requeued = {t.user_attrs["requeued_from"] for t in trials if "requeued_from" in t.user_attrs}
+    return sum(t.state in FINISHED and not is_drift_check(t) and not t.user_attrs.get("interrupted")
+               and t.number not in requeued for t in trials)

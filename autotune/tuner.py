@@ -24,6 +24,7 @@ from scipy import stats
 
 from autotune.candidates import Candidates, pair_label
 from autotune.commandline import server_argv
+from autotune.device_lock import device_lock
 from autotune.engines.base import Engine
 from autotune.errors import (
     AutotuneError, EngineError, ModelFileError, SpeculationInactiveError, TrialFailure, UsageError,
@@ -310,13 +311,14 @@ class Tuner:
                     trial.set_user_attr("prune_reason", reason)
                     raise optuna.TrialPruned(reason)
 
-        return [
-            self.engine.measure(
-                config, self.mix, max_tokens=self.settings.max_tokens,
-                on_prompt=lambda i, result, first=(repeat == 0): on_prompt(i, result, first),
-            )
-            for repeat in range(self.settings.repeats)
-        ]
+        measurements = []
+        for repeat in range(self.settings.repeats):
+            with device_lock(lambda device: self.reporter.note(f"waiting: another autotune worker is measuring on {device}")):
+                measurements.append(self.engine.measure(
+                    config, self.mix, max_tokens=self.settings.max_tokens,
+                    on_prompt=lambda i, result, first=(repeat == 0): on_prompt(i, result, first),
+                ))
+        return measurements
 
     def _record(self, trial: optuna.Trial, config: SpecConfig, measurements: list[Measurement]) -> list[float]:
         """Store the figures of all repeats; returns the objective values (means over repeats)."""
@@ -364,6 +366,12 @@ class Tuner:
                 f" where the target prefers the baseline's token by {evidence.margin_one_by_one:.3f} "
                 f"(noise {evidence.noise_rms:.3f})")
             trial.set_user_attr("lossless_reason", f"prompt {differing.prompt_id} differs at token {differing.diverged_at}{detail}")
+
+
+def requeue_stale_trial(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+    """Optuna's heartbeat failed `trial` because its worker died: measure the same configuration again."""
+    kept = {key: value for key, value in trial.user_attrs.items() if key in ("role", "target", "drift_check")}
+    study.enqueue_trial(trial.params, user_attrs={**kept, "requeued_from": trial.number})
 
 
 def _coefficient_of_variation(samples: list[float]) -> float | None:

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import time
+import warnings
 from pathlib import Path
+from typing import Callable
 
 import optuna
 import sqlalchemy.exc
@@ -19,6 +22,7 @@ from autotune.errors import StorageError
 from autotune.settings import STORAGE_ENV, default_storage_url
 
 SQLITE_BUSY_TIMEOUT_S = 60
+OPEN_ATTEMPTS = 3
 
 
 def resolve_storage_url(option: str | None = None) -> str:
@@ -26,8 +30,17 @@ def resolve_storage_url(option: str | None = None) -> str:
     return option or os.environ.get(STORAGE_ENV) or default_storage_url()
 
 
-def open_storage(url: str) -> optuna.storages.RDBStorage:
-    """Open (creating if needed) the Optuna storage at `url`, or raise StorageError saying why not."""
+def open_storage(
+    url: str,
+    *,
+    heartbeat_interval_s: int | None = None,
+    stale_trial_callback: Callable[[optuna.Study, optuna.trial.FrozenTrial], None] | None = None,
+) -> optuna.storages.RDBStorage:
+    """Open (creating if needed) the Optuna storage at `url`, or raise StorageError saying why not.
+
+    With a heartbeat, a running trial whose worker died (power loss, kill -9) is failed by the next
+    worker once it has been silent for three intervals, and `stale_trial_callback` can re-queue it.
+    """
     try:
         parsed = make_url(url)
     except sqlalchemy.exc.ArgumentError as exc:
@@ -38,11 +51,23 @@ def open_storage(url: str) -> optuna.storages.RDBStorage:
         engine_kwargs["connect_args"] = {"timeout": SQLITE_BUSY_TIMEOUT_S}
     else:
         engine_kwargs["pool_pre_ping"] = True
-    try:
-        return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs)
-    except (sqlalchemy.exc.SQLAlchemyError, ImportError, RuntimeError) as exc:
-        reason = str(exc).splitlines()[0]
-        raise StorageError(f"cannot open storage {parsed.render_as_string(hide_password=True)}: {reason}") from exc
+    for attempt in range(1, OPEN_ATTEMPTS + 1):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # the heartbeat is
+                return optuna.storages.RDBStorage(
+                    url,
+                    engine_kwargs=engine_kwargs,
+                    heartbeat_interval=heartbeat_interval_s,
+                    grace_period=None if heartbeat_interval_s is None else 3 * heartbeat_interval_s,
+                    heartbeat_stale_trial_callback=stale_trial_callback,
+                )
+        except (sqlalchemy.exc.SQLAlchemyError, ImportError, RuntimeError) as exc:
+            unreachable = isinstance(exc, sqlalchemy.exc.OperationalError) and "connect" in str(exc).lower()
+            if attempt == OPEN_ATTEMPTS or unreachable or not isinstance(exc, sqlalchemy.exc.SQLAlchemyError):
+                reason = str(exc).splitlines()[0]
+                raise StorageError(f"cannot open storage {parsed.render_as_string(hide_password=True)}: {reason}") from exc
+            time.sleep(0.5 * attempt)  # workers starting together on a new database race to create its tables
 
 
 def _prepare_sqlite_file(database: str | None) -> None:

@@ -16,6 +16,7 @@ def autotune_home(tmp_path, monkeypatch) -> Path:
     """Every test gets its own autotune data directory, so no test touches a user's studies."""
     home = tmp_path / "autotune-home"
     monkeypatch.setenv("AUTOTUNE_HOME", str(home))
+    monkeypatch.setenv("AUTOTUNE_LOCK_DIR", str(tmp_path / "device-locks"))  # this test's workers only
     for var in ("AUTOTUNE_STORAGE", "AUTOTUNE_MODELS_DIR", "AUTOTUNE_DEBUG"):
         monkeypatch.delenv(var, raising=False)
     return home
@@ -69,3 +70,44 @@ def models_dir(tmp_path, tiny_dir) -> Path:
     target = tmp_path / "models"
     shutil.copytree(tiny_dir, target)
     return target
+
+
+@pytest.fixture(scope="session")
+def postgres_url(tmp_path_factory):
+    """A throwaway PostgreSQL server on 127.0.0.1 (Debian's `postgresql` package; .ci/run installs it)."""
+    import glob
+    import os
+    import pwd
+    import socket
+    import subprocess
+
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb")) or [shutil.which("initdb")]
+    initdb = Path(found[-1]).resolve() if found[-1] else None
+    if initdb is None:
+        if os.environ.get("CI"):
+            pytest.fail("PostgreSQL is not installed: .ci/run must install the postgresql package")
+        pytest.skip("PostgreSQL is not installed (apt-get install postgresql)")
+    bindir = Path(initdb).parent
+    root = tmp_path_factory.mktemp("postgres")
+    as_postgres: list[str] = []
+    if os.geteuid() == 0:  # postgres refuses to run as root
+        account = pwd.getpwnam("postgres")
+        for path in (root, *root.parents[:2]):
+            os.chown(path, account.pw_uid, account.pw_gid) if path == root else os.chmod(path, 0o755)
+        as_postgres = ["runuser", "-u", "postgres", "--"]
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    data = root / "data"
+
+    def run(*argv: str, check: bool = True) -> None:
+        subprocess.run([*as_postgres, *argv], check=check, capture_output=True, timeout=120)
+
+    run(str(bindir / "initdb"), "-D", str(data), "-A", "trust", "-U", "autotune")
+    run(str(bindir / "pg_ctl"), "-D", str(data), "-l", str(root / "server.log"), "-w",
+        "-o", f"-h 127.0.0.1 -p {port} -k {root}", "start")
+    try:
+        run(str(bindir / "createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", "autotune", "autotune")
+        yield f"postgresql+psycopg://autotune@127.0.0.1:{port}/autotune"
+    finally:
+        run(str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate", "-w", "stop", check=False)

@@ -1,0 +1,123 @@
+"""A fleet of workers on one database: real PostgreSQL (and SQLite where it makes sense), real
+worker processes, real llama.cpp."""
+
+from __future__ import annotations
+
+import os
+import signal
+import stat
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import optuna
+import pytest
+from click.testing import CliRunner
+
+from autotune.cli import cli
+from autotune.hardware import hardware_key
+from storage.presets import Preset, PresetStore
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def storage_url(request, autotune_home):
+    if request.param == "sqlite":
+        return f"sqlite:///{autotune_home / 'fleet.db'}"
+    return request.getfixturevalue("postgres_url")
+
+
+@pytest.fixture
+def fresh_postgres(postgres_url):
+    """The shared server, emptied of the previous test's tables."""
+    import sqlalchemy
+
+    engine = sqlalchemy.create_engine(postgres_url)
+    with engine.begin() as connection:
+        connection.execute(sqlalchemy.text("DROP SCHEMA public CASCADE; CREATE SCHEMA public"))
+    engine.dispose()
+    return postgres_url
+
+
+def worker_argv(space, models, *extra):
+    return [sys.executable, "-m", "autotune", "search", "--model", "tiny", "--space", str(space), "--models-dir",
+            str(models), "--baseline-every", "0", "--no-pruning", *extra]
+
+
+def worker_env(home, storage_url, **extra):
+    return {**os.environ, "AUTOTUNE_HOME": str(home), "AUTOTUNE_STORAGE": storage_url, "PYTHONUNBUFFERED": "1", **extra}
+
+
+def trials_of(storage_url, hardware=None):
+    return optuna.load_study(study_name=f"tiny@{hardware or hardware_key()}:python", storage=storage_url).trials
+
+
+def test_two_workers_share_one_study(tiny_space, models_dir, autotune_home, storage_url):
+    if storage_url.startswith("postgresql"):
+        import sqlalchemy
+
+        engine = sqlalchemy.create_engine(storage_url)
+        with engine.begin() as connection:
+            connection.execute(sqlalchemy.text("DROP SCHEMA public CASCADE; CREATE SCHEMA public"))
+        engine.dispose()
+    argv = worker_argv(tiny_space, models_dir, "--trials", "8", "--max-tokens", "24")
+    workers = [subprocess.Popen(argv, env=worker_env(autotune_home, storage_url), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outputs = [w.communicate(timeout=300) for w in workers]
+    assert [w.returncode for w in workers] == [0, 0], outputs
+    trials = trials_of(storage_url)
+    assert [t.number for t in trials] == list(range(len(trials)))  # no duplicate trial numbers
+    assert all(t.state.is_finished() for t in trials)  # no lost or dangling trial
+    assert 8 <= len(trials) <= 11
+    assert sum(err.count("] trial ") for _, err in outputs) == len(trials)  # every trial was some worker's
+
+
+def test_a_killed_worker_trial_is_failed_by_the_heartbeat_and_requeued(tiny_space, models_dir, autotune_home,
+                                                                       fresh_postgres):
+    argv = worker_argv(tiny_space, models_dir, "--trials", "4", "--max-tokens", "150", "--per-category", "3",
+                       "--repeats", "6", "--heartbeat", "1")
+    env = worker_env(autotune_home, fresh_postgres)
+    doomed = subprocess.Popen(argv, env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    try:
+        assert any(line.startswith("[1/4]") for line in doomed.stderr)  # the baseline finished; trial 1 runs
+        time.sleep(0.5)
+        doomed.send_signal(signal.SIGKILL)
+        doomed.wait(timeout=30)
+    finally:
+        doomed.kill()
+    (running,) = [t for t in trials_of(fresh_postgres) if t.state == optuna.trial.TrialState.RUNNING]
+    time.sleep(3.5)  # past the grace period of 3 heartbeats
+    survivor = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
+    assert survivor.returncode == 0, survivor.stderr
+    trials = trials_of(fresh_postgres)
+    assert trials[running.number].state == optuna.trial.TrialState.FAIL
+    (requeued,) = [t for t in trials if t.user_attrs.get("requeued_from") == running.number]
+    assert requeued.state.is_finished() and requeued.params == running.params
+    assert all(t.state.is_finished() for t in trials)
+    assert len(trials) == 5  # 4 counted trials and the dead worker's one
+
+
+def test_each_hardware_has_its_own_study_and_presets_of_every_machine_are_listed(
+        tiny_space, models_dir, autotune_home, tmp_path, fresh_postgres):
+    fake_bin = tmp_path / "fake-gpu"
+    fake_bin.mkdir()
+    smi = fake_bin / "nvidia-smi"
+    smi.write_text("#!/bin/sh\ncase \"$*\" in *uuid*) echo GPU-1234 ;; *) echo 'NVIDIA FakeGPU, 24576, 555.1' ;; esac\n")
+    smi.chmod(smi.stat().st_mode | stat.S_IEXEC)
+    argv = worker_argv(tiny_space, models_dir, "--trials", "2", "--max-tokens", "12")
+    here = subprocess.run(argv, env=worker_env(autotune_home, fresh_postgres), capture_output=True, text=True, timeout=300)
+    gpu_env = worker_env(autotune_home, fresh_postgres, PATH=f"{fake_bin}{os.pathsep}{os.environ['PATH']}")
+    there = subprocess.run(argv, env=gpu_env, capture_output=True, text=True, timeout=300)
+    assert here.returncode == 0 and there.returncode == 0, (here.stderr, there.stderr)
+    assert len(trials_of(fresh_postgres)) == 2
+    assert len(trials_of(fresh_postgres, "NVIDIA FakeGPU 24GiB")) == 2
+
+    with PresetStore(fresh_postgres) as store:
+        for hardware in (hardware_key(), "NVIDIA FakeGPU 24GiB"):
+            store.save(Preset(model="tiny", hardware=hardware, argv=("llama-server", "-m", "t.gguf"), tok_s=100.0,
+                              baseline_tok_s=80.0, speedup=1.25, engine="server", llama_cpp_build="b1",
+                              file_hashes={}, params={}, study_name="s", created_at=datetime.now(timezone.utc)))
+    listing = CliRunner().invoke(cli, ["presets", "list", "--storage", fresh_postgres])
+    assert listing.exit_code == 0, listing.output
+    assert hardware_key() in listing.stdout and "NVIDIA FakeGPU 24GiB" in listing.stdout
