@@ -15,7 +15,7 @@ import click
 
 from autotune import __version__
 from autotune.cli_options import (
-    engine_option, json_option, measurement_options, model_option, objective_option, server_bin_option, storage_option,
+    engine_option, json_option, measurement_options, model_option, server_bin_option, storage_option, study_options,
 )
 from autotune.errors import AutotuneError
 
@@ -72,11 +72,7 @@ def search(model, options, server_bin):
 
 
 @cli.command()
-@model_option
-@click.option("--hardware", help="Hardware key of the study (default: this machine's).")
-@engine_option
-@objective_option
-@storage_option
+@study_options
 @json_option
 def best(model, hardware, engine, objective, storage, as_json):
     """Print the fastest configuration found for MODEL as a llama-server command line.
@@ -103,11 +99,7 @@ def best(model, hardware, engine, objective, storage, as_json):
 
 
 @cli.command()
-@model_option
-@click.option("--hardware", help="Hardware key of the study (default: this machine's).")
-@engine_option
-@objective_option
-@storage_option
+@study_options
 @json_option
 def trials(model, hardware, engine, objective, storage, as_json):
     """List the trials of MODEL's study: state, parameters, tok/s, speedup and acceptance.

@@ -86,3 +86,16 @@ def measurement_options(command):
     for option in reversed(_MEASUREMENT_OPTIONS):
         with_options = option(with_options)
     return with_options
+
+
+def study_options(command):
+    """Which stored study a reading command looks at: --model, --hardware, --engine, --objective, --storage."""
+    for option in reversed([
+        model_option,
+        click.option("--hardware", help="Hardware key of the study (default: this machine's)."),
+        engine_option,
+        objective_option,
+        storage_option,
+    ]):
+        command = option(command)
+    return command

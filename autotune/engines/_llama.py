@@ -51,13 +51,15 @@ def default_threads() -> int:
 
 
 class LoadedModel:
-    """One GGUF loaded with every layer offloaded to the GPU when there is one."""
+    """One GGUF loaded with every layer offloaded to the GPU when there is one, or (`vocab_only`)
+    only its tokenizer, chat template and special-token flags, which loads in milliseconds."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, *, vocab_only: bool = False):
         if not path.is_file():
             raise ModelFileError(f"model file not found: {path}")
         params = llama_cpp.llama_model_default_params()
         params.n_gpu_layers = -1  # negative: all layers (a CPU build ignores it)
+        params.vocab_only = vocab_only
         self.path = path
         self.ptr = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
         if not self.ptr:

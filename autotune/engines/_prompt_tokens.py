@@ -13,28 +13,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import llama_cpp
-
-from autotune.engines._llama import LoadedModel, last_log_error
-from autotune.errors import ModelFileError, UsageError
+from autotune.engines._llama import LoadedModel
+from autotune.errors import UsageError
 from autotune.prompts import Prompt
-
-
-class VocabOnlyModel(LoadedModel):
-    """A LoadedModel without weights: tokenizer, chat template and special-token flags only."""
-
-    def __init__(self, path: Path):
-        if not path.is_file():
-            raise ModelFileError(f"model file not found: {path}")
-        params = llama_cpp.llama_model_default_params()
-        params.vocab_only = True
-        self.path = path
-        self.ptr = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
-        if not self.ptr:
-            raise ModelFileError(f"{path}: llama.cpp cannot load this GGUF ({last_log_error()}); re-download or re-convert it")
-        self.vocab = llama_cpp.llama_model_get_vocab(self.ptr)
-        self.n_vocab = llama_cpp.llama_vocab_n_tokens(self.vocab)
-        self.add_bos = bool(llama_cpp.llama_vocab_get_add_bos(self.vocab))
 
 
 class PromptTokens:
@@ -42,12 +23,12 @@ class PromptTokens:
 
     def __init__(self, context_size: int):
         self.context_size = context_size
-        self._models: dict[Path, VocabOnlyModel] = {}
+        self._models: dict[Path, LoadedModel] = {}
         self._tokens: dict[tuple[Path, str], list[int]] = {}
 
-    def model(self, path: Path) -> VocabOnlyModel:
+    def model(self, path: Path) -> LoadedModel:
         if path not in self._models:
-            self._models[path] = VocabOnlyModel(path)
+            self._models[path] = LoadedModel(path, vocab_only=True)
         return self._models[path]
 
     def tokens(self, path: Path, prompt: Prompt, max_tokens: int) -> list[int]:

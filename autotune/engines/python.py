@@ -15,9 +15,9 @@ from typing import Sequence
 import numpy as np
 
 from autotune.engines._llama import Context, LoadedModel, default_threads, llama_build
+from autotune.engines._prompt_tokens import PromptTokens
 from autotune.engines.base import Engine, ProgressCallback
 from autotune.engines.drafters import DraftModelDrafter, Drafter, NgramSimpleDrafter
-from autotune.errors import UsageError
 from autotune.lossless import TieEvidence
 from autotune.measurement import GenerationResult, Measurement
 from autotune.prompts import Prompt, PromptMix
@@ -35,7 +35,7 @@ class PythonEngine(Engine):
         self.threads = threads or default_threads()
         self._models: dict[Path, LoadedModel] = {}
         self._contexts: dict[tuple[str, Path], Context] = {}
-        self._prompt_tokens: dict[tuple[Path, str], list[int]] = {}
+        self._prompts = PromptTokens(context_size)
         self._replays: dict[tuple[Path, str], tuple[list[int], list[tuple[np.ndarray, np.ndarray]]]] = {}
         self._max_tokens = 0
 
@@ -62,7 +62,7 @@ class PythonEngine(Engine):
     def prepare(self, config: SpecConfig, mix: PromptMix, *, max_tokens: int) -> None:
         self.load(config)
         for prompt in mix:
-            self._tokens(config.target, prompt, max_tokens)
+            self._prompts.tokens(config.target, prompt, max_tokens)
 
     def measure(
         self,
@@ -76,7 +76,7 @@ class PythonEngine(Engine):
         self._max_tokens = max_tokens
         target = self._context("target", config.target)
         drafter = self._drafter(config)
-        prompts = [(prompt, self._tokens(config.target, prompt, max_tokens)) for prompt in mix]
+        prompts = [(prompt, self._prompts.tokens(config.target, prompt, max_tokens)) for prompt in mix]
         self._generate(target, drafter, prompts[0][0], prompts[0][1], min(WARMUP_TOKENS, max_tokens))
         results = []
         for index, (prompt, tokens) in enumerate(prompts):
@@ -97,7 +97,7 @@ class PythonEngine(Engine):
         one_by_one = dict(zip(leading_ids.tolist(), leading_logits.tolist()))
         context = self._context("target", target)
         context.clear()
-        batched = context.decode(self._prompt_tokens[(target, prompt.text)] + list(generated), 0)[-1]
+        batched = context.decode(self._prompts.tokens(target, prompt, 0) + list(generated), 0)[-1]
         difference = leading_logits - batched[leading_ids]
         return TieEvidence(
             margin_one_by_one=one_by_one[token_a] - one_by_one.get(token_b, float(leading_logits.min())),
@@ -112,7 +112,7 @@ class PythonEngine(Engine):
         if cached is not None and cached[0][: len(generated)] == list(generated) and len(cached[1]) > len(generated):
             return cached[1]
         context = self._context("target", target)
-        tokens = self._prompt_tokens[key]
+        tokens = self._prompts.tokens(target, prompt, 0)
         context.clear()
         row = context.decode(tokens, 0)[-1]
         followed: list[int] = []
@@ -148,19 +148,6 @@ class PythonEngine(Engine):
         if config.spec_type == "draft-simple":
             return DraftModelDrafter(self._context("draft", config.draft), config)
         return None
-
-    def _tokens(self, path: Path, prompt: Prompt, max_tokens: int) -> list[int]:
-        key = (path, prompt.text)
-        if key not in self._prompt_tokens:
-            model = self._models[path]
-            self._prompt_tokens[key] = model.tokenize(model.chat_prompt(prompt.text))
-        tokens = self._prompt_tokens[key]
-        if len(tokens) + max_tokens > self.context_size:
-            raise UsageError(
-                f"prompt {prompt.id} has {len(tokens)} tokens: with --max-tokens {max_tokens} it needs "
-                f"a context of {len(tokens) + max_tokens}, above the search space's context_size {self.context_size}"
-            )
-        return tokens
 
     @staticmethod
     def _generate(
