@@ -93,7 +93,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         storage = optuna.storages.RDBStorage(f"sqlite:///{tmp}/bench.db")
         tuner = Tuner(space.restricted_to(set(engine.runnable_spec_types)), find_candidates(files), mix, engine,
-                      SearchSettings("gemma3-270m", trials=6, max_tokens=args.max_tokens, seed=0), SilentReporter())
+                      SearchSettings("gemma3-270m", trials=6, max_tokens=args.max_tokens, seed=0, pruning=False),
+                      SilentReporter())
         study = tuner.run(storage)
         for trial in study.trials:
             wall, gen = trial.user_attrs["wall_s"], trial.user_attrs.get("generation_s")

@@ -1,0 +1,70 @@
+"""Benchmark of noise control and pruning on Gemma 3 270M (figures for issue 5's closing note).
+
+(a) the coefficient of variation of the baseline's mix tok/s over `--repeats` back-to-back measurements;
+(b) the wall time of a `--trials` study with and without Wilcoxon pruning (same seed, same prompts),
+    and whether both find the same best configuration.
+
+Run: python examples/benchmarks/noise_and_pruning.py [--trials 30] [--max-tokens 24] [--repeats 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import optuna
+
+from autotune.engines.python import PythonEngine
+from autotune.progress import SilentReporter
+from autotune.prompts import load_prompt_mix
+from autotune.results import best_result
+from autotune.runner import SearchOptions, check_inputs, runnable_space
+from autotune.spec import SpecConfig
+from autotune.tuner import Tuner
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--trials", type=int, default=30)
+    parser.add_argument("--max-tokens", type=int, default=24)
+    parser.add_argument("--repeats", type=int, default=10)
+    args = parser.parse_args()
+
+    models = Path(tempfile.gettempdir()) / "autotune-bench-models"
+    options = SearchOptions(trials=args.trials, engine_name="python", prompts_file=None, per_category=1,
+                            max_tokens=args.max_tokens, storage_url=None, models_dir=models, space_file=None,
+                            seed=7, threads=None, baseline_every=0)
+    inputs = check_inputs("gemma3-270m", options, SilentReporter())
+    mix = load_prompt_mix().take(per_category=1)
+    engine = PythonEngine(context_size=inputs.space.model.context_size)
+    baseline = SpecConfig(inputs.candidates.targets[0])
+    engine.prepare(baseline, mix, max_tokens=args.max_tokens)
+    print(f"Gemma 3 270M Q4_K_M, {engine.threads} threads, {len(mix)} prompts x {args.max_tokens} tokens")
+
+    samples = [engine.measure(baseline, mix, max_tokens=args.max_tokens).mix_tok_s for _ in range(args.repeats)]
+    cv = statistics.stdev(samples) / statistics.mean(samples)
+    print(f"\n(a) baseline mix tok/s over {args.repeats} repeats: mean {statistics.mean(samples):.1f}, "
+          f"min {min(samples):.1f}, max {max(samples):.1f}, coefficient of variation {100 * cv:.1f}%")
+
+    print(f"\n(b) {args.trials}-trial study, seed 7, with and without pruning")
+    runnable = runnable_space(inputs.space, engine, inputs.candidates, SilentReporter())
+    for pruning in (True, False):
+        settings = replace(options, pruning=pruning).settings("gemma3-270m")
+        storage = optuna.storages.RDBStorage(f"sqlite:///{tempfile.mkdtemp()}/bench.db")
+        started = time.perf_counter()
+        study = Tuner(runnable, inputs.candidates, mix, engine, settings, SilentReporter()).run(storage)
+        wall = time.perf_counter() - started
+        states = [t.state.name for t in study.trials]
+        best = best_result(study)
+        print(f"  pruning {'on ' if pruning else 'off'}: wall {wall:6.1f} s, {states.count('COMPLETE')} complete, "
+              f"{states.count('PRUNED')} pruned, {states.count('FAIL')} failed; best: trial {best.trial.number} "
+              f"{best.trial.user_attrs['config']['label']} {best.tok_s:.1f} tok/s ({best.speedup:.2f}x)")
+    engine.close()
+
+
+if __name__ == "__main__":
+    main()
