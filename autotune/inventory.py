@@ -54,5 +54,5 @@ def _server_notes(space: SearchSpace, server: ServerCapabilities | None) -> list
     wants_pctree = any(r.param.name.startswith("dspark_pctree") for r in space.spec_types.get("draft-dspark", ()))
     if wants_pctree and not server.has_pctree:
         notes.append("this llama-server has no PCTree flags (--spec-dspark-pctree, a community fork's): "
-                     "draft-dspark is searched without trees")
+                     "--engine server searches draft-dspark without trees (--engine python runs them)")
     return notes

@@ -3,6 +3,8 @@
 Each step the target verifies `[last] + draft` in one batch decode, keeps the longest prefix of the
 draft that equals its own greedy choices plus one token of its own, and rolls the rejected rest
 out of its KV cache. Verification is exact greedy matching, so the output is the baseline's.
+draft-dspark (linear or PCTree) runs its own loop (autotune.engines.dspark): the target hands its
+layer inputs to the draft after every decode, and a tree is verified with several sequence ids.
 Models load once and stay loaded across trials; only the (target, draft) pair in use is kept.
 """
 
@@ -10,7 +12,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -18,6 +20,7 @@ from autotune.engines._llama import Context, LoadedModel, default_threads, llama
 from autotune.engines._prompt_tokens import PromptTokens
 from autotune.engines.base import Engine, ProgressCallback
 from autotune.engines.drafters import DraftModelDrafter, Drafter, NgramSimpleDrafter
+from autotune.engines.dspark import DSparkDrafter, DSparkPair, dspark_available
 from autotune.lossless import TieEvidence
 from autotune.measurement import GenerationResult, Measurement
 from autotune.prompts import Prompt, PromptMix
@@ -25,6 +28,9 @@ from autotune.spec import SpecConfig
 
 WARMUP_TOKENS = 8
 _LEADING_LOGITS = 32  # logits kept per step of a replay, and compared between decode paths for noise
+
+#: (prompt, prompt tokens, max tokens) -> the prompt's generation
+Generate = Callable[[Prompt, list[int], int], GenerationResult]
 
 
 class PythonEngine(Engine):
@@ -34,14 +40,16 @@ class PythonEngine(Engine):
         self.context_size = context_size
         self.threads = threads or default_threads()
         self._models: dict[Path, LoadedModel] = {}
-        self._contexts: dict[tuple[str, Path], Context] = {}
+        # (role, path) -> Context; ("dspark", target, draft) -> DSparkPair (its own target context)
+        self._contexts: dict[tuple, Context | DSparkPair] = {}
         self._prompts = PromptTokens(context_size)
         self._replays: dict[tuple[Path, str], tuple[list[int], list[tuple[np.ndarray, np.ndarray]]]] = {}
         self._max_tokens = 0
 
     @property
     def runnable_spec_types(self) -> frozenset[str]:
-        return frozenset({"none", "draft-simple", "ngram-simple"})
+        types = {"none", "draft-simple", "ngram-simple"}
+        return frozenset(types | {"draft-dspark"} if dspark_available() else types)
 
     @property
     def build_info(self) -> str:
@@ -51,7 +59,7 @@ class PythonEngine(Engine):
         """Load the models `config` needs (and free the others), so a bad file fails before any trial."""
         needed = {config.target} | ({config.draft} if config.draft else set())
         for path in [p for p in self._models if p not in needed]:
-            for key in [k for k in self._contexts if k[1] == path]:
+            for key in [k for k in self._contexts if path in k[1:]]:
                 self._contexts.pop(key).free()
             self._models.pop(path).free()
             self._replays = {k: v for k, v in self._replays.items() if k[0] != path}
@@ -61,6 +69,8 @@ class PythonEngine(Engine):
 
     def prepare(self, config: SpecConfig, mix: PromptMix, *, max_tokens: int) -> None:
         self.load(config)
+        if config.spec_type == "draft-dspark":
+            self._dspark_pair(config)  # a draft that cannot feed on this target fails here, before any trial
         for prompt in mix:
             self._prompts.tokens(config.target, prompt, max_tokens)
 
@@ -74,13 +84,12 @@ class PythonEngine(Engine):
     ) -> Measurement:
         self.load(config)
         self._max_tokens = max_tokens
-        target = self._context("target", config.target)
-        drafter = self._drafter(config)
+        generate = self._generator(config)
         prompts = [(prompt, self._prompts.tokens(config.target, prompt, max_tokens)) for prompt in mix]
-        self._generate(target, drafter, prompts[0][0], prompts[0][1], min(WARMUP_TOKENS, max_tokens))
+        generate(prompts[0][0], prompts[0][1], min(WARMUP_TOKENS, max_tokens))
         results = []
         for index, (prompt, tokens) in enumerate(prompts):
-            result = self._generate(target, drafter, prompt, tokens, max_tokens)
+            result = generate(prompt, tokens, max_tokens)
             results.append(result)
             if on_prompt is not None:
                 on_prompt(index, result)
@@ -140,6 +149,23 @@ class PythonEngine(Engine):
         key = (role, path)
         if key not in self._contexts:
             self._contexts[key] = Context(self._models[path], n_ctx=self.context_size, n_threads=self.threads)
+        return self._contexts[key]
+
+    def _generator(self, config: SpecConfig) -> Generate:
+        """The generation loop for `config`: DSpark runs its own (layer features, trees)."""
+        if config.spec_type == "draft-dspark":
+            return DSparkDrafter(self._dspark_pair(config), config).generate
+        target = self._context("target", config.target)
+        drafter = self._drafter(config)
+        return lambda prompt, tokens, max_tokens: self._generate(target, drafter, prompt, tokens, max_tokens)
+
+    def _dspark_pair(self, config: SpecConfig) -> DSparkPair:
+        """The target and DSpark draft of `config` bound for in-process drafting (kept across trials)."""
+        key = ("dspark", config.target, config.draft)
+        if key not in self._contexts:
+            self._contexts[key] = DSparkPair(
+                self._models[config.target], self._models[config.draft], n_ctx=self.context_size, n_threads=self.threads
+            )
         return self._contexts[key]
 
     def _drafter(self, config: SpecConfig) -> Drafter | None:

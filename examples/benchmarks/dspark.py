@@ -23,6 +23,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
+from autotune.engines.python import PythonEngine
 from autotune.engines.server import ServerEngine
 from autotune.measurement import Measurement
 from autotune.prompts import load_prompt_mix
@@ -31,7 +32,6 @@ from autotune.testing import tiny_gguf
 from autotune.testing.dspark_fixtures import (
     bigram_table,
     greedy_continuations,
-    python_engine_with_dspark,
     write_bigram_dspark_draft,
 )
 
@@ -79,7 +79,7 @@ def main() -> None:
 
     baseline = SpecConfig(target)
     linear = {name: SpecConfig(target, "draft-dspark", path, {"draft_n_max": args.n_max}) for name, path in drafts.items()}
-    python = python_engine_with_dspark(context_size=CONTEXT, threads=args.threads)
+    python = PythonEngine(context_size=CONTEXT, threads=args.threads)
     server = ServerEngine(context_size=CONTEXT, threads=args.threads)
     try:
         for config in [baseline, *linear.values()]:

@@ -1,0 +1,95 @@
+"""A tiny DSpark draft that actually predicts its target: for tests and benchmarks of drafting trees.
+
+`tiny_gguf.write_dspark_draft` gives random weights, so its drafts are rarely accepted and a tree
+has little to win. `write_bigram_dspark_draft` writes the same draft with a full-rank Markov head
+(markov_rank = vocab size) set from the target's own greedy bigrams: after token t, the head favours
+the tokens that followed t in the target's greedy continuations of some texts, the most frequent
+one most (by `scale`, then `step` less for each next rank). The noise of the random draft body
+(logits of standard deviation about sqrt(n_embd)) stays on top, so the linear draft is often right
+and sometimes wrong in the ways a tree can cover: a token with several usual successors.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import gguf
+import numpy as np
+
+from autotune.testing import tiny_gguf
+
+__all__ = ["greedy_continuations", "bigram_table", "write_bigram_dspark_draft"]
+
+
+def greedy_continuations(target_path: str | Path, texts: Iterable[str], n_tokens: int = 64) -> list[list[int]]:
+    """The target's greedy continuation (prompt tokens first) of each text, one token at a time."""
+    from autotune.engines._llama import Context, LoadedModel
+
+    model = LoadedModel(Path(target_path))
+    try:
+        context = Context(model, n_ctx=512, n_threads=1)
+        try:
+            sequences = []
+            for text in texts:
+                tokens = model.tokenize(model.chat_prompt(text))[: 512 - n_tokens]
+                context.clear()
+                row = context.decode(tokens, 0)[-1]
+                sequence = list(tokens)
+                for _ in range(n_tokens):
+                    token = int(row.argmax())
+                    sequence.append(token)
+                    row = context.decode([token], len(sequence) - 1)[-1]
+                sequences.append(sequence)
+            return sequences
+        finally:
+            context.free()
+    finally:
+        model.free()
+
+
+def bigram_table(sequences: Sequence[Sequence[int]], top: int = 4) -> dict[int, list[int]]:
+    """For each token, the tokens that followed it most often (most frequent first, at most `top`)."""
+    counts: dict[int, Counter] = defaultdict(Counter)
+    for sequence in sequences:
+        for prev, nxt in zip(sequence, sequence[1:]):
+            counts[prev][nxt] += 1
+    return {prev: [t for t, _ in c.most_common(top)] for prev, c in counts.items()}
+
+
+def write_bigram_dspark_draft(
+    path: str | Path,
+    target_path: str | Path,
+    successors: dict[int, list[int]],
+    *,
+    scale: float = 40.0,
+    step: float = 4.0,
+    block_size: int = 4,
+    seed: int = 0,
+    **draft_kwargs,
+) -> Path:
+    """A `tiny_gguf.write_dspark_draft` whose Markov head says `successors`.
+
+    markov_w1 is the identity, so bias(prev) = markov_w2[:, prev]: `scale - r * step` on the r-th
+    successor of prev (r = 0, 1, ...), 0 elsewhere.
+    """
+    vocab = tiny_gguf.read_target_dims(target_path).vocab_size
+    path = tiny_gguf.write_dspark_draft(
+        path, target_path=target_path, markov_rank=vocab, block_size=block_size, seed=seed, **draft_kwargs
+    )
+    reader = gguf.GGUFReader(str(path), "r+")
+    tensors = {t.name: t.data for t in reader.tensors}
+    w1, w2 = tensors["markov_w1.weight"], tensors["markov_w2.weight"]
+    w1[:] = np.eye(vocab, dtype=np.float32)
+    w2[:] = 0.0
+    for prev, nexts in successors.items():
+        for rank, token in enumerate(nexts):
+            w2[token, prev] = scale - rank * step
+    w1.flush()
+    w2.flush()
+    del reader, tensors, w1, w2
+    return path
+
+
+# -- the python engine with draft-dspark, until engines/python.py dispatches to it itself ---------
