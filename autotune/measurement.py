@@ -38,6 +38,10 @@ class GenerationResult:
     def prompt_tok_s(self) -> float:
         return _rate(self.n_prompt, self.prompt_ms)
 
+    @property
+    def e2e_tok_s(self) -> float:
+        return _rate(self.n_generated, self.prompt_ms + self.decode_ms)
+
     def figures(self) -> dict:
         """JSON-ready per-prompt figures (without the token ids, which are stored apart)."""
         row = {k: v for k, v in asdict(self).items() if k != "tokens"}

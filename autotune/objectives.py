@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from autotune.measurement import Measurement
+from autotune.measurement import GenerationResult, Measurement
 
 
 @dataclass(frozen=True)
@@ -20,6 +20,8 @@ class Objective:
     name: str
     directions: tuple[str, ...]
     values_of: Callable[[Measurement], list[float]]
+    #: one prompt's score, reported to the pruner as one instance (single-objective studies only)
+    prompt_score: Callable[[GenerationResult], float] = lambda r: r.decode_tok_s
 
     @property
     def is_multi(self) -> bool:
@@ -28,7 +30,7 @@ class Objective:
 
 OBJECTIVES: dict[str, Objective] = {
     "decode": Objective("decode", ("maximize",), lambda m: [m.mix_tok_s]),
-    "e2e": Objective("e2e", ("maximize",), lambda m: [m.e2e_tok_s]),
+    "e2e": Objective("e2e", ("maximize",), lambda m: [m.e2e_tok_s], lambda r: r.e2e_tok_s),
     "pareto": Objective("pareto", ("maximize", "maximize"), lambda m: [m.mix_tok_s, m.prompt_tok_s]),
 }
 DEFAULT_OBJECTIVE = "decode"

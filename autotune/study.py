@@ -6,7 +6,7 @@ import optuna
 
 from autotune.errors import StudyNotFoundError
 
-optuna.logging.set_verbosity(optuna.logging.WARNING)
+optuna.logging.set_verbosity(optuna.logging.ERROR)  # the reporter shows failed trials with their reason
 
 
 def study_name(model: str, hardware: str, engine: str, version: int | None = None, objective: str = "decode") -> str:

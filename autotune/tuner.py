@@ -5,7 +5,7 @@ reference measured on the same engine; every `baseline_every` search trials the 
 measured again, and speedups divide by the latest one, so drift (heat, other load) cancels and is
 recorded. The baseline is a reference, not a search point: the sampler only picks speculative
 types. A configuration that cannot be measured is told to Optuna as FAIL with its reason, never as
-a score of 0. With one objective, each prompt's decode tok/s is reported as one instance to
+a score of 0. With one objective, each prompt's score (its decode or end-to-end tok/s) is one instance for
 Optuna's WilcoxonPruner, which stops a trial once it is significantly slower, prompt by prompt,
 than the best trial.
 """
@@ -150,7 +150,7 @@ class Tuner:
             if baseline_trial(study, config.target) is None and not _baseline_waiting(study, config.target):
                 study.enqueue_trial({}, user_attrs={"role": BASELINE_ROLE, "target": str(config.target)})
         if is_new and warm_start:
-            self.warm_start(study, list(warm_start))
+            self.reporter.note(f"warm start: {self.warm_start(study, list(warm_start))} earlier winners measured first")
         self._done_before = counted_trials(study)
         if self._done_before < self.settings.trials:
             study.optimize(
@@ -305,7 +305,7 @@ class Tuner:
             if deadline is not None and time.monotonic() > deadline:
                 raise TrialFailure(f"timeout: the trial ran past --trial-timeout {self.settings.trial_timeout_s:g} s")
             if first and reported:
-                trial.report(result.decode_tok_s, step=index)
+                trial.report(self.objective.prompt_score(result), step=index)
                 if not config.is_baseline and trial.should_prune():
                     reason = f"significantly slower than the best trial after {index + 1} prompts"
                     trial.set_user_attr("prune_reason", reason)
