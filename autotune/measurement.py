@@ -113,5 +113,32 @@ class Measurement:
         }
 
 
+def extend_until_stop(generated: list[int], new_tokens: list[int], max_tokens: int, is_eog) -> None:
+    """Append `new_tokens` to `generated`, stopping at `max_tokens` or an end-of-generation token."""
+    for token in new_tokens:
+        generated.append(token)
+        if len(generated) >= max_tokens or is_eog(token):
+            return
+
+
+def timed_result(
+    prompt_id: str, category: str, n_prompt: int, started: float, first_token_at: float, ended: float,
+    generated: list[int], n_drafted: int, n_accepted: int, n_verify_steps: int,
+) -> GenerationResult:
+    """A GenerationResult from perf_counter stamps: start, first token, last token."""
+    return GenerationResult(
+        prompt_id=prompt_id,
+        category=category,
+        n_prompt=n_prompt,
+        prompt_ms=(first_token_at - started) * 1000,
+        n_generated=len(generated),
+        decode_ms=(ended - first_token_at) * 1000,
+        n_drafted=n_drafted,
+        n_accepted=n_accepted,
+        n_verify_steps=n_verify_steps,
+        tokens=generated,
+    )
+
+
 def _rate(count: float, ms: float) -> float:
     return count * 1000.0 / ms if ms > 0 else 0.0

@@ -105,7 +105,9 @@ def best_result(study: optuna.Study) -> BestResult:
     winner = confirmation.winner if confirmation else None
     if winner is not None:
         best = next((t for t in complete if t.number == winner.trial), best)
-    baseline = baseline_trial(study, Path(best.user_attrs["config"]["target"]))
+    reference = best.user_attrs.get("speedup_baseline_trial")  # the baseline its speedup divides by
+    baseline = (next(t for t in complete if t.number == reference) if reference is not None
+                else baseline_trial(study, Path(best.user_attrs["config"]["target"])))
     return BestResult(study.study_name, best, baseline, confirmation, front)
 
 

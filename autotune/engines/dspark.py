@@ -58,7 +58,7 @@ import numpy as np
 from autotune.engines import _dflash_ctypes as dfc
 from autotune.engines._llama import Context, LoadedModel, last_log_error
 from autotune.errors import EngineError, ModelFileError, TrialFailure
-from autotune.measurement import GenerationResult
+from autotune.measurement import GenerationResult, extend_until_stop, timed_result
 from autotune.prompts import Prompt
 from autotune.spec import SpecConfig
 
@@ -629,24 +629,10 @@ class DSparkDrafter:
                 accepted += len(kept)
                 verify_steps += 1
             n_past += 1 + len(kept)
-            for token in kept + [bonus]:
-                generated.append(token)
-                if len(generated) >= max_tokens or model.is_eog(token):
-                    break
+            extend_until_stop(generated, kept + [bonus], max_tokens, model.is_eog)
             last = generated[-1]
-        end = time.perf_counter()
-        return GenerationResult(
-            prompt_id=prompt.id,
-            category=prompt.category,
-            n_prompt=len(tokens),
-            prompt_ms=(first_token_at - start) * 1000,
-            n_generated=len(generated),
-            decode_ms=(end - first_token_at) * 1000,
-            n_drafted=drafted,
-            n_accepted=accepted,
-            n_verify_steps=verify_steps,
-            tokens=generated,
-        )
+        return timed_result(prompt.id, prompt.category, len(tokens), start, first_token_at, time.perf_counter(),
+                            generated, drafted, accepted, verify_steps)
 
     def _prefill(self, tokens: list[int]) -> int:
         target, draft = self.pair.target, self.pair.draft

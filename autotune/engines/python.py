@@ -22,7 +22,7 @@ from autotune.engines.base import Engine, ProgressCallback
 from autotune.engines.drafters import DraftModelDrafter, Drafter, NgramSimpleDrafter
 from autotune.engines.dspark import DSparkDrafter, DSparkPair, dspark_available
 from autotune.lossless import TieEvidence
-from autotune.measurement import GenerationResult, Measurement
+from autotune.measurement import GenerationResult, Measurement, extend_until_stop, timed_result
 from autotune.prompts import Prompt, PromptMix
 from autotune.spec import SpecConfig
 
@@ -208,21 +208,7 @@ class PythonEngine(Engine):
                     target.truncate(len(history) + 1 + n_ok)
             history.append(last)
             history.extend(draft[:n_ok])
-            for token in draft[:n_ok] + [predicted[n_ok]]:
-                generated.append(token)
-                if len(generated) >= max_tokens or model.is_eog(token):
-                    break
+            extend_until_stop(generated, draft[:n_ok] + [predicted[n_ok]], max_tokens, model.is_eog)
             last = generated[-1]
-        end = time.perf_counter()
-        return GenerationResult(
-            prompt_id=prompt.id,
-            category=prompt.category,
-            n_prompt=len(tokens),
-            prompt_ms=(first_token_at - start) * 1000,
-            n_generated=len(generated),
-            decode_ms=(end - first_token_at) * 1000,
-            n_drafted=drafted,
-            n_accepted=accepted,
-            n_verify_steps=verify_steps,
-            tokens=generated,
-        )
+        return timed_result(prompt.id, prompt.category, len(tokens), start, first_token_at, time.perf_counter(),
+                            generated, drafted, accepted, verify_steps)
