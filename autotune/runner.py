@@ -219,6 +219,9 @@ def run_nightly(
             warm_start=top_trials(previous, top) if previous is not None else [], study_attrs={"file_hashes": hashes},
             heartbeat_s=options.heartbeat_s,
         )
+        if not top_trials(study, top):
+            return NightlyOutcome("unchanged", f"{model}: no speculative configuration completed (all pruned or "
+                                               f"failed, see `autotune trials --model {model}`); preset kept")
         in_use = config_from_attrs(preset.params) if preset is not None else None
         if in_use is not None and not all(p.is_file() for p in (in_use.target, in_use.draft) if p):
             in_use = None

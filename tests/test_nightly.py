@@ -73,7 +73,8 @@ ngram_simple_size_m = [2, 8]
 
 def nightly(space, models, ok_codes=(0, 3, 4)):
     result = CliRunner().invoke(cli, ["nightly", "--model", "tiny", "--space", str(space), "--models-dir", str(models),
-                                      "--trials", "4", "--top", "2", "--repeats", "2", "--max-tokens", "10", "--seed", "0"])
+                                      "--trials", "4", "--top", "2", "--confirm-repeats", "2", "--max-tokens", "10",
+                                      "--seed", "0", "--no-pruning"])
     assert result.exit_code in ok_codes, result.output
     return result
 
@@ -113,3 +114,21 @@ def test_new_draft_file_starts_a_warm_started_study_version(tmp_path, tiny_dir, 
         assert winner["mean_tok_s"] > current["mean_tok_s"] and after["study_name"] == f"{base}/v2"
     else:
         assert after == presets[0]
+
+
+def test_a_night_where_nothing_speculative_completes_keeps_what_there_is(tmp_path, tiny_dir):
+    models = tmp_path / "models"
+    models.mkdir()
+    shutil.copy(tiny_dir / "tiny-target.gguf", models)
+    space = tmp_path / "tiny.toml"
+    space.write_text(textwrap.dedent("""
+        [model]
+        name = "tiny"
+        target = "tiny-target.gguf"
+        context_size = 512
+        [spec_types.ngram-simple]
+        ngram_simple_size_n = 12
+        ngram_simple_size_m = 48
+    """))
+    result = nightly(space, models, ok_codes=(3,))
+    assert "no speculative configuration completed" in result.stdout
