@@ -27,7 +27,7 @@ from autotune.commandline import server_argv
 from autotune.device_lock import device_lock
 from autotune.engines.base import Engine
 from autotune.errors import (
-    AutotuneError, EngineError, ModelFileError, SpeculationInactiveError, TrialFailure, UsageError,
+    AutotuneError, ModelFileError, SpeculationInactiveError, TrialFailure, UsageError,
 )
 from autotune.hardware import hardware_detail, hardware_key
 from autotune.lossless import compare_outputs

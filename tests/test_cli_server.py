@@ -6,7 +6,6 @@ import json
 import textwrap
 
 import optuna
-import pytest
 from click.testing import CliRunner
 
 from autotune.cli import cli

@@ -10,7 +10,6 @@ import subprocess
 import sys
 import time
 from datetime import datetime, timezone
-from pathlib import Path
 
 import optuna
 import pytest

@@ -105,14 +105,16 @@ class LoadedModel:
 
 
 class Context:
-    """A llama.cpp context for one sequence with a reusable batch."""
+    """A llama.cpp context with a reusable one-sequence batch; `n_seq_max` > 1 (tree verification)
+    gives a unified KV cache shared by that many sequence ids."""
 
-    def __init__(self, model: LoadedModel, *, n_ctx: int, n_threads: int, n_batch: int = 512):
+    def __init__(self, model: LoadedModel, *, n_ctx: int, n_threads: int, n_batch: int = 512, n_seq_max: int = 1):
         params = llama_cpp.llama_context_default_params()
         params.n_ctx = n_ctx
         params.n_batch = n_batch
         params.n_ubatch = n_batch
-        params.n_seq_max = 1
+        params.n_seq_max = n_seq_max
+        params.kv_unified = n_seq_max > 1
         params.n_threads = n_threads
         params.n_threads_batch = n_threads
         params.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED

@@ -185,26 +185,9 @@ class TargetContext(Context):
 
     def __init__(self, model: LoadedModel, *, n_ctx: int, n_threads: int, layer_ids: list[int],
                  n_batch: int = 512, n_seq_max: int = MAX_TREE_LEAVES):
-        params = llama_cpp.llama_context_default_params()
-        params.n_ctx = n_ctx
-        params.n_batch = n_batch
-        params.n_ubatch = n_batch
-        params.n_seq_max = n_seq_max
-        params.kv_unified = True
-        params.n_threads = n_threads
-        params.n_threads_batch = n_threads
-        params.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED
-        params.no_perf = True
-        self.model = model
-        self.n_ctx = n_ctx
-        self.n_batch = n_batch
+        super().__init__(model, n_ctx=n_ctx, n_threads=n_threads, n_batch=n_batch, n_seq_max=n_seq_max)
         self.n_seq_max = n_seq_max
-        self.ptr = llama_cpp.llama_init_from_model(model.ptr, params)
-        if not self.ptr:
-            raise EngineError(f"{model.path.name}: cannot create a llama.cpp context ({last_log_error()})")
-        self.memory = llama_cpp.llama_get_memory(self.ptr)
-        # a one-sequence batch (every token in sequence 0) filled through numpy views, and a tree batch
-        self.batch = llama_cpp.llama_batch_init(n_batch, 0, 1)
+        # the one-sequence batch (every token in sequence 0) is filled through numpy views; a tree batch
         for i in range(n_batch):
             self.batch.n_seq_id[i] = 1
             self.batch.seq_id[i][0] = 0
