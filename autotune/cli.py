@@ -14,7 +14,8 @@ import click
 
 from autotune import __version__
 from autotune.cli_options import (
-    engine_option, json_option, measurement_options, model_option, server_bin_option, storage_option, study_options,
+    json_option, measurement_options, model_option, sampling_options, server_bin_option, storage_option,
+    study_engine_option, study_objective_option, study_options, with_options,
 )
 from autotune.errors import AutotuneError
 
@@ -53,20 +54,30 @@ def cli() -> None:
 @model_option
 @measurement_options
 @server_bin_option
-def search(model, options, server_bin):
+@click.option("--confirm/--no-confirm", "confirm_enabled", default=True, show_default=True,
+              help="End by re-measuring the top configurations with the baseline, interleaved, on llama-server "
+                   "(in-process when no llama-server resolves).")
+@click.option("--confirm-top", type=click.IntRange(min=1), default=3, show_default=True,
+              help="How many of the best configurations the final confirmation re-measures.")
+@click.option("--confirm-repeats", type=click.IntRange(min=2), default=3, show_default=True,
+              help="Interleaved rounds of the final confirmation.")
+def search(model, options, server_bin, confirm_enabled, confirm_top, confirm_repeats):
     """Run (or resume) an Optuna study of speculative settings for MODEL on this machine.
 
     Trial 0 is the baseline without speculation; every trial generates the prompt mix for real and
-    is stored in the study database. Ends by printing the best llama-server command line.
+    is stored in the study database. The top configurations are then re-measured with the baseline,
+    interleaved (on llama-server when one resolves), and the winner's llama-server command line is
+    printed with those figures.
 
     \b
     Example:
         autotune search --model gemma3-270m --trials 12 --max-tokens 64
     """
-    from autotune.runner import run_search
+    from autotune.runner import ConfirmOptions, run_search
     from autotune.progress import TerminalReporter
 
-    best = run_search(model, options, reporter=TerminalReporter(), server_bin=server_bin)
+    best = run_search(model, options, reporter=TerminalReporter(), server_bin=server_bin,
+                      confirm_options=ConfirmOptions(confirm_enabled, confirm_top, confirm_repeats))
     click.echo(_best_text(best))
 
 
@@ -134,15 +145,19 @@ def trials(model, hardware, engine, objective, storage, as_json):
 @model_option
 @click.option("--top", type=click.IntRange(min=1), default=3, show_default=True, help="How many of the best configurations to re-measure.")
 @click.option("--repeats", type=click.IntRange(min=2), default=3, show_default=True, help="Rounds of interleaved measurements.")
-@engine_option
+@study_engine_option
+@study_objective_option
 @storage_option
 @server_bin_option
-def confirm(model, top, repeats, engine, storage, server_bin):
+@with_options(sampling_options(defaults=False))
+@click.option("--seed", type=click.IntRange(min=0), help="Seed of token sampling [default: the study's].")
+def confirm(model, top, repeats, engine, objective, storage, server_bin, temperature, top_k, top_p, min_p, seed):
     """Re-measure the study's best configurations and the baseline on a real llama-server.
 
     Measurements interleave (baseline, A, B, baseline, A, B, ...) REPEATS times; each configuration
     gets its mean tok/s, a 95% confidence interval and Welch's t-test p-value against the baseline,
-    stored with the study. `autotune best` then shows the confirmed figures.
+    stored with the study. `autotune best` then shows the confirmed figures. Sampling follows the
+    study unless given here.
 
     \b
     Example:
@@ -154,9 +169,10 @@ def confirm(model, top, repeats, engine, storage, server_bin):
         figure = "FAILED" if tok_s is None else f"{tok_s:.1f} tok/s"
         click.echo(f"[round {round_ + 1}/{repeats}] {label}: {figure}", err=True)
 
-    result = run_confirm(model=model, engine_name=engine, top=top, repeats=repeats, storage_url=storage,
-                         server_bin=server_bin, on_measured=on_measured)
-    click.echo(f"{'tok/s':>8} {'95% CI':>17} {'speedup':>7} {'p':>8}  configuration (llama-server, {result.repeats} repeats)")
+    sampling = {"temperature": temperature, "top_k": top_k, "top_p": top_p, "min_p": min_p, "seed": seed}
+    result = run_confirm(model=model, engine_name=engine, objective=objective, top=top, repeats=repeats,
+                         storage_url=storage, server_bin=server_bin, sampling=sampling, on_measured=on_measured)
+    click.echo(f"{'tok/s':>8} {'95% CI':>17} {'speedup':>7} {'p':>8}  configuration ({result.engine} engine, {result.repeats} repeats)")
     for row in [*result.baselines, *result.configs]:
         if row.failure:
             click.echo(f"{'-':>8} {'':>17} {'':>7} {'':>8}  {row.label} [{row.failure}]")
@@ -167,13 +183,29 @@ def confirm(model, top, repeats, engine, storage, server_bin):
         click.echo(f"{row.mean_tok_s:>8.1f} {ci:>17} {speedup:>7} {p_value:>8}  {row.label}")
 
 
+_ENGINE_LABELS = {"server": "llama-server", "python": "the in-process engine"}
+
+
 def _best_text(result) -> str:
+    """The command line, then its figures: the confirmed ones first, each naming the engine that measured it."""
     from autotune.commandline import format_command
     from autotune.results import PresetResult
 
     lines = [format_command(result.argv)]
     if isinstance(result, PresetResult):
         return "\n".join(lines + [result.summary()])
+    confirmed = result.confirmed
+    if confirmed is not None:
+        confirmation = result.confirmation
+        baseline = confirmation.baseline_of(confirmed)
+        verdict = "significantly faster" if confirmed.significantly_faster else "NOT significantly faster"
+        lines.append(
+            f"# {confirmed.mean_tok_s:.1f} tok/s [95% CI {confirmed.ci95[0]:.1f}-{confirmed.ci95[1]:.1f}] on "
+            f"{_ENGINE_LABELS.get(confirmation.engine, confirmation.engine)}, baseline {baseline.mean_tok_s:.1f} "
+            f"[{baseline.ci95[0]:.1f}-{baseline.ci95[1]:.1f}], speedup {confirmed.speedup:.2f}x, "
+            f"p={confirmed.p_value if confirmed.p_value is not None else float('nan'):.3g} ({verdict}; "
+            f"{confirmation.repeats} interleaved rounds)"
+        )
     if result.front:
         lines.append("# pareto front (decode tok/s, prompt tok/s); the pick (*) has the best end-to-end tok/s:")
         for member in sorted(result.front, key=lambda t: -t.values[0]):
@@ -181,18 +213,11 @@ def _best_text(result) -> str:
             lines.append(f"# {mark} trial {member.number:>3}: {member.values[0]:7.1f} decode, {member.values[1]:7.1f} prompt, "
                          f"{member.user_attrs['figures']['e2e_tok_s']:7.1f} e2e  {member.user_attrs['config']['label']}")
     engine = result.trial.user_attrs.get("engine")
-    lines.append(f"# {result.tok_s:.1f} tok/s decode (trial {result.trial.number}, {engine} engine)")
+    measured = f"{result.tok_s:.1f} tok/s decode in the search (trial {result.trial.number}, " \
+               f"{_ENGINE_LABELS.get(engine, engine)}, one measurement)"
     if result.baseline_tok_s:
-        lines.append(f"# baseline {result.baseline_tok_s:.1f} tok/s, speedup {result.speedup:.2f}x")
-    confirmed = result.confirmed
-    if confirmed is not None:
-        verdict = "significantly faster" if confirmed.significantly_faster else "NOT significantly faster"
-        lines.append(
-            f"# confirmed on {result.confirmation.engine} ({result.confirmation.repeats} repeats): "
-            f"{confirmed.mean_tok_s:.1f} tok/s [95% CI {confirmed.ci95[0]:.1f}-{confirmed.ci95[1]:.1f}], "
-            f"baseline {result.confirmation.baseline_of(confirmed).mean_tok_s:.1f}, speedup {confirmed.speedup:.2f}x, "
-            f"p={confirmed.p_value if confirmed.p_value is not None else float('nan'):.3g} ({verdict})"
-        )
+        measured += f", baseline {result.baseline_tok_s:.1f}, speedup {result.speedup:.2f}x"
+    lines.append("# " + measured if confirmed is not None else "# " + measured + " — not confirmed")
     return "\n".join(lines)
 
 

@@ -10,6 +10,7 @@ import click
 
 from autotune.engines import ENGINE_NAMES
 from autotune.objectives import DEFAULT_OBJECTIVE, OBJECTIVES
+from autotune.sampling import SERVER_MIN_P, SERVER_TOP_K, SERVER_TOP_P
 from autotune.settings import MODELS_DIR_ENV, STORAGE_ENV, default_models_dir
 
 model_option = click.option("--model", "-m", required=True, help="Model name: a search_spaces/<name>.toml file.")
@@ -18,9 +19,9 @@ storage_option = click.option(
     help=f"SQLAlchemy URL of the study database [env {STORAGE_ENV}; default: SQLite in autotune's data dir].",
 )
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
-engine_option = click.option(
-    "--engine", type=click.Choice(ENGINE_NAMES), default="python", show_default=True,
-    help="python: in-process through llama-cpp-python; server: a real llama-server per trial, launched with the printed argv.",
+study_engine_option = click.option(
+    "--engine", type=click.Choice(ENGINE_NAMES), default=None,
+    help="The study measured by this engine (default: the model's only study on this hardware).",
 )
 server_bin_option = click.option(
     "--server-bin", type=click.Path(dir_okay=False),
@@ -38,6 +39,38 @@ objective_option = click.option(
     "--objective", type=click.Choice(list(OBJECTIVES)), default=DEFAULT_OBJECTIVE, show_default=True,
     help="decode: mix decode tok/s; e2e: tok/s of whole requests, prompt included; pareto: decode and prompt tok/s.",
 )
+study_objective_option = click.option(
+    "--objective", type=click.Choice(list(OBJECTIVES)), default=None,
+    help="The study of this objective (default: the model's only study on this hardware).",
+)
+
+
+def sampling_options(defaults: bool):
+    """--temperature, --top-k, --top-p, --min-p: llama-server's sampler settings for every request.
+    With `defaults` off (confirm) an option left out keeps the study's own setting."""
+    def default(value):
+        return value if defaults else None
+
+    return [
+        click.option("--temperature", type=click.FloatRange(min=0), default=default(0.0), show_default=defaults,
+                     help="Sampling temperature (0: greedy, whose output is checked against the baseline's)."
+                     + ("" if defaults else " [default: the study's]")),
+        click.option("--top-k", type=click.IntRange(min=0), default=default(SERVER_TOP_K), show_default=defaults,
+                     help="Top-k sampling (0: the whole vocabulary)." + ("" if defaults else " [default: the study's]")),
+        click.option("--top-p", type=click.FloatRange(0, 1), default=default(SERVER_TOP_P), show_default=defaults,
+                     help="Top-p (nucleus) sampling." + ("" if defaults else " [default: the study's]")),
+        click.option("--min-p", type=click.FloatRange(0, 1), default=default(SERVER_MIN_P), show_default=defaults,
+                     help="Min-p sampling." + ("" if defaults else " [default: the study's]")),
+    ]
+
+
+def with_options(options):
+    """Apply a list of click options to a command, first one outermost (as written above it)."""
+    def decorate(command):
+        for option in reversed(options):
+            command = option(command)
+        return command
+    return decorate
 
 _MEASUREMENT_OPTIONS = [
     click.option("--trials", type=click.IntRange(min=1), default=12, show_default=True,
@@ -54,7 +87,7 @@ _MEASUREMENT_OPTIONS = [
                  help=f"SQLAlchemy URL of the study database [env {STORAGE_ENV}; default: SQLite in autotune's data dir]."),
     models_dir_option,
     space_option,
-    click.option("--seed", type=int, help="Seed of the TPE sampler."),
+    click.option("--seed", type=click.IntRange(min=0), help="Seed of the TPE sampler and of token sampling (default: TPE random, sampling seed 0)."),
     click.option("--threads", type=click.IntRange(min=1), help="CPU threads (default: every core this process may use)."),
     objective_option,
     click.option("--repeats", type=click.IntRange(min=1), default=1, show_default=True,
@@ -67,6 +100,7 @@ _MEASUREMENT_OPTIONS = [
                  help="Fail a trial that runs longer than this many seconds."),
     click.option("--heartbeat", "heartbeat_s", type=click.IntRange(min=1), default=60, show_default=True,
                  help="Seconds between a worker's heartbeats; a trial silent for 3 of them is failed and re-queued."),
+    *sampling_options(defaults=True),
 ]
 
 
@@ -78,24 +112,20 @@ def measurement_options(command):
     names = [f.name for f in dataclasses.fields(SearchOptions)]
 
     @functools.wraps(command)
-    def with_options(**kwargs):
+    def with_values(**kwargs):
         values = {name: kwargs.pop(name) for name in names}
         values["models_dir"] = values["models_dir"] or default_models_dir()
         return command(options=SearchOptions(**values), **kwargs)
 
-    for option in reversed(_MEASUREMENT_OPTIONS):
-        with_options = option(with_options)
-    return with_options
+    return with_options(_MEASUREMENT_OPTIONS)(with_values)
 
 
 def study_options(command):
     """Which stored study a reading command looks at: --model, --hardware, --engine, --objective, --storage."""
-    for option in reversed([
+    return with_options([
         model_option,
         click.option("--hardware", help="Hardware key of the study (default: this machine's)."),
-        engine_option,
-        objective_option,
+        study_engine_option,
+        study_objective_option,
         storage_option,
-    ]):
-        command = option(command)
-    return command
+    ])(command)

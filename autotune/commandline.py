@@ -7,8 +7,10 @@ so what was measured is what the user runs.
 from __future__ import annotations
 
 import shlex
+from dataclasses import asdict, dataclass, field
 from typing import Sequence
 
+from autotune.sampling import GREEDY, Sampling
 from autotune.spec import SPEC_TYPE_PARAMS, SpecConfig
 
 DEFAULT_SERVER_BINARY = "llama-server"
@@ -21,17 +23,21 @@ def server_argv(
     base_flags: Sequence[str] = (),
     binary: str = DEFAULT_SERVER_BINARY,
     threads: int | None = None,
+    sampling: Sampling = GREEDY,
 ) -> list[str]:
     """The llama-server command line that runs `config`.
 
     One slot (`-np 1`: the whole context for one stream, as measured), every layer on the GPU
     (`-ngl all`, ignored by a CPU build), flash attention on; `-t` only when the user chose a
-    thread count; `base_flags` come from the search-space file. Only parameters the configuration
-    sets are written, the rest keep llama.cpp's defaults.
+    thread count (otherwise both engines use llama-server's default); the sampling settings that
+    differ from llama-server's defaults (`--temp 0` for a greedy study); `base_flags` come from the
+    search-space file. Only parameters the configuration sets are written, the rest keep llama.cpp's
+    defaults.
     """
     argv = [binary, "-m", str(config.target), "-c", str(context_size), "-np", "1", "-ngl", "all", "-fa", "on"]
     if threads:
         argv += ["-t", str(threads)]
+    argv += sampling.server_flags()
     argv += list(base_flags)
     if config.is_baseline:
         return argv
@@ -45,9 +51,36 @@ def server_argv(
             continue
         if param.kind is bool:
             argv += [param.flag] if value else []
+        elif param.kind is str:
+            argv += [param.flag, str(value)]
         else:
             argv += [param.flag, _format_value(value)]
     return argv
+
+
+@dataclass(frozen=True)
+class ServerCommand:
+    """Everything besides the SpecConfig that a study's llama-server command carries; stored with the
+    study so `confirm`, `best` and presets print the command that was measured."""
+
+    context_size: int
+    base_flags: tuple[str, ...] = ()
+    binary: str = DEFAULT_SERVER_BINARY  # argv[0] as printed: a bare name only where PATH finds that binary
+    threads: int | None = None
+    sampling: Sampling = field(default=GREEDY)
+
+    def argv(self, config: SpecConfig) -> list[str]:
+        return server_argv(config, context_size=self.context_size, base_flags=self.base_flags, binary=self.binary,
+                           threads=self.threads, sampling=self.sampling)
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "base_flags": list(self.base_flags), "sampling": self.sampling.as_dict()}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "ServerCommand":
+        return cls(context_size=int(data["context_size"]), base_flags=tuple(data.get("base_flags", ())),
+                   binary=data.get("binary", DEFAULT_SERVER_BINARY), threads=data.get("threads"),
+                   sampling=Sampling.from_dict(data.get("sampling")))
 
 
 def _format_value(value: int | float) -> str:

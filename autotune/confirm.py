@@ -14,7 +14,7 @@ import numpy as np
 import optuna
 from scipy import stats
 
-from autotune.commandline import server_argv
+from autotune.commandline import ServerCommand
 from autotune.device_lock import device_lock
 from autotune.engines.base import Engine
 from autotune.errors import StudyNotFoundError, TrialFailure
@@ -118,14 +118,13 @@ def confirm(
     *,
     top: int,
     repeats: int,
-    context_size: int,
-    base_flags: tuple[str, ...] = (),
+    command: ServerCommand,
     preset: SpecConfig | None = None,
     on_measured: Callable[[int, str, float | None], None] = lambda r, label, tok_s: None,
 ) -> Confirmation:
     """Measure the baselines (one per target involved) and the top configurations `repeats` times,
     interleaved, and store the result with the study. `preset`, the configuration in use, is measured
-    alongside so a new winner can be tested against it."""
+    alongside so a new winner can be tested against it; `command` spells each one's printed argv."""
     trials = top_trials(study, top)
     if not trials:
         raise StudyNotFoundError(f"study {study.study_name!r} has no completed speculative trial to confirm")
@@ -160,7 +159,7 @@ def confirm(
     def summarize(index: int) -> ConfirmedConfig:
         role, number, config = entries[index]
         values = samples[index]
-        argv = server_argv(config, context_size=context_size, base_flags=base_flags)
+        argv = command.argv(config)
         if index in failures or not values:
             return ConfirmedConfig(config.describe(), role, number, str(config.target), argv, values, 0.0, (0.0, 0.0),
                                    None, None, failures.get(index))

@@ -13,7 +13,7 @@ from typing import Callable
 
 import llama_cpp
 
-from autotune.engines._llama import default_threads, last_log_error
+from autotune.engines._llama import last_log_error
 from autotune.errors import EngineError, UsageError
 from autotune.gguf_info import read_gguf_info
 from autotune.models import check_gguf, resolve_model_files
@@ -44,7 +44,7 @@ def quantize_file(
     source, destination, quant = plan.source, plan.destination, plan.quant
     params = llama_cpp.llama_model_quantize_default_params()
     params.ftype = getattr(llama_cpp, f"LLAMA_FTYPE_MOSTLY_{quant}")
-    params.nthread = threads or default_threads()
+    params.nthread = threads or os.cpu_count() or 1
     params.allow_requantize = plan.requantizes
     partial = destination.with_name(destination.name + ".partial")
     expected_bytes = max(1, int(plan.n_weights * _BITS_PER_WEIGHT.get(quant, 8) / 8))

@@ -92,12 +92,12 @@ def best_result(study: optuna.Study) -> BestResult:
     trial with the best objective whose output matched the baseline's. In a pareto study (decode and
     prompt tok/s) the pick on the front is the member with the best end-to-end tok/s."""
     complete = study.get_trials(deepcopy=False, states=(COMPLETE,))
-    eligible = [t for t in complete if t.user_attrs.get("lossless", True)]
+    eligible = [t for t in complete if t.user_attrs.get("lossless") is not False]
     if not eligible:
         raise StudyNotFoundError(f"study {study.study_name!r} has no completed trial yet: run `autotune search`")
     front: tuple[optuna.trial.FrozenTrial, ...] = ()
     if len(study.directions) > 1:
-        front = tuple(t for t in study.best_trials if t.user_attrs.get("lossless", True)) or tuple(eligible)
+        front = tuple(t for t in study.best_trials if t.user_attrs.get("lossless") is not False) or tuple(eligible)
         best = max(front, key=lambda t: t.user_attrs["figures"]["e2e_tok_s"])
     else:
         best = max(eligible, key=lambda t: t.values[0])

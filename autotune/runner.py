@@ -13,15 +13,18 @@ import optuna
 
 from autotune.candidates import Candidates, find_candidates
 from autotune.confirm import Confirmation, ConfirmedConfig, confirm, top_trials
-from autotune.engines import Engine, create_engine
-from autotune.errors import AutotuneError, ModelFileError, SearchSpaceError
+from autotune.engines import DEFAULT_ENGINE, Engine, create_engine
+from autotune.commandline import ServerCommand
+from autotune.errors import AutotuneError, ModelFileError, SearchSpaceError, UsageError
 from autotune.hardware import hardware_key
 from autotune.models import ModelFiles, resolve_model_files
 from autotune.prompts import PromptMix, load_prompt_mix
 from autotune.results import BestResult, best_result
 from autotune.space import SearchSpace, find_space_file, load_space
-from autotune.spec import SpecConfig
-from autotune.study import latest_version, load_study, study_name
+from autotune.sampling import GREEDY, SERVER_MIN_P, SERVER_TOP_K, SERVER_TOP_P, Sampling
+from autotune.server_binary import command_binary, server_binary_available
+from autotune.spec import DRAFT_SAMPLING, SpecConfig
+from autotune.study import latest_version, load_study, study_kinds, study_name
 from autotune.nightly import NightlyOutcome, decide, unchanged_files
 from autotune.objectives import DEFAULT_OBJECTIVE
 from autotune.trials import config_from_attrs
@@ -67,13 +70,31 @@ class SearchOptions:
     pruning: bool = True
     trial_timeout_s: float | None = None
     heartbeat_s: int = 60
+    temperature: float = 0.0
+    top_k: int = SERVER_TOP_K
+    top_p: float = SERVER_TOP_P
+    min_p: float = SERVER_MIN_P
+
+    @property
+    def sampling(self) -> Sampling:
+        """What every request samples with; --seed seeds it as it seeds the TPE sampler."""
+        return Sampling(self.temperature, self.top_k, self.top_p, self.min_p, seed=self.seed or 0)
 
     def settings(self, model: str) -> SearchSettings:
         return SearchSettings(
             model, self.trials, self.max_tokens, seed=self.seed, threads=self.threads, objective=self.objective,
             repeats=self.repeats, baseline_every=self.baseline_every, pruning=self.pruning,
-            trial_timeout_s=self.trial_timeout_s,
+            trial_timeout_s=self.trial_timeout_s, sampling=self.sampling,
         )
+
+
+@dataclass(frozen=True)
+class ConfirmOptions:
+    """How `search` re-measures its winners at the end (on llama-server when one resolves)."""
+
+    enabled: bool = True
+    top: int = 3
+    repeats: int = 3
 
 
 def check_inputs(model: str, options: SearchOptions, reporter: SearchReporter) -> SearchInputs:
@@ -96,10 +117,22 @@ def check_inputs(model: str, options: SearchOptions, reporter: SearchReporter) -
     return SearchInputs(space, mix, files, candidates)
 
 
-def run_search(model: str, options: SearchOptions, *, reporter: SearchReporter, server_bin: str | None = None) -> BestResult:
+def run_search(model: str, options: SearchOptions, *, reporter: SearchReporter, server_bin: str | None = None,
+               confirm_options: ConfirmOptions = ConfirmOptions()) -> BestResult:
+    """Run the study, then (unless disabled) re-measure its top configurations with the baseline,
+    interleaved and repeated, on llama-server when a binary resolves, else in-process: the figures
+    printed are those, not the best of many noisy single measurements."""
     inputs = check_inputs(model, options, reporter)
     study = _search(inputs, options.settings(model), options.engine_name, server_bin, options.storage_url, reporter,
                     heartbeat_s=options.heartbeat_s)
+    if confirm_options.enabled and top_trials(study, confirm_options.top):
+        engine_name = "server" if server_binary_available(server_bin) else "python"
+        reporter.note(f"confirming the top {confirm_options.top} with the baseline on the {engine_name} engine, "
+                      f"{confirm_options.repeats} interleaved rounds")
+        _confirm(study, confirm_options.top, confirm_options.repeats, engine_name, server_bin, None,
+                 lambda r, label, tok_s: reporter.note(
+                     f"confirm round {r + 1}/{confirm_options.repeats}: {label}: "
+                     + ("FAILED" if tok_s is None else f"{tok_s:.1f} tok/s")))
     return best_result(study)
 
 
@@ -122,11 +155,15 @@ def _search(
     heartbeat fails the trials of a worker that died and re-queues them, and the device lock keeps
     two workers of one machine from measuring at the same time."""
     model = inputs.space.model
+    binary, missing = command_binary(server_bin)
+    if missing:
+        reporter.note(missing)
+    command = ServerCommand(model.context_size, tuple(model.base_flags), binary, settings.threads, settings.sampling)
     with create_engine(
         engine_name, context_size=model.context_size, threads=settings.threads, server_bin=server_bin,
-        base_flags=model.base_flags,
+        base_flags=model.base_flags, sampling=settings.sampling,
     ) as engine:
-        runnable = runnable_space(inputs.space, engine, inputs.candidates, reporter)
+        runnable = runnable_space(inputs.space, engine, inputs.candidates, reporter, settings.sampling)
         for target in inputs.candidates.targets:
             engine.prepare(SpecConfig(target), inputs.mix, max_tokens=settings.max_tokens)
         storage = open_storage(resolve_storage_url(storage_url), heartbeat_interval_s=heartbeat_s,
@@ -136,7 +173,7 @@ def _search(
         if new_version and name in _study_names(storage):
             version = (version or 1) + 1
         settings = replace(settings, version=version)
-        tuner = Tuner(runnable, inputs.candidates, inputs.mix, engine, settings, reporter)
+        tuner = Tuner(runnable, inputs.candidates, inputs.mix, engine, settings, reporter, command)
         study = tuner.run(storage, warm_start=warm_start, study_attrs=study_attrs)
     if not study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
         reason = study.trials[-1].user_attrs.get("fail_reason", "no reason recorded") if study.trials else "no trial ran"
@@ -148,9 +185,12 @@ def _study_names(storage: optuna.storages.BaseStorage) -> set[str]:
     return {s.study_name for s in optuna.get_all_study_summaries(storage, include_best_trial=False)}
 
 
-def runnable_space(space: SearchSpace, engine: Engine, candidates: Candidates, reporter: SearchReporter) -> SearchSpace:
+def runnable_space(space: SearchSpace, engine: Engine, candidates: Candidates, reporter: SearchReporter,
+                   sampling: Sampling = GREEDY) -> SearchSpace:
     """The part of `space` this engine and these files can run; says what was left out and why."""
     runnable = space.restricted_to(set(engine.runnable_spec_types))
+    if sampling.is_greedy:  # at temperature 0 a probabilistic draft is a greedy one: nothing to search
+        runnable = runnable.without_params(lambda param: param.name == DRAFT_SAMPLING.name)
     skipped = sorted(set(space.spec_types) - set(runnable.spec_types))
     if skipped:
         reporter.note(f"the {engine.name} engine cannot run {', '.join(skipped)}: left out of this study")
@@ -168,29 +208,47 @@ def runnable_space(space: SearchSpace, engine: Engine, candidates: Candidates, r
     return runnable
 
 
-def open_study_of(model: str, hardware: str | None, engine: str, storage_url: str | None,
-                  objective: str = DEFAULT_OBJECTIVE) -> optuna.Study:
-    """The newest stored study of (model, hardware, engine, objective); this machine's hardware by default."""
+def open_study_of(model: str, hardware: str | None, engine: str | None, storage_url: str | None,
+                  objective: str | None = None) -> optuna.Study:
+    """The newest stored study of `model` on `hardware` (this machine's by default). With `engine` or
+    `objective` unset, the one study that exists for them; several are a UsageError naming the flags
+    that pick each."""
     storage = open_storage(resolve_storage_url(storage_url))
-    name, _ = latest_version(storage, study_name(model, hardware or hardware_key(), engine, objective=objective))
-    return load_study(storage, name)
+    hardware = hardware or hardware_key()
+    if engine is not None and objective is not None:
+        name, _ = latest_version(storage, study_name(model, hardware, engine, objective=objective))
+        return load_study(storage, name)
+    found = [s for s in study_kinds(storage, model, hardware)
+             if engine in (None, s[0]) and objective in (None, s[1])]
+    if len(found) == 1:
+        found_engine, found_objective = found[0]
+        name, _ = latest_version(storage, study_name(model, hardware, found_engine, objective=found_objective))
+        return load_study(storage, name)
+    if not found:
+        wanted = study_name(model, hardware, engine or DEFAULT_ENGINE, objective=objective or DEFAULT_OBJECTIVE)
+        return load_study(storage, wanted)  # raises StudyNotFoundError listing what is there
+    choices = "; ".join(f"--engine {e} --objective {o}" for e, o in found)
+    raise UsageError(f"{model} has {len(found)} studies on {hardware}: pick one with {choices}")
 
 
 def run_confirm(
     *,
     model: str,
-    engine_name: str,
+    engine_name: str | None,
+    objective: str | None,
     top: int,
     repeats: int,
     storage_url: str | None,
     server_bin: str | None,
+    sampling: dict,
     on_measured,
 ) -> Confirmation:
-    """Re-measure the top configurations of this machine's `engine_name` study on llama-server, and make
-    the confirmed winner this machine's preset."""
+    """Re-measure the top configurations of this machine's study of `model` on llama-server, and make the
+    confirmed winner this machine's preset. `sampling` holds the settings given on the command line
+    (None: the study's own)."""
     url = resolve_storage_url(storage_url)
-    study = open_study_of(model, None, engine_name, url)
-    confirmation = _confirm(study, top, repeats, server_bin, None, on_measured)
+    study = open_study_of(model, None, engine_name, url, objective)
+    confirmation = _confirm(study, top, repeats, "server", server_bin, None, on_measured, sampling)
     if confirmation.winner is not None:
         with PresetStore(url) as store:
             store.save(preset_from(model, study, confirmation, confirmation.winner))
@@ -225,7 +283,7 @@ def run_nightly(
         in_use = config_from_attrs(preset.params) if preset is not None else None
         if in_use is not None and not all(p.is_file() for p in (in_use.target, in_use.draft) if p):
             in_use = None
-        confirmation = _confirm(study, top, confirm_repeats, server_bin, in_use,
+        confirmation = _confirm(study, top, confirm_repeats, "server", server_bin, in_use,
                                 lambda r, label, tok_s: reporter.note(f"confirm round {r + 1}: {label}: {tok_s}"))
         outcome = decide(model, confirmation, preset)
         if outcome.new_winner is not None:
@@ -233,13 +291,19 @@ def run_nightly(
     return outcome
 
 
-def _confirm(study: optuna.Study, top: int, repeats: int, server_bin: str | None, preset: SpecConfig | None,
-             on_measured) -> Confirmation:
-    server = study.user_attrs.get("llama_server", {"context_size": 4096, "base_flags": []})
-    base_flags = tuple(server["base_flags"])
-    with create_engine("server", context_size=server["context_size"], server_bin=server_bin, base_flags=base_flags) as engine:
-        return confirm(study, engine, top=top, repeats=repeats, context_size=server["context_size"],
-                       base_flags=base_flags, preset=preset, on_measured=on_measured)
+def _confirm(study: optuna.Study, top: int, repeats: int, engine_name: str, server_bin: str | None,
+             preset: SpecConfig | None, on_measured, sampling: dict | None = None) -> Confirmation:
+    """Confirm `study` on `engine_name` with the study's threads, flags and sampling (`sampling`
+    overrides the latter field by field); the printed argv names the binary that confirmed it."""
+    command = ServerCommand.from_dict(study.user_attrs.get("llama_server", {"context_size": 4096}))
+    overrides = {k: v for k, v in (sampling or {}).items() if v is not None}
+    if overrides:
+        command = replace(command, sampling=replace(command.sampling, **overrides))
+    if engine_name == "server":
+        command = replace(command, binary=command_binary(server_bin)[0])
+    with create_engine(engine_name, context_size=command.context_size, threads=command.threads, server_bin=server_bin,
+                       base_flags=command.base_flags, sampling=command.sampling) as engine:
+        return confirm(study, engine, top=top, repeats=repeats, command=command, preset=preset, on_measured=on_measured)
 
 
 def preset_from(model: str, study: optuna.Study, confirmation: Confirmation, row: ConfirmedConfig) -> Preset:

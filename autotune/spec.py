@@ -16,14 +16,16 @@ from typing import Mapping
 class SpecParam:
     """One tunable parameter of a spec type.
 
-    A `bool` parameter is a switch (the flag alone turns it on); a parameter that `requires` a switch
-    only exists while that switch is on (PCTree's k and n need `--spec-dspark-pctree`).
+    A `bool` parameter is a switch (the flag alone turns it on); a `str` parameter takes one of
+    `choices`; a parameter that `requires` a switch only exists while that switch is on (PCTree's k
+    and n need `--spec-dspark-pctree`).
     """
 
     name: str
-    kind: type  # int, float or bool
-    default: int | float | bool
+    kind: type  # int, float, bool or str
+    default: int | float | bool | str
     requires: str | None = None
+    choices: tuple[str, ...] = ()
 
     @property
     def flag(self) -> str:
@@ -39,6 +41,10 @@ _DRAFT = _params(
     SpecParam("draft_n_min", int, 0),
     SpecParam("draft_p_min", float, 0.0),
 )
+#: `--spec-draft-sampling` (newer llama-server builds): a probabilistic draft is verified by rejection
+#: sampling; at temperature 0 both are greedy, so a study searches it only when it samples.
+DRAFT_SAMPLING = SpecParam("draft_sampling", str, "greedy", choices=("greedy", "probabilistic"))
+_SAMPLED_DRAFT = {**_DRAFT, DRAFT_SAMPLING.name: DRAFT_SAMPLING}
 
 
 def _ngram_map(prefix: str) -> dict[str, SpecParam]:
@@ -52,9 +58,9 @@ def _ngram_map(prefix: str) -> dict[str, SpecParam]:
 #: Every spec type llama-server knows, with its tunable parameters.
 SPEC_TYPE_PARAMS: dict[str, dict[str, SpecParam]] = {
     "none": {},
-    "draft-simple": _DRAFT,
+    "draft-simple": _SAMPLED_DRAFT,
     "draft-eagle3": _DRAFT,
-    "draft-mtp": _DRAFT,
+    "draft-mtp": _SAMPLED_DRAFT,
     "draft-dflash": _DRAFT,
     # PCTree (parent-conditioned drafting trees) exists only in a community fork of llama-server
     "draft-dspark": {
@@ -109,7 +115,7 @@ class SpecConfig:
     def is_baseline(self) -> bool:
         return self.spec_type == BASELINE
 
-    def value(self, name: str) -> int | float:
+    def value(self, name: str) -> int | float | bool | str:
         """The parameter's value as llama.cpp will use it (set, or llama.cpp's default)."""
         spec = SPEC_TYPE_PARAMS[self.spec_type][name]
         return spec.kind(self.params.get(name, spec.default))
@@ -124,6 +130,8 @@ class SpecConfig:
             shown = name.removeprefix(prefix).removeprefix("draft_").removeprefix("dspark_")
             if isinstance(value, bool):
                 parts.append(f"{shown}={'on' if value else 'off'}")
+            elif isinstance(value, str):
+                parts.append(f"{shown}={value}")
             else:
                 parts.append(f"{shown}={value:g}" if isinstance(value, float) else f"{shown}={value}")
         return " ".join(parts)

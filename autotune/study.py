@@ -48,3 +48,16 @@ def studies_of_model(storage: optuna.storages.BaseStorage, model: str) -> list[s
         for s in optuna.get_all_study_summaries(storage, include_best_trial=False)
         if s.study_name.startswith(f"{model}@")
     )
+
+
+def study_kinds(storage: optuna.storages.BaseStorage, model: str, hardware: str) -> list[tuple[str, str]]:
+    """The (engine, objective) pairs that have a study of `model` on `hardware`, whatever their version."""
+    prefix = f"{model}@{hardware}:"
+    kinds = set()
+    for summary in optuna.get_all_study_summaries(storage, include_best_trial=False):
+        name = summary.study_name
+        if name.startswith(prefix):
+            kind = name[len(prefix):].split("/v", 1)[0]
+            engine, _, objective = kind.partition("+")
+            kinds.add((engine, objective or "decode"))
+    return sorted(kinds)

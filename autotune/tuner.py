@@ -23,7 +23,7 @@ import optuna
 from scipy import stats
 
 from autotune.candidates import Candidates, pair_label
-from autotune.commandline import server_argv
+from autotune.commandline import ServerCommand
 from autotune.device_lock import device_lock
 from autotune.engines.base import Engine
 from autotune.errors import (
@@ -35,6 +35,7 @@ from autotune.measurement import GenerationResult, Measurement
 from autotune.models import file_sha256
 from autotune.objectives import DEFAULT_OBJECTIVE, OBJECTIVES
 from autotune.prompts import PromptMix
+from autotune.sampling import GREEDY, Sampling
 from autotune.space import SearchSpace
 from autotune.spec import BASELINE, DRAFT_MODEL_TYPES, SpecConfig
 from autotune.study import study_name
@@ -73,6 +74,7 @@ class SearchSettings:
     baseline_every: int = 0  # re-measure the baselines after this many search trials (0: never)
     pruning: bool = True
     trial_timeout_s: float | None = None
+    sampling: Sampling = GREEDY
 
 
 @dataclass
@@ -85,6 +87,14 @@ class Tuner:
     engine: Engine
     settings: SearchSettings
     reporter: SearchReporter
+    command: ServerCommand | None = None  # what each printed command carries besides its config (None: the
+    #                                       space's context and flags, bare `llama-server`)
+
+    def __post_init__(self) -> None:
+        if self.command is None:
+            model = self.space.model
+            self.command = ServerCommand(model.context_size, tuple(model.base_flags), threads=self.settings.threads,
+                                         sampling=self.settings.sampling)
 
     @property
     def study_name(self) -> str:
@@ -185,7 +195,8 @@ class Tuner:
     def _check_same_settings(self, study: optuna.Study) -> None:
         """Refuse to mix figures from another prompt mix or output length into one study."""
         wanted = {"prompts": [p.id for p in self.mix], "prompt_source": self.mix.source,
-                  "max_tokens": self.settings.max_tokens, "repeats": self.settings.repeats}
+                  "max_tokens": self.settings.max_tokens, "repeats": self.settings.repeats,
+                  "sampling": self.settings.sampling.as_dict()}
         files = self.candidates.fingerprint()
         existing = study.user_attrs.get("measurement")
         if existing is not None and study.user_attrs.get("files", files) != files:
@@ -200,13 +211,14 @@ class Tuner:
             study.set_user_attr("hardware", hardware_key())
             study.set_user_attr("engine", self.engine.name)
             study.set_user_attr("objective", self.settings.objective)
-            model = self.space.model
-            study.set_user_attr("llama_server", {"context_size": model.context_size, "base_flags": list(model.base_flags)})
-        elif existing != wanted:
+            study.set_user_attr("llama_server", self.command.as_dict())
+        elif {**existing, "sampling": existing.get("sampling", GREEDY.as_dict())} != wanted:
+            sampling = Sampling.from_dict(existing.get("sampling"))
             raise UsageError(
                 f"study {study.study_name!r} was measured with --max-tokens {existing['max_tokens']}, "
-                f"--repeats {existing.get('repeats', 1)} on {len(existing['prompts'])} prompts of "
-                f"{existing['prompt_source']}; rerun with the same settings or use another --storage"
+                f"--repeats {existing.get('repeats', 1)}, sampling {sampling.describe()} on "
+                f"{len(existing['prompts'])} prompts of {existing['prompt_source']}; rerun with the same settings "
+                "or use another --storage"
             )
 
     def _suggest(self, trial: optuna.Trial) -> SpecConfig:
@@ -225,6 +237,8 @@ class Tuner:
                 params[name] = r.low
             elif r.param.kind is bool:
                 params[name] = trial.suggest_categorical(name, [False, True])
+            elif r.param.kind is str:
+                params[name] = trial.suggest_categorical(name, list(r.choices))
             elif r.param.kind is int:
                 params[name] = trial.suggest_int(name, r.low, r.high, step=r.step or 1)
             else:
@@ -249,12 +263,8 @@ class Tuner:
     def _objective(self, trial: optuna.Trial) -> list[float]:
         config = self._suggest(trial)
         started = time.perf_counter()
-        model = self.space.model
         trial.set_user_attr("config", config_attrs(config))
-        argv = server_argv(
-            config, context_size=model.context_size, base_flags=model.base_flags, threads=self.settings.threads
-        )
-        trial.set_user_attr("argv", argv)
+        trial.set_user_attr("argv", self.command.argv(config))
         trial.set_user_attr("engine", self.engine.name)
         trial.set_user_attr("llama_cpp_build", self.engine.build_info)
         trial.set_user_attr("hardware", hardware_key())
@@ -345,7 +355,11 @@ class Tuner:
         latest_tok_s = latest.user_attrs["figures"]["mix_tok_s"]
         trial.set_user_attr("speedup", round(pooled.mix_tok_s / latest_tok_s, 4) if latest_tok_s else None)
         trial.set_user_attr("speedup_baseline_trial", latest.number)
-        self._record_lossless(trial, config, reference, first)
+        if self.settings.sampling.is_greedy:
+            self._record_lossless(trial, config, reference, first)
+        else:
+            trial.set_user_attr("lossless", None)
+            trial.set_user_attr("lossless_reason", f"not checked: sampling at {self.settings.sampling.describe()}")
         return values
 
     def _record_lossless(self, trial: optuna.Trial, config: SpecConfig, reference: optuna.trial.FrozenTrial,

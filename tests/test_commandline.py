@@ -3,16 +3,36 @@ from pathlib import Path
 
 import pytest
 
-from autotune.commandline import format_command, server_argv
+from autotune.commandline import ServerCommand, format_command, server_argv
+from autotune.sampling import Sampling
 from autotune.spec import SpecConfig
 
 TARGET = Path("/models/Qwen3 8B-Q4_K_M.gguf")
 
 
-def test_baseline_runs_all_layers_on_gpu_with_flash_attention():
+def test_baseline_runs_all_layers_on_gpu_with_flash_attention_greedily():
     argv = server_argv(SpecConfig(target=TARGET), context_size=4096)
-    assert argv == ["llama-server", "-m", str(TARGET), "-c", "4096", "-np", "1", "-ngl", "all", "-fa", "on"]
-    assert server_argv(SpecConfig(target=TARGET), context_size=4096, threads=6)[-2:] == ["-t", "6"]
+    # greedy is not llama-server's default (temperature 0.8), so the command says so
+    assert argv == ["llama-server", "-m", str(TARGET), "-c", "4096", "-np", "1", "-ngl", "all", "-fa", "on",
+                    "--temp", "0"]
+    assert server_argv(SpecConfig(target=TARGET), context_size=4096, threads=6)[-4:-2] == ["-t", "6"]
+
+
+def test_sampling_settings_that_differ_from_llama_servers_defaults_are_in_the_command():
+    assert Sampling(temperature=0.8).server_flags() == ["--seed", "0"]  # all defaults: only the seed, which repeats
+    flags = Sampling(temperature=0.7, top_k=20, top_p=0.9, min_p=0.0, seed=5).server_flags()
+    assert flags == ["--temp", "0.7", "--top-k", "20", "--top-p", "0.9", "--min-p", "0", "--seed", "5"]
+    command = ServerCommand(2048, ("--jinja",), "/opt/bin/llama-server", 4, Sampling(temperature=0.7, seed=5))
+    argv = command.argv(SpecConfig(target=TARGET))
+    assert argv[0] == "/opt/bin/llama-server" and argv[argv.index("--temp") + 1] == "0.7" and argv[-1] == "--jinja"
+    assert ServerCommand.from_dict(command.as_dict()) == command
+
+
+def test_draft_sampling_is_spelled_as_llama_server_takes_it():
+    config = SpecConfig(target=TARGET, spec_type="draft-simple", draft=Path("/m/d.gguf"),
+                        params={"draft_sampling": "probabilistic"})
+    argv = server_argv(config, context_size=4096)
+    assert argv[argv.index("--spec-draft-sampling") + 1] == "probabilistic"
 
 
 def test_draft_config_spells_every_set_parameter_and_the_draft_model():

@@ -14,6 +14,7 @@ import pytest
 
 from autotune.engines import _dflash_ctypes as dfc
 from autotune.engines._llama import Context
+from autotune.runtime import Runtime
 from autotune.engines.dspark import MAX_TREE_LEAVES, DSparkDrafter, DSparkPair, MarkovHead, Tree, build_tree
 from autotune.engines.python import PythonEngine
 from autotune.engines.server import ServerEngine
@@ -156,8 +157,8 @@ def test_the_bigram_draft_is_accepted_often(engine, models):
 def test_n_max_clamps_to_the_trained_block_size(engine, models):
     pair = pair_of(engine, dspark(models))
     assert pair.block_size == 4 and pair.n_draft_max == 4
-    assert DSparkDrafter(pair, dspark(models, draft_n_max=8, draft_n_min=9)).n_max == 4
-    assert DSparkDrafter(pair, dspark(models, draft_n_max=8, draft_n_min=9)).n_min == 4
+    assert DSparkDrafter(pair, dspark(models, draft_n_max=8, draft_n_min=9), sampler=None).n_max == 4
+    assert DSparkDrafter(pair, dspark(models, draft_n_max=8, draft_n_min=9), sampler=None).n_min == 4
     bonus = pair_of(engine, dspark(models, "bonus-anchor"))
     assert bonus.n_draft_max == 4  # block 5 with a bonus anchor slot: 4 draft positions
     clamped = engine.measure(dspark(models, draft_n_max=16), MIX, max_tokens=MAX_TOKENS)
@@ -246,7 +247,7 @@ def test_tree_verification_gives_each_node_its_paths_logits(engine, models):
     logits = target.decode_tree(tree.tokens, [n_past + d for d in tree.depths], seqs).copy()
     features = target.features(list(range(len(tree))))
 
-    reference = Context(engine._models[models["target"]], n_ctx=512, n_threads=2)
+    reference = Context(engine._models[models["target"]], n_ctx=512, runtime=Runtime(threads=2))
     try:
         for node in range(len(tree)):
             path = [node]
@@ -267,7 +268,7 @@ def test_tree_verification_gives_each_node_its_paths_logits(engine, models):
     assert llama_cpp.llama_memory_seq_pos_max(memory, 0) == n_past + 3
     assert all(llama_cpp.llama_memory_seq_pos_max(memory, s) == -1 for s in range(1, MAX_TREE_LEAVES))
     follow = target.decode([60], n_past + 4)[-1].copy()  # attends to the kept path only
-    reference = Context(engine._models[models["target"]], n_ctx=512, n_threads=2)
+    reference = Context(engine._models[models["target"]], n_ctx=512, runtime=Runtime(threads=2))
     try:
         expected = reference.decode(prompt + [7, 20, 21, 50, 60], 0)[-1]
         np.testing.assert_allclose(follow, expected, atol=2e-2)  # f16 KV cache: batched and one-by-one differ by ~1e-3; a wrong mask by ~1

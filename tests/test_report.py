@@ -16,6 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from autotune.cli import cli
+from autotune.commandline import ServerCommand
 from autotune.confirm import confirm
 from autotune.engines import create_engine
 from autotune.hardware import hardware_key
@@ -72,7 +73,7 @@ def reports(tmp_path_factory, tiny_dir) -> Reports:
         assert searched.exit_code == 0, searched.output
         study = optuna.load_study(study_name=study_name("tiny", hardware_key(), "python"), storage=storage)
         with create_engine("python", context_size=512, threads=1) as engine:
-            confirm(study, engine, top=2, repeats=2, context_size=512)
+            confirm(study, engine, top=2, repeats=2, command=ServerCommand(512))
         _derive_studies(study, storage)
         pages = {}
         for kind, args in {"search": ("--model", "tiny"), "mixed": ("--model", "tiny-mixed"),

@@ -1,8 +1,10 @@
 """Measurement engines: each runs a SpecConfig over a PromptMix with real llama.cpp."""
 
 from autotune.engines.base import Engine, ProgressCallback
+from autotune.sampling import GREEDY, Sampling
 
 ENGINE_NAMES = ("python", "server")
+DEFAULT_ENGINE = "python"
 
 
 def create_engine(
@@ -12,17 +14,19 @@ def create_engine(
     threads: int | None = None,
     server_bin: str | None = None,
     base_flags: tuple[str, ...] = (),
+    sampling: Sampling = GREEDY,
 ) -> Engine:
     """`python`: in-process through llama-cpp-python; `server`: a real llama-server per measurement."""
     if name == "python":
         from autotune.engines.python import PythonEngine
 
-        return PythonEngine(context_size=context_size, threads=threads)
+        return PythonEngine(context_size=context_size, threads=threads, base_flags=base_flags, sampling=sampling)
     if name == "server":
         from autotune.engines.server import ServerEngine
 
-        return ServerEngine(context_size=context_size, threads=threads, binary=server_bin, base_flags=base_flags)
+        return ServerEngine(context_size=context_size, threads=threads, binary=server_bin, base_flags=base_flags,
+                            sampling=sampling)
     raise ValueError(f"unknown engine {name!r}")
 
 
-__all__ = ["ENGINE_NAMES", "Engine", "ProgressCallback", "create_engine"]
+__all__ = ["DEFAULT_ENGINE", "ENGINE_NAMES", "Engine", "ProgressCallback", "create_engine"]

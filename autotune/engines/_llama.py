@@ -8,7 +8,6 @@ speculation loop above it stays lean.
 from __future__ import annotations
 
 import ctypes
-import os
 from collections import deque
 from pathlib import Path
 
@@ -16,6 +15,7 @@ import llama_cpp
 import numpy as np
 
 from autotune.errors import EngineError, ModelFileError
+from autotune.runtime import Runtime
 
 _log_tail: deque[str] = deque(maxlen=40)
 
@@ -44,10 +44,6 @@ def llama_build() -> str:
     """Which llama.cpp this process runs: llama-cpp-python's version and the ggml build."""
     info = llama_cpp.llama_print_system_info().decode("utf-8", errors="replace").strip()
     return f"llama-cpp-python {llama_cpp.__version__} ({info})"
-
-
-def default_threads() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 class LoadedModel:
@@ -104,21 +100,38 @@ class LoadedModel:
             self.ptr = None
 
 
+FLASH_ATTN_TYPES = {
+    "on": llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED,
+    "off": llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED,
+    "auto": llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO,
+}
+
+
+def context_params(n_ctx: int, runtime: Runtime, *, n_batch: int | None = None, n_ubatch: int | None = None):
+    """llama_context_params as llama-server sets them from `runtime` (threads, batch sizes, flash
+    attention, KV cache types)."""
+    params = llama_cpp.llama_context_default_params()
+    params.n_ctx = n_ctx
+    params.n_batch = n_batch or runtime.batch_size
+    params.n_ubatch = min(n_ubatch or runtime.ubatch_size, params.n_batch)
+    params.n_threads = runtime.n_threads
+    params.n_threads_batch = runtime.n_threads_batch
+    params.flash_attn_type = FLASH_ATTN_TYPES[runtime.flash_attn]
+    params.type_k = getattr(llama_cpp, f"GGML_TYPE_{runtime.cache_type_k.upper()}")
+    params.type_v = getattr(llama_cpp, f"GGML_TYPE_{runtime.cache_type_v.upper()}")
+    params.no_perf = True
+    return params
+
+
 class Context:
     """A llama.cpp context with a reusable one-sequence batch; `n_seq_max` > 1 (tree verification)
     gives a unified KV cache shared by that many sequence ids."""
 
-    def __init__(self, model: LoadedModel, *, n_ctx: int, n_threads: int, n_batch: int = 512, n_seq_max: int = 1):
-        params = llama_cpp.llama_context_default_params()
-        params.n_ctx = n_ctx
-        params.n_batch = n_batch
-        params.n_ubatch = n_batch
+    def __init__(self, model: LoadedModel, *, n_ctx: int, runtime: Runtime, n_seq_max: int = 1):
+        params = context_params(n_ctx, runtime)
         params.n_seq_max = n_seq_max
         params.kv_unified = n_seq_max > 1
-        params.n_threads = n_threads
-        params.n_threads_batch = n_threads
-        params.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED
-        params.no_perf = True
+        n_batch = params.n_batch
         self.model = model
         self.n_ctx = n_ctx
         self.n_batch = n_batch

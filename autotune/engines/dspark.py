@@ -56,8 +56,10 @@ import llama_cpp
 import numpy as np
 
 from autotune.engines import _dflash_ctypes as dfc
-from autotune.engines._llama import Context, LoadedModel, last_log_error
+from autotune.engines._llama import Context, LoadedModel, context_params, last_log_error
+from autotune.engines._sampler import SamplerChain
 from autotune.errors import EngineError, ModelFileError, TrialFailure
+from autotune.runtime import Runtime
 from autotune.measurement import GenerationResult, extend_until_stop, timed_result
 from autotune.prompts import Prompt
 from autotune.spec import SpecConfig
@@ -183,9 +185,10 @@ class TargetContext(Context):
     linear path uses sequence 0 only, as `Context` does.
     """
 
-    def __init__(self, model: LoadedModel, *, n_ctx: int, n_threads: int, layer_ids: list[int],
-                 n_batch: int = 512, n_seq_max: int = MAX_TREE_LEAVES):
-        super().__init__(model, n_ctx=n_ctx, n_threads=n_threads, n_batch=n_batch, n_seq_max=n_seq_max)
+    def __init__(self, model: LoadedModel, *, n_ctx: int, runtime: Runtime, layer_ids: list[int],
+                 n_seq_max: int = MAX_TREE_LEAVES):
+        super().__init__(model, n_ctx=n_ctx, runtime=runtime, n_seq_max=n_seq_max)
+        n_batch = self.n_batch
         self.n_seq_max = n_seq_max
         # the one-sequence batch (every token in sequence 0) is filled through numpy views; a tree batch
         for i in range(n_batch):
@@ -277,16 +280,10 @@ class DraftContext:
     """The DSpark draft's context, tied to the target context (`ctx_other`: it borrows the target's
     token embeddings and output head)."""
 
-    def __init__(self, model: LoadedModel, target: TargetContext, *, causal: bool, n_threads: int):
-        params = llama_cpp.llama_context_default_params()
-        params.n_ctx = target.n_ctx
-        params.n_batch = target.n_batch
-        params.n_ubatch = target.n_batch
+    def __init__(self, model: LoadedModel, target: TargetContext, *, causal: bool, runtime: Runtime):
+        # one ubatch per batch: a non-causal block must be decoded whole
+        params = context_params(target.n_ctx, runtime, n_batch=target.n_batch, n_ubatch=target.n_batch)
         params.n_seq_max = 1
-        params.n_threads = n_threads
-        params.n_threads_batch = n_threads
-        params.flash_attn_type = llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED
-        params.no_perf = True
         params.ctx_other = target.ptr
         self.model = model
         self.n_batch = target.n_batch
@@ -369,7 +366,7 @@ class DSparkPair:
     """A target and its DSpark draft, loaded for in-process drafting: a tree-capable target context
     with layer-input extraction and the draft context bound to it. Free it before either model."""
 
-    def __init__(self, target: LoadedModel, draft: LoadedModel, *, n_ctx: int, n_threads: int, n_batch: int = 512):
+    def __init__(self, target: LoadedModel, draft: LoadedModel, *, n_ctx: int, runtime: Runtime):
         if not dfc.available():
             raise EngineError(f"this llama-cpp-python lacks what DSpark needs: {', '.join(dfc.missing())}")
         arch = _meta(draft.ptr, "general.architecture")
@@ -404,9 +401,9 @@ class DSparkPair:
         self.target_model = target
         self.draft_model = draft
         self._markov: MarkovHead | None = None
-        self.target = TargetContext(target, n_ctx=n_ctx, n_threads=n_threads, layer_ids=self.layer_ids, n_batch=n_batch)
+        self.target = TargetContext(target, n_ctx=n_ctx, runtime=runtime, layer_ids=self.layer_ids)
         try:
-            self.draft = DraftContext(draft, self.target, causal=self.causal, n_threads=n_threads)
+            self.draft = DraftContext(draft, self.target, causal=self.causal, runtime=runtime)
         except Exception:
             self.target.free()
             raise
@@ -568,8 +565,9 @@ class DSparkDrafter:
     inputs to the draft after every decode, and a tree needs its own verification step.
     """
 
-    def __init__(self, pair: DSparkPair, config: SpecConfig):
+    def __init__(self, pair: DSparkPair, config: SpecConfig, sampler: SamplerChain):
         self.pair = pair
+        self.sampler = sampler
         limit = pair.n_draft_max
         self.n_max = min(int(config.value("draft_n_max")), limit)
         self.n_min = min(int(config.value("draft_n_min")), limit)
@@ -593,6 +591,7 @@ class DSparkDrafter:
         model = target.model
         target.clear()
         draft.clear()
+        self.sampler.reset()
         start = time.perf_counter()
         last = self._prefill(tokens)
         first_token_at = time.perf_counter()
@@ -619,12 +618,11 @@ class DSparkDrafter:
 
     def _prefill(self, tokens: list[int]) -> int:
         target, draft = self.pair.target, self.pair.draft
-        logits = None
         for start in range(0, len(tokens), target.n_batch):
             chunk = tokens[start : start + target.n_batch]
-            logits = target.decode(chunk, start)
+            target.decode(chunk, start)
             draft.inject(target.features(slice(0, len(chunk))), start)
-        return int(logits[-1].argmax())
+        return self.sampler.sample(target, -1)
 
     def _draft(self, last: int, n_past: int, room: int) -> tuple[list[int], np.ndarray | None]:
         """The greedy DSpark draft after `last` (and, for PCTree, the block rows it came from)."""
@@ -645,12 +643,9 @@ class DSparkDrafter:
 
     def _verify_linear(self, last: int, chain: list[int], n_past: int) -> tuple[list[int], int, int]:
         target = self.pair.target
-        logits = target.decode([last] + chain, n_past, n_outputs=len(chain) + 1)
-        predicted = logits.argmax(axis=1)
-        n_ok = 0
-        while n_ok < len(chain) and chain[n_ok] == predicted[n_ok]:
-            n_ok += 1
-        bonus = int(predicted[n_ok])
+        target.decode([last] + chain, n_past, n_outputs=len(chain) + 1)
+        emitted = self.sampler.sample_and_accept(target, chain, target.model.is_eog)
+        n_ok, bonus = len(emitted) - 1, emitted[-1]
         self.pair.draft.inject(target.features(slice(0, n_ok + 1)), n_past)
         if n_ok < len(chain):
             target.truncate(n_past + 1 + n_ok)
@@ -664,17 +659,16 @@ class DSparkDrafter:
         n_leaves = len(seqs[0])
         for s in range(1, n_leaves):
             target.seq_cp(0, s)
-        logits = target.decode_tree(tree.tokens, [n_past + d for d in tree.depths], seqs)
-        predicted = logits.argmax(axis=1)
+        target.decode_tree(tree.tokens, [n_past + d for d in tree.depths], seqs)
         kids = tree.children()
         path = [0]
-        while True:
-            child = kids[path[-1]].get(int(predicted[path[-1]]))
+        while True:  # sample each node on the way down (batch row = node), follow the child it names
+            bonus = self.sampler.sample(target, path[-1])
+            child = kids[path[-1]].get(bonus)
             if child is None:
                 break
             path.append(child)
         end = path[-1]
-        bonus = int(predicted[end])
         features = target.features(path)
         target.keep_path(seqs[end][0], n_past + len(path))
         self.pair.draft.inject(features, n_past)

@@ -1,8 +1,10 @@
-"""In-process engine: real generation through llama-cpp-python, with a lean speculation loop.
+"""In-process engine: llama-server's generation loop through llama-cpp-python, without HTTP.
 
-Each step the target verifies `[last] + draft` in one batch decode, keeps the longest prefix of the
-draft that equals its own greedy choices plus one token of its own, and rolls the rejected rest
-out of its KV cache. Verification is exact greedy matching, so the output is the baseline's.
+Each step the target verifies `[last] + draft` in one batch decode and samples each position with
+llama-server's own sampler chain (autotune.engines._sampler), keeping the draft while the sampled
+token equals it, plus one token of its own; the rejected rest is rolled out of its KV cache. At
+temperature 0 the chain is greedy, so the output is the baseline's. Threads, batch sizes, flash
+attention and KV cache types are llama-server's defaults or what the search space's `base_flags` set.
 draft-dspark (linear or PCTree) runs its own loop (autotune.engines.dspark): the target hands its
 layer inputs to the draft after every decode, and a tree is verified with several sequence ids.
 Models load once and stay loaded across trials; only the (target, draft) pair in use is kept.
@@ -16,15 +18,21 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from autotune.engines._llama import Context, LoadedModel, default_threads, llama_build
+from autotune.engines._llama import Context, LoadedModel, llama_build
 from autotune.engines._prompt_tokens import PromptTokens
+from autotune.engines._sampler import SamplerChain
 from autotune.engines.base import Engine, ProgressCallback
 from autotune.engines.drafters import DraftModelDrafter, Drafter, NgramSimpleDrafter
 from autotune.engines.dspark import DSparkDrafter, DSparkPair, dspark_available
 from autotune.lossless import TieEvidence
 from autotune.measurement import GenerationResult, Measurement, extend_until_stop, timed_result
 from autotune.prompts import Prompt, PromptMix
-from autotune.spec import SpecConfig
+from autotune.runtime import Runtime, runtime_from_flags
+from autotune.sampling import GREEDY, Sampling
+from autotune.spec import SpecConfig, SpecParam
+
+#: Parameters only llama-server applies (probabilistic drafting verifies by rejection sampling).
+SERVER_ONLY_PARAMS = frozenset({"draft_sampling"})
 
 WARMUP_TOKENS = 8
 _LEADING_LOGITS = 32  # logits kept per step of a replay, and compared between decode paths for noise
@@ -36,10 +44,13 @@ Generate = Callable[[Prompt, list[int], int], GenerationResult]
 class PythonEngine(Engine):
     name = "python"
 
-    def __init__(self, *, context_size: int = 4096, threads: int | None = None):
+    def __init__(self, *, context_size: int = 4096, threads: int | None = None, base_flags: Sequence[str] = (),
+                 sampling: Sampling = GREEDY):
         self.context_size = context_size
-        self.threads = threads or default_threads()
+        self.runtime: Runtime = runtime_from_flags(base_flags, threads=threads, source="the search space's base_flags")
+        self.sampling = sampling
         self._models: dict[Path, LoadedModel] = {}
+        self._samplers: dict[tuple[str, Path], SamplerChain] = {}  # (role, model file)
         # (role, path) -> Context; ("dspark", target, draft) -> DSparkPair (its own target context)
         self._contexts: dict[tuple, Context | DSparkPair] = {}
         self._prompts = PromptTokens(context_size)
@@ -55,12 +66,17 @@ class PythonEngine(Engine):
     def build_info(self) -> str:
         return llama_build()
 
+    def supports_param(self, param: SpecParam) -> bool:
+        return param.name not in SERVER_ONLY_PARAMS
+
     def load(self, config: SpecConfig) -> None:
         """Load the models `config` needs (and free the others), so a bad file fails before any trial."""
         needed = {config.target} | ({config.draft} if config.draft else set())
         for path in [p for p in self._models if p not in needed]:
             for key in [k for k in self._contexts if path in k[1:]]:
                 self._contexts.pop(key).free()
+            for key in [k for k in self._samplers if k[1] == path]:
+                self._samplers.pop(key).free()
             self._models.pop(path).free()
             self._replays = {k: v for k, v in self._replays.items() if k[0] != path}
         for path in needed:
@@ -138,33 +154,46 @@ class PythonEngine(Engine):
         return leading
 
     def close(self) -> None:
+        for sampler in self._samplers.values():
+            sampler.free()
         for context in self._contexts.values():
             context.free()
         for model in self._models.values():
             model.free()
+        self._samplers.clear()
         self._contexts.clear()
         self._models.clear()
 
     def _context(self, role: str, path: Path) -> Context:
         key = (role, path)
         if key not in self._contexts:
-            self._contexts[key] = Context(self._models[path], n_ctx=self.context_size, n_threads=self.threads)
+            self._contexts[key] = Context(self._models[path], n_ctx=self.context_size, runtime=self.runtime)
         return self._contexts[key]
+
+    def _sampler(self, role: str, path: Path) -> SamplerChain:
+        """The request's chain over the target `path` (reset at each generation), or a draft's chain."""
+        key = (role, path)
+        if key not in self._samplers:
+            model = self._models[path]
+            self._samplers[key] = (SamplerChain.for_request(model.vocab, model.n_vocab, self.sampling) if role == "target"
+                                   else SamplerChain.for_greedy_draft(model.vocab, model.n_vocab))
+        return self._samplers[key]
 
     def _generator(self, config: SpecConfig) -> Generate:
         """The generation loop for `config`: DSpark runs its own (layer features, trees)."""
+        sampler = self._sampler("target", config.target)
         if config.spec_type == "draft-dspark":
-            return DSparkDrafter(self._dspark_pair(config), config).generate
+            return DSparkDrafter(self._dspark_pair(config), config, sampler).generate
         target = self._context("target", config.target)
         drafter = self._drafter(config)
-        return lambda prompt, tokens, max_tokens: self._generate(target, drafter, prompt, tokens, max_tokens)
+        return lambda prompt, tokens, max_tokens: self._generate(target, sampler, drafter, prompt, tokens, max_tokens)
 
     def _dspark_pair(self, config: SpecConfig) -> DSparkPair:
         """The target and DSpark draft of `config` bound for in-process drafting (kept across trials)."""
         key = ("dspark", config.target, config.draft)
         if key not in self._contexts:
             self._contexts[key] = DSparkPair(
-                self._models[config.target], self._models[config.draft], n_ctx=self.context_size, n_threads=self.threads
+                self._models[config.target], self._models[config.draft], n_ctx=self.context_size, runtime=self.runtime
             )
         return self._contexts[key]
 
@@ -172,19 +201,22 @@ class PythonEngine(Engine):
         if config.spec_type == "ngram-simple":
             return NgramSimpleDrafter(config)
         if config.spec_type == "draft-simple":
-            return DraftModelDrafter(self._context("draft", config.draft), config)
+            return DraftModelDrafter(self._context("draft", config.draft), self._sampler("draft", config.draft), config)
         return None
 
     @staticmethod
     def _generate(
-        target: Context, drafter: Drafter | None, prompt: Prompt, tokens: list[int], max_tokens: int
+        target: Context, sampler: SamplerChain, drafter: Drafter | None, prompt: Prompt, tokens: list[int],
+        max_tokens: int,
     ) -> GenerationResult:
         model = target.model
         target.clear()
+        sampler.reset()
         if drafter is not None:
             drafter.begin(tokens)
         start = time.perf_counter()
-        last = int(target.decode(tokens, 0)[-1].argmax())
+        target.decode(tokens, 0)
+        last = sampler.sample(target, -1)
         first_token_at = time.perf_counter()
         history = list(tokens)  # every token in the target's KV cache
         generated = [last]
@@ -193,11 +225,9 @@ class PythonEngine(Engine):
             room = max_tokens - len(generated) - 1
             asked = drafter is not None and room > 0
             draft = drafter.draft(history, last, room) if asked else []
-            logits = target.decode([last] + draft, len(history), n_outputs=len(draft) + 1)
-            predicted = logits.argmax(axis=1).tolist()
-            n_ok = 0
-            while n_ok < len(draft) and draft[n_ok] == predicted[n_ok]:
-                n_ok += 1
+            target.decode([last] + draft, len(history), n_outputs=len(draft) + 1)
+            emitted = sampler.sample_and_accept(target, draft, model.is_eog)
+            n_ok = len(emitted) - 1
             if asked:
                 drafter.accept(n_ok)
             if draft:
@@ -208,7 +238,7 @@ class PythonEngine(Engine):
                     target.truncate(len(history) + 1 + n_ok)
             history.append(last)
             history.extend(draft[:n_ok])
-            extend_until_stop(generated, draft[:n_ok] + [predicted[n_ok]], max_tokens, model.is_eog)
+            extend_until_stop(generated, emitted, max_tokens, model.is_eog)
             last = generated[-1]
         return timed_result(prompt.id, prompt.category, len(tokens), start, first_token_at, time.perf_counter(),
                             generated, drafted, accepted, verify_steps)

@@ -4,7 +4,7 @@
 only where to listen and how to be observed: `--host/--port` and, when the binary has them,
 `--metrics` and `--no-webui`. Per measurement it starts the
 server, waits for `/health`, warms up with one short request, then sends each prompt to
-`/completion` greedily with the prompt cache off.
+`/completion` with the study's sampling settings (greedy by default) and the prompt cache off.
 
 Figures come from llama-server itself, so they mean what DESIGN.md defines:
 - `timings.predicted_ms` is t(last token) - t(first token) (server_slot_stats: t_gen_last -
@@ -38,13 +38,13 @@ from autotune.errors import EngineError, ModelFileError
 from autotune.lossless import TieEvidence
 from autotune.measurement import GenerationResult, Measurement
 from autotune.prompts import Prompt, PromptMix
+from autotune.sampling import GREEDY, Sampling
 from autotune.server_binary import resolve_server_binary
 from autotune.spec import SpecConfig, SpecParam
 
 __all__ = ["ServerEngine", "ServerFailure"]
 
 WARMUP_TOKENS = 8
-SEED = 0
 MARGIN_TOP_N = 64  # top log-probabilities asked for per step when replaying a divergence
 NOISE_TOP_K = 32  # leading tokens of each path compared to estimate numeric noise (as the python engine)
 _VERIFY_STEPS = re.compile(r"^llamacpp:spec_decode_num_drafts_total\s+(\S+)", re.MULTILINE)
@@ -60,6 +60,7 @@ class ServerEngine(Engine):
         threads: int | None = None,
         binary: str | None = None,
         base_flags: Sequence[str] = (),
+        sampling: Sampling = GREEDY,
         startup_timeout_s: float = 120,
         request_timeout_s: float = 600,
     ):
@@ -67,6 +68,7 @@ class ServerEngine(Engine):
         self.threads = threads
         self.binary = resolve_server_binary(binary)
         self.base_flags = list(base_flags)
+        self.sampling = sampling
         self.startup_timeout_s = startup_timeout_s
         self.request_timeout_s = request_timeout_s
         self.last_argv: list[str] = []
@@ -92,9 +94,8 @@ class ServerEngine(Engine):
 
     def argv(self, config: SpecConfig) -> list[str]:
         """What is launched for `config`, without `--host/--port` (added at start)."""
-        argv = server_argv(
-            config, context_size=self.context_size, base_flags=self.base_flags, binary=self.binary, threads=self.threads
-        )
+        argv = server_argv(config, context_size=self.context_size, base_flags=self.base_flags, binary=self.binary,
+                           threads=self.threads, sampling=self.sampling)
         return argv + [flag for flag in ("--metrics", "--no-webui") if self.capabilities.has_flag(flag)]
 
     def prepare(self, config: SpecConfig, mix: PromptMix, *, max_tokens: int) -> None:
@@ -123,10 +124,11 @@ class ServerEngine(Engine):
             with self._launch(self.last_argv) as server:
                 startup_ms = (time.perf_counter() - launched) * 1000
                 try:
-                    _complete(server, prompts[0][1], min(WARMUP_TOKENS, max_tokens), what="the warm-up request")
+                    _complete(server, prompts[0][1], min(WARMUP_TOKENS, max_tokens), what="the warm-up request",
+                              sampling=self.sampling)
                     for index, (prompt, tokens) in enumerate(prompts):
                         steps_before = _verify_steps(server)
-                        answer = _complete(server, tokens, max_tokens, what=f"prompt {prompt.id}")
+                        answer = _complete(server, tokens, max_tokens, what=f"prompt {prompt.id}", sampling=self.sampling)
                         result = _result(prompt, answer, _verify_steps(server) - steps_before)
                         results.append(result)
                         if on_prompt is not None:
@@ -202,12 +204,13 @@ class ServerEngine(Engine):
             server.close()
 
 
-def _complete(server: ServerProcess, tokens: list[int], n_predict: int, *, what: str, n_probs: int = 0) -> dict:
+def _complete(server: ServerProcess, tokens: list[int], n_predict: int, *, what: str, n_probs: int = 0,
+              sampling: Sampling = GREEDY) -> dict:
+    """One `/completion` request; the divergence replays (n_probs) always run greedily."""
     body = {
         "prompt": tokens,
         "n_predict": n_predict,
-        "temperature": 0.0,
-        "seed": SEED,
+        **sampling.request_fields(),
         "cache_prompt": False,
         "return_tokens": True,
         "stream": False,

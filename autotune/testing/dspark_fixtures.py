@@ -26,10 +26,11 @@ __all__ = ["greedy_continuations", "bigram_table", "write_bigram_dspark_draft"]
 def greedy_continuations(target_path: str | Path, texts: Iterable[str], n_tokens: int = 64) -> list[list[int]]:
     """The target's greedy continuation (prompt tokens first) of each text, one token at a time."""
     from autotune.engines._llama import Context, LoadedModel
+    from autotune.runtime import Runtime
 
     model = LoadedModel(Path(target_path))
     try:
-        context = Context(model, n_ctx=512, n_threads=1)
+        context = Context(model, n_ctx=512, runtime=Runtime(threads=1))
         try:
             sequences = []
             for text in texts:

@@ -46,8 +46,8 @@ def main() -> None:
     mix = load_prompt_mix().take(per_category=1)
     ctx = space.model.context_size
     python = PythonEngine(context_size=ctx, threads=None)
-    server = ServerEngine(context_size=ctx, threads=python.threads)
-    print(f"Gemma 3 270M Q4_K_M, {python.threads} threads, {len(mix)} prompts x {args.max_tokens} tokens, "
+    server = ServerEngine(context_size=ctx, threads=python.runtime.threads)
+    print(f"Gemma 3 270M Q4_K_M, {python.runtime.n_threads} threads, {len(mix)} prompts x {args.max_tokens} tokens, "
           f"{args.rounds} rounds; server: {server.build_info}")
     tok_s: dict[str, dict[str, list[float]]] = {}
     startup_share = []

@@ -43,7 +43,7 @@ def main() -> None:
     engine = PythonEngine(context_size=inputs.space.model.context_size)
     baseline = SpecConfig(inputs.candidates.targets[0])
     engine.prepare(baseline, mix, max_tokens=args.max_tokens)
-    print(f"Gemma 3 270M Q4_K_M, {engine.threads} threads, {len(mix)} prompts x {args.max_tokens} tokens")
+    print(f"Gemma 3 270M Q4_K_M, {engine.runtime.n_threads} threads, {len(mix)} prompts x {args.max_tokens} tokens")
 
     samples = [engine.measure(baseline, mix, max_tokens=args.max_tokens).mix_tok_s for _ in range(args.repeats)]
     cv = statistics.stdev(samples) / statistics.mean(samples)

@@ -19,7 +19,7 @@ import optuna
 from llama_cpp import Llama
 
 from autotune.candidates import find_candidates
-from autotune.engines._llama import default_threads
+from autotune.runtime import server_default_threads
 from autotune.engines.python import PythonEngine
 from autotune.measurement import Measurement
 from autotune.models import resolve_model_files
@@ -50,7 +50,7 @@ def main() -> None:
 
     space = load_model_space("gemma3-270m")
     files = resolve_model_files(space, Path(tempfile.gettempdir()) / "autotune-bench-models")
-    threads = default_threads()
+    threads = server_default_threads()
     mix = load_prompt_mix().take(per_category=1)
     engine = PythonEngine(context_size=space.model.context_size, threads=threads)
     baseline = SpecConfig(files.target)
