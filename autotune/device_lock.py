@@ -1,40 +1,34 @@
 """One measurement per device at a time on a machine: throughput figures must not share a GPU.
 
-Each device this process would use (the GPUs in CUDA_VISIBLE_DEVICES, else every GPU nvidia-smi
-lists, else the CPU) has a lock file; a worker holds the locks of its devices while it measures and
-waits its turn otherwise. `flock` locks die with their process, so a killed worker never leaves a
-device locked.
+Each device this process would use (the GPUs nvidia-smi lists, as CUDA_VISIBLE_DEVICES selects them
+with the rule the hardware key uses, autotune.hardware.cuda_visible; else the CPU) has a lock file; a
+worker holds the locks of its devices while it measures and waits its turn otherwise. `flock` locks
+die with their process, so a killed worker never leaves a device locked.
 """
 
 from __future__ import annotations
 
 import fcntl
 import os
-import shutil
-import subprocess
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
 
+from autotune.hardware import cuda_visible, cuda_visible_entries, listed_gpus
+
 LOCK_DIR_ENV = "AUTOTUNE_LOCK_DIR"
 
 
 def device_ids() -> list[str]:
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None and visible.strip():
-        return [f"gpu-{d.strip()}" for d in visible.split(",") if d.strip()]
-    smi = shutil.which("nvidia-smi")
-    if smi is not None:
-        try:
-            out = subprocess.run([smi, "--query-gpu=uuid", "--format=csv,noheader"], capture_output=True, text=True,
-                                 timeout=20, check=True).stdout
-            uuids = [line.strip() for line in out.splitlines() if line.strip()]
-            if uuids:
-                return [f"gpu-{u}" for u in uuids]
-        except (OSError, subprocess.SubprocessError):
-            pass
-    return ["cpu"]
+    """A lock name per visible device: `gpu-<uuid>` (one name per GPU, whether CUDA_VISIBLE_DEVICES
+    names it by index or by UUID); without nvidia-smi, `gpu-<entry>` per CUDA_VISIBLE_DEVICES entry;
+    else `cpu`."""
+    setting = os.environ.get("CUDA_VISIBLE_DEVICES")
+    gpus = listed_gpus()
+    if gpus:
+        return [f"gpu-{g['uuid'] or g['index']}" for g in cuda_visible(gpus, setting)] or ["cpu"]
+    return [f"gpu-{entry}" for entry in cuda_visible_entries(setting) or [] if entry] or ["cpu"]
 
 
 @contextmanager

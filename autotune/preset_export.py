@@ -1,8 +1,9 @@
 """Presets as files to share or run: JSON, TOML, or a POSIX launcher script.
 
-The launcher detects the hardware key the way autotune.hardware does (the first GPU name from
-`nvidia-smi`, else "CPU <model name>" from /proc/cpuinfo) and `exec`s the matching preset's argv,
-so a fleet can ship one script and every machine starts llama-server with its own best settings.
+The launcher computes the hardware key with autotune.hardware's own sh twin of `hardware_key()`
+(`HARDWARE_KEY_SH`: the visible GPUs' names and memory from `nvidia-smi`, honouring
+CUDA_VISIBLE_DEVICES, else "CPU <model name>" from /proc/cpuinfo) and `exec`s the matching preset's
+argv, so a fleet can ship one script and every machine starts llama-server with its own best settings.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from datetime import datetime
 from itertools import groupby
 from typing import Any, Callable
 
+from autotune.hardware import HARDWARE_KEY_SH
 from storage.presets import Preset
 
 
@@ -91,22 +93,7 @@ _LAUNCHER_HEAD = """\
 # Usage: sh <this file> [MODEL] [more llama-server flags...]
 set -eu
 
-hardware_key() {{
-    # The key autotune files presets under: the first GPU's name, else "CPU <model name>".
-    gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null) || gpu=""
-    gpu=$(printf '%s\\n' "$gpu" | sed 's/^[[:space:]]*//; s/[[:space:]]*$//; /^$/d' | head -n1)
-    if [ -n "$gpu" ]; then
-        printf '%s\\n' "$gpu"
-        return
-    fi
-    cpu=$(sed -n 's/^model name[^:]*:[[:space:]]*//p' /proc/cpuinfo 2>/dev/null | head -n1 | sed 's/[[:space:]]*$//') || cpu=""
-    if [ -z "$cpu" ]; then
-        cpu=$(uname -p 2>/dev/null) || cpu=""
-        if [ -z "$cpu" ] || [ "$cpu" = unknown ]; then cpu=$(uname -m); fi
-    fi
-    printf 'CPU %s\\n' "$cpu"
-}}
-
+{hardware_key_function}
 if [ $# -gt 0 ] && [ "${{1#-}}" = "$1" ]; then
     model=$1
     shift
@@ -130,7 +117,8 @@ def _to_sh(presets: list[Preset]) -> str:
     argv followed by the script's remaining arguments. Every string is quoted with shlex.quote, which
     also makes it a literal `case` pattern."""
     models = sorted({p.model for p in presets})
-    script = [_LAUNCHER_HEAD.format(default_model=shlex.quote(models[0]) if len(models) == 1 else '""')]
+    default_model = shlex.quote(models[0]) if len(models) == 1 else '""'
+    script = [_LAUNCHER_HEAD.format(hardware_key_function=HARDWARE_KEY_SH, default_model=default_model)]
     ordered = sorted(presets, key=lambda p: (p.hardware, p.model))
     if ordered:
         script.append('case "$hardware" in\n')

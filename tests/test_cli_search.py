@@ -83,14 +83,26 @@ def test_changed_measurement_settings_are_refused(tiny_space, models_dir):
     assert result.exit_code == 2 and "--max-tokens 12" in result.output
 
 
-def test_best_and_trials_read_the_study(tiny_space, models_dir):
+def test_best_and_trials_read_the_study(tiny_space, models_dir, autotune_home):
     tiny_search(tiny_space, models_dir, "--trials", "4", "--seed", "1")
+    study = load(autotune_home, "tiny")
     best = json.loads(run("best", "--model", "tiny", "--json").stdout)
     assert set(best) >= {"command", "argv", "tok_s", "baseline_tok_s", "speedup", "params", "engine"}
     assert shlex.split(best["command"]) == best["argv"]
     assert Path(best["argv"][best["argv"].index("-m") + 1]).is_file()
-    assert best["tok_s"] >= best["baseline_tok_s"] or best["params"]["spec_type"] == "none"
+    # the best is the study's confirmed winner: a completed speculative trial, with its own figures
+    trial = study.trials[best["trial"]]
+    assert trial.state == optuna.trial.TrialState.COMPLETE and trial.user_attrs["lossless"] is True
+    assert best["params"]["spec_type"] == trial.user_attrs["config"]["spec_type"] != "none"
+    assert best["argv"] == trial.user_attrs["argv"]
+    assert best["tok_s"] == round(trial.user_attrs["figures"]["mix_tok_s"], 3)
+    assert best["speedup"] == round(trial.user_attrs["speedup"], 4)
+    confirmed = [c for c in study.user_attrs["confirmation"]["configs"] if c["role"] == "trial" and not c["failure"]]
+    assert best["trial"] == max(confirmed, key=lambda c: c["mean_tok_s"])["trial"]
+    baseline = study.trials[trial.user_attrs["speedup_baseline_trial"]]
+    assert best["baseline_tok_s"] == round(baseline.user_attrs["figures"]["mix_tok_s"], 3)
     rows = json.loads(run("trials", "--model", "tiny", "--json").stdout)
+    assert [(r["number"], r["state"]) for r in rows] == [(t.number, t.state.name) for t in study.trials]
     assert [r["number"] for r in rows] == [0, 1, 2, 3]
     assert rows[0]["role"] == "baseline"
     text = run("trials", "--model", "tiny").output

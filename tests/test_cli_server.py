@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+import shlex
+import shutil
 import textwrap
+from pathlib import Path
 
 import optuna
 from click.testing import CliRunner
 
 from autotune.cli import cli
+from autotune.commandline import format_command
 from autotune.hardware import hardware_key
 
 
@@ -32,9 +36,12 @@ def write_space(tmp_path, draft: str, spec_tables: str, base_flags: str = "[]"):
     return path
 
 
+def study_of(home, engine: str) -> optuna.Study:
+    return optuna.load_study(study_name=f"tiny@{hardware_key()}:{engine}", storage=f"sqlite:///{home / 'autotune.db'}")
+
+
 def trials_of(home, engine: str) -> list[optuna.trial.FrozenTrial]:
-    study = optuna.load_study(study_name=f"tiny@{hardware_key()}:{engine}", storage=f"sqlite:///{home / 'autotune.db'}")
-    return study.trials
+    return study_of(home, engine).trials
 
 
 def search(space, models_dir, *extra, ok: bool = True):
@@ -53,7 +60,18 @@ def test_server_search_on_dspark_measures_and_prints_the_launched_command(tmp_pa
     for trial in trials[1:]:
         assert trial.user_attrs["figures"]["n_drafted"] > 0
         assert trial.user_attrs["lossless"] is True
-    assert "--spec-type draft-dspark" in result.stdout or trials[0].value >= max(t.value for t in trials)
+    # search confirms its speculative winners and prints the command that launched the winning trial's server
+    confirmation = study_of(autotune_home, "server").user_attrs["confirmation"]
+    confirmed = [c for c in confirmation["configs"] if c["role"] == "trial" and not c["failure"]]
+    winner = trials[max(confirmed, key=lambda c: c["mean_tok_s"])["trial"]]
+    assert winner.user_attrs["config"]["spec_type"] == "draft-dspark"
+    command = result.stdout.splitlines()[0]
+    assert command == format_command(winner.user_attrs["argv"])
+    argv = shlex.split(command)
+    assert shutil.which(argv[0])
+    assert Path(argv[argv.index("-m") + 1]).samefile(models_dir / "tiny-target.gguf")
+    assert Path(argv[argv.index("-md") + 1]).samefile(models_dir / "tiny-dspark.gguf")
+    assert argv[argv.index("--spec-type") + 1] == "draft-dspark"
 
 
 def test_pctree_is_left_out_when_the_binary_lacks_the_fork_flags(tmp_path, models_dir, autotune_home):

@@ -110,15 +110,37 @@ def test_repeats_give_intervals_and_drift_checks_are_recorded_not_counted(tiny_s
     assert "drift" in listing and "95% CI" in listing
 
 
-def test_pruned_trials_never_become_the_best(tiny_space, models_dir, autotune_home):
-    result = CliRunner().invoke(cli, ["search", "--model", "tiny", "--space", str(tiny_space), "--models-dir",
-                                      str(models_dir), "--trials", "12", "--max-tokens", "16", "--seed", "4"])
+SLOW_DRAFT_SPACE = """
+[model]
+name = "tiny"
+target = "tiny-target.gguf"
+draft = "tiny-draft.gguf"
+context_size = 512
+
+[spec_types.draft-simple]  # 12-16 tokens from a draft as big as the target that rarely agrees: far slower
+draft_n_max = [12, 16]
+
+[spec_types.ngram-simple]
+ngram_simple_size_n = [1, 3]
+ngram_simple_size_m = [2, 8]
+"""
+
+
+def test_pruned_trials_never_become_the_best(tmp_path, models_dir, autotune_home):
+    space = tmp_path / "slow-draft.toml"
+    space.write_text(SLOW_DRAFT_SPACE)
+    result = CliRunner().invoke(cli, ["search", "--model", "tiny", "--space", str(space), "--models-dir",
+                                      str(models_dir), "--trials", "8", "--max-tokens", "16", "--seed", "4"])
     assert result.exit_code == 0, result.output
     trials = study(autotune_home).trials
     pruned = [t for t in trials if t.state == optuna.trial.TrialState.PRUNED]
+    assert pruned, [(t.number, t.state.name, t.params) for t in trials]
+    assert any(t.params["spec_type"] == "draft-simple" for t in pruned)
+    assert all(t.user_attrs["prune_reason"].startswith("significantly slower") and len(t.intermediate_values) <= 11
+               for t in pruned)
     best = json.loads(CliRunner().invoke(cli, ["best", "--model", "tiny", "--json"]).stdout)
+    assert trials[best["trial"]].state == optuna.trial.TrialState.COMPLETE
     assert best["trial"] not in {t.number for t in pruned}
-    assert all(t.user_attrs["prune_reason"] and len(t.intermediate_values) <= 11 for t in pruned)
 
 
 def test_pareto_study_prints_its_front_and_the_pick(tiny_space, models_dir, autotune_home):

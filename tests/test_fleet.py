@@ -102,7 +102,7 @@ def test_each_hardware_has_its_own_study_and_presets_of_every_machine_are_listed
     fake_bin = tmp_path / "fake-gpu"
     fake_bin.mkdir()
     smi = fake_bin / "nvidia-smi"
-    smi.write_text("#!/bin/sh\ncase \"$*\" in *uuid*) echo GPU-1234 ;; *) echo 'NVIDIA FakeGPU, 24576, 555.1' ;; esac\n")
+    smi.write_text("#!/bin/sh\necho '0, GPU-1234, NVIDIA FakeGPU, 24576, 555.1'\n")
     smi.chmod(smi.stat().st_mode | stat.S_IEXEC)
     argv = worker_argv(tiny_space, models_dir, "--trials", "2", "--max-tokens", "12")
     here = subprocess.run(argv, env=worker_env(autotune_home, fresh_postgres), capture_output=True, text=True, timeout=300)

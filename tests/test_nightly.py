@@ -105,7 +105,11 @@ def test_new_draft_file_starts_a_warm_started_study_version(tmp_path, tiny_dir, 
     v2 = optuna.load_study(study_name=f"{base}/v2", storage=storage)
     roles = [t.user_attrs.get("role") for t in v2.trials]
     assert roles[0] == "baseline" and "warm-start" in roles
-    assert any("draft-B.gguf" in str(t.params.values()) for t in v2.trials) or len(v2.trials) == 4
+    # the new version was started by the new file and samples from it; the first version never saw it
+    new_pair = "draft-simple:tiny-target.gguf + draft-B.gguf"
+    assert new_pair in v2.user_attrs["files"] and "draft-B.gguf" in v2.user_attrs["file_hashes"]
+    v1 = optuna.load_study(study_name=base, storage=storage)
+    assert new_pair not in v1.user_attrs["files"] and "draft-B.gguf" not in v1.user_attrs["file_hashes"]
     after = json.loads(CliRunner().invoke(cli, ["presets", "list", "--json"]).stdout)[0]
     confirmed = v2.user_attrs["confirmation"]
     if third.exit_code == 0:  # replaced only on a significant win over the preset measured alongside

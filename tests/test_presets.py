@@ -1,5 +1,6 @@
 """Presets in real SQLite files, the persistent hash cache, and the three export formats (the sh
-launcher is really executed, with a fake nvidia-smi and a fake llama-server on PATH)."""
+launcher is really executed, with a stand-in nvidia-smi and a stand-in llama-server on PATH, and computes
+the same hardware key as autotune.hardware)."""
 
 from __future__ import annotations
 
@@ -12,10 +13,12 @@ import subprocess
 from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Iterator
 
 import optuna
 import pytest
 
+from autotune import hardware
 from autotune.errors import StorageError
 from autotune.hardware import _cpu_name
 from autotune.preset_export import export_presets, preset_record
@@ -28,7 +31,8 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
-H200 = "NVIDIA H200"
+H200 = "NVIDIA H200 140GiB"  # what hardware_key() gives for nvidia-smi's "NVIDIA H200, 143771" (MiB)
+A100 = "NVIDIA A100-SXM4-80GB 80GiB"
 
 
 def make_preset(model: str = "gemma3-270m", hardware: str = H200, **changes) -> Preset:
@@ -70,7 +74,7 @@ def test_save_get_replace_list(store):
     first = make_preset()
     store.save(first)
     assert store.get("gemma3-270m", H200) == first
-    assert store.get("gemma3-270m", "NVIDIA A100") is None
+    assert store.get("gemma3-270m", A100) is None
 
     better = make_preset(tok_s=500.0, speedup=2.0, ci95_low=None, ci95_high=None, p_value=None)
     store.save(better)
@@ -100,10 +104,10 @@ def test_presets_survive_reopening_and_store_the_command(url):
 
 def test_shares_the_database_with_optuna(url):
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    optuna.create_study(study_name="gemma3-270m@NVIDIA H200:python", storage=open_storage(url))
+    optuna.create_study(study_name=f"gemma3-270m@{H200}:python", storage=open_storage(url))
     with PresetStore(url) as store:
         store.save(make_preset())
-    assert optuna.load_study(study_name="gemma3-270m@NVIDIA H200:python", storage=open_storage(url))
+    assert optuna.load_study(study_name=f"gemma3-270m@{H200}:python", storage=open_storage(url))
     with PresetStore(url) as store:
         assert len(store.list()) == 1
 
@@ -190,11 +194,16 @@ def test_unknown_format_is_a_value_error():
 
 
 @pytest.fixture
-def bin_dir(tmp_path) -> Path:
-    """A folder for a fake nvidia-smi, put first on PATH."""
+def bin_dir(tmp_path, monkeypatch) -> Iterator[Path]:
+    """A folder for a stand-in nvidia-smi, put first on PATH (of this process too, for hardware_key());
+    CUDA_VISIBLE_DEVICES starts unset and hardware_key()'s cache is cleared before and after."""
     path = tmp_path / "bin"
     path.mkdir()
-    return path
+    monkeypatch.setenv("PATH", f"{path}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    hardware.hardware_key.cache_clear()
+    yield path
+    hardware.hardware_key.cache_clear()
 
 
 def write_script(path: Path, body: str) -> Path:
@@ -203,17 +212,39 @@ def write_script(path: Path, body: str) -> Path:
     return path
 
 
-def fake_gpu(bin_dir: Path, name: str | None) -> None:
-    """nvidia-smi reporting one GPU, or failing (no driver) when `name` is None."""
-    body = f"printf '%s\\n' {shlex.quote(name)}\n" if name else "echo 'NVIDIA-SMI has failed' >&2\nexit 9\n"
-    write_script(bin_dir / "nvidia-smi", body)
+SMI_QUERY = "--query-gpu=index,uuid,name,memory.total,driver_version --format=csv,noheader,nounits"
 
 
-def run_launcher(tmp_path: Path, bin_dir: Path, presets: list[Preset], *args: str) -> subprocess.CompletedProcess:
+def fake_gpus(bin_dir: Path, gpus: list[tuple[str, int | str]] | None) -> None:
+    """nvidia-smi answering the hardware query with these (name, memory in MiB) GPUs, numbered from 0,
+    or failing (no driver) when `gpus` is None; any other query fails too."""
+    if gpus is None:
+        write_script(bin_dir / "nvidia-smi", "echo 'NVIDIA-SMI has failed' >&2\nexit 9\n")
+        return
+    rows = "".join(f"{i}, GPU-{i}f00d-{name.replace(' ', '-')}, {name}, {mib}, 570.124.06\n"
+                   for i, (name, mib) in enumerate(gpus))
+    check_query = f'[ "$*" = {shlex.quote(SMI_QUERY)} ] || {{ echo "unexpected query: $*" >&2; exit 6; }}\n'
+    write_script(bin_dir / "nvidia-smi", check_query + f"cat <<'EOF'\n{rows}EOF\n")
+
+
+def run_launcher(tmp_path: Path, presets: list[Preset], *args: str,
+                 cuda_visible: str | None = None) -> subprocess.CompletedProcess:
     launcher = tmp_path / "launch.sh"
     launcher.write_text(export_presets(presets, "sh"))
-    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}  # PATH has bin_dir first
+    if cuda_visible is not None:
+        env["CUDA_VISIBLE_DEVICES"] = cuda_visible
     return subprocess.run(["sh", str(launcher), *args], capture_output=True, text=True, env=env, timeout=30)
+
+
+def python_key(monkeypatch, cuda_visible: str | None = None) -> str:
+    """hardware_key() of this process under the same stand-in and CUDA_VISIBLE_DEVICES."""
+    if cuda_visible is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", cuda_visible)
+    hardware.hardware_key.cache_clear()
+    return hardware.hardware_key()
 
 
 @pytest.fixture
@@ -234,37 +265,72 @@ def test_sh_launcher_execs_the_preset_for_this_gpu(tmp_path, bin_dir, print_args
     argv = (print_args, "-m", "/models/my model.gguf", "--odd", "it's $HOME `date` \"q\"", "--spec-draft-n-max", "6")
     presets = [
         make_preset(argv=argv),
-        make_preset(hardware="NVIDIA A100", argv=(print_args, "--wrong-gpu")),
+        make_preset(hardware=A100, argv=(print_args, "--wrong-gpu")),
+        make_preset(hardware="NVIDIA H200", argv=(print_args, "--name-without-memory")),
         make_preset("qwen3-8b", argv=(print_args, "--wrong-model")),
     ]
-    fake_gpu(bin_dir, H200)
-    done = run_launcher(tmp_path, bin_dir, presets, "gemma3-270m", "--port", "8080", "a b")
+    fake_gpus(bin_dir, [("NVIDIA H200", 143771)])
+    done = run_launcher(tmp_path, presets, "gemma3-270m", "--port", "8080", "a b")
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == [*argv[1:], "--port", "8080", "a b"]
 
 
+EIGHT_H200 = [("NVIDIA H200", 143771)] * 8
+
+
+@pytest.mark.parametrize(
+    ("gpus", "cuda_visible", "key"),
+    [
+        ([("NVIDIA H200", 143771)], None, "NVIDIA H200 140GiB"),
+        ([("NVIDIA H200", 143771)] * 2, None, "2x NVIDIA H200 140GiB"),
+        (EIGHT_H200, None, "8x NVIDIA H200 140GiB"),
+        (EIGHT_H200, "3", "NVIDIA H200 140GiB"),
+        (EIGHT_H200, "GPU-5f00d-NVIDIA-H200,0", "2x NVIDIA H200 140GiB"),
+        (EIGHT_H200, "0,-1,1", "NVIDIA H200 140GiB"),
+        (EIGHT_H200, "", None),
+        ([("NVIDIA H200", 143771), ("NVIDIA A100-SXM4-80GB", 81920)], None, f"{A100} + {H200}"),
+        ([("NVIDIA H200", 143771), ("NVIDIA A100-SXM4-80GB", 81920)], "1", A100),
+        ([("Half B", 2560), ("Half A", 3584), ("Unknown", "[N/A]")], None, "Half A 4GiB + Half B 2GiB"),
+        (None, None, None),
+    ],
+    ids=["one", "two", "eight", "pinned-by-index", "pinned-by-uuid", "stops-at-invalid", "none-visible", "mixed",
+         "mixed-pinned", "half-gib-rounds-to-even", "no-driver"],
+)
+def test_sh_launcher_and_hardware_key_agree(tmp_path, bin_dir, print_args, monkeypatch, gpus, cuda_visible, key):
+    """The launcher's sh hardware_key and autotune.hardware.hardware_key() give the same key (None: the
+    CPU's) under the same nvidia-smi and CUDA_VISIBLE_DEVICES, and the launcher execs that key's preset."""
+    fake_gpus(bin_dir, gpus)
+    expected = key or _cpu_name()
+    assert python_key(monkeypatch, cuda_visible) == expected
+    presets = [make_preset(hardware=expected, argv=(print_args, "--this-machine")),
+               make_preset(hardware="elsewhere", argv=(print_args, "--wrong-hardware"))]
+    done = run_launcher(tmp_path, presets, "--port", "8080", cuda_visible=cuda_visible)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["--this-machine", "--port", "8080"]
+
+
 def test_sh_launcher_defaults_to_the_only_model_and_falls_back_to_the_cpu(tmp_path, bin_dir, print_args):
     presets = [make_preset(hardware=_cpu_name(), argv=(print_args, "--on-cpu")), make_preset(argv=(print_args, "--gpu"))]
-    fake_gpu(bin_dir, None)
-    done = run_launcher(tmp_path, bin_dir, presets, "--port", "8080")
+    fake_gpus(bin_dir, None)
+    done = run_launcher(tmp_path, presets, "--port", "8080")
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["--on-cpu", "--port", "8080"]
 
 
 def test_sh_launcher_on_unknown_hardware_lists_the_presets_and_exits_2(tmp_path, bin_dir, print_args):
-    presets = [make_preset(argv=(print_args,)), make_preset("qwen3-8b", "NVIDIA A100", argv=(print_args,))]
-    fake_gpu(bin_dir, "NVIDIA GeForce RTX 4090")
-    done = run_launcher(tmp_path, bin_dir, presets, "gemma3-270m")
+    presets = [make_preset(argv=(print_args,)), make_preset("qwen3-8b", A100, argv=(print_args,))]
+    fake_gpus(bin_dir, [("NVIDIA GeForce RTX 4090", 24564)])
+    done = run_launcher(tmp_path, presets, "gemma3-270m")
     assert done.returncode == 2
     assert done.stdout == ""
-    assert "no autotune preset for model 'gemma3-270m' on hardware 'NVIDIA GeForce RTX 4090'" in done.stderr
-    assert "  gemma3-270m @ NVIDIA H200\n" in done.stderr
-    assert "  qwen3-8b @ NVIDIA A100\n" in done.stderr
+    assert "no autotune preset for model 'gemma3-270m' on hardware 'NVIDIA GeForce RTX 4090 24GiB'" in done.stderr
+    assert f"  gemma3-270m @ {H200}\n" in done.stderr
+    assert f"  qwen3-8b @ {A100}\n" in done.stderr
 
 
 def test_sh_launcher_needs_a_model_when_there_are_several(tmp_path, bin_dir, print_args):
     presets = [make_preset(argv=(print_args,)), make_preset("qwen3-8b", argv=(print_args,))]
-    fake_gpu(bin_dir, H200)
-    done = run_launcher(tmp_path, bin_dir, presets)
+    fake_gpus(bin_dir, [("NVIDIA H200", 143771)])
+    done = run_launcher(tmp_path, presets)
     assert done.returncode == 2
-    assert "no autotune preset for model '' on hardware 'NVIDIA H200'" in done.stderr
+    assert f"no autotune preset for model '' on hardware '{H200}'" in done.stderr
