@@ -125,7 +125,8 @@ def run_search(model: str, options: SearchOptions, *, reporter: SearchReporter, 
     inputs = check_inputs(model, options, reporter)
     study = _search(inputs, options.settings(model), options.engine_name, server_bin, options.storage_url, reporter,
                     heartbeat_s=options.heartbeat_s)
-    if confirm_options.enabled and top_trials(study, confirm_options.top):
+    multi_objective = len(study.directions) > 1  # a pareto pick is made on the front, not by decode tok/s
+    if confirm_options.enabled and not multi_objective and top_trials(study, confirm_options.top):
         engine_name = "server" if server_binary_available(server_bin) else "python"
         reporter.note(f"confirming the top {confirm_options.top} with the baseline on the {engine_name} engine, "
                       f"{confirm_options.repeats} interleaved rounds")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from click.testing import CliRunner
 
 from autotune.cli import cli
 from autotune.hardware import hardware_key
+from autotune.server_binary import command_binary
 
 
 def run(*args: str, ok: bool = True):
@@ -37,7 +39,8 @@ def load(home: Path, model: str) -> optuna.Study:
 
 def test_tiny_search_stores_baseline_first_and_every_attr(tiny_space, models_dir, autotune_home):
     result = tiny_search(tiny_space, models_dir, "--trials", "5", "--seed", "3")
-    assert result.stdout.splitlines()[0].startswith("llama-server -m ")
+    argv = shlex.split(result.stdout.splitlines()[0])
+    assert argv[0] == command_binary()[0] and argv[1] == "-m"  # the llama-server that resolves here
     study = load(autotune_home, "tiny")
     trials = study.get_trials()
     assert len(trials) == 5
@@ -122,7 +125,8 @@ def test_gemma_search_end_to_end_in_a_real_process(tmp_path, gemma_path, autotun
     assert "[1/4] trial   0 none" in done.stderr
     command = done.stdout.splitlines()[0]
     argv = shlex.split(command)
-    assert argv[0] == "llama-server" and Path(argv[argv.index("-m") + 1]).is_file()
+    assert Path(argv[0]).name == "llama-server" and os.access(shutil.which(argv[0]) or argv[0], os.X_OK)
+    assert Path(argv[argv.index("-m") + 1]).is_file()
 
     db = sqlite3.connect(autotune_home / "autotune.db")
     (count,) = db.execute("select count(*) from trials").fetchone()

@@ -135,4 +135,4 @@ def test_confirm_remeasures_the_winners_and_best_shows_it(tiny_space, models_dir
     assert confirmed["engine"] == "server" and confirmed["repeats"] == 2
     assert confirmed["ci95"][0] <= confirmed["tok_s"] <= confirmed["ci95"][1]
     assert confirmed["baseline_tok_s"] > 0
-    assert "confirmed on server" in run("best", "--model", "tiny").stdout
+    assert " on llama-server, baseline " in run("best", "--model", "tiny").stdout.splitlines()[1]

@@ -69,7 +69,7 @@ def reports(tmp_path_factory, tiny_dir) -> Reports:
             env.delenv(var, raising=False)
         searched = run("search", "--model", "tiny", "--space", str(space), "--models-dir", str(tiny_dir),
                        "--max-tokens", "8", "--trials", "8", "--seed", "1", "--no-pruning", "--baseline-every", "0",
-                       "--threads", "1", "--storage", storage)
+                       "--no-confirm", "--threads", "1", "--storage", storage)
         assert searched.exit_code == 0, searched.output
         study = optuna.load_study(study_name=study_name("tiny", hardware_key(), "python"), storage=storage)
         with create_engine("python", context_size=512, threads=1) as engine:
