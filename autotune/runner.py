@@ -126,9 +126,10 @@ def run_search(model: str, options: SearchOptions, *, reporter: SearchReporter, 
     study = _search(inputs, options.settings(model), options.engine_name, server_bin, options.storage_url, reporter,
                     heartbeat_s=options.heartbeat_s)
     multi_objective = len(study.directions) > 1  # a pareto pick is made on the front, not by decode tok/s
-    if confirm_options.enabled and not multi_objective and top_trials(study, confirm_options.top):
+    finalists = top_trials(study, confirm_options.top)
+    if confirm_options.enabled and not multi_objective and finalists:
         engine_name = "server" if server_binary_available(server_bin) else "python"
-        reporter.note(f"confirming the top {confirm_options.top} with the baseline on the {engine_name} engine, "
+        reporter.note(f"confirming the top {len(finalists)} with the baseline on the {engine_name} engine, "
                       f"{confirm_options.repeats} interleaved rounds")
         _confirm(study, confirm_options.top, confirm_options.repeats, engine_name, server_bin, None,
                  lambda r, label, tok_s: reporter.note(
