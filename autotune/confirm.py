@@ -20,7 +20,7 @@ from autotune.engines.base import Engine
 from autotune.errors import StudyNotFoundError, TrialFailure
 from autotune.prompts import PromptMix, load_prompt_mix
 from autotune.spec import SpecConfig
-from autotune.trials import config_from_attrs, is_baseline
+from autotune.trials import config_from_attrs, drift_corrected, is_baseline
 
 CONFIRMATION_ATTR = "confirmation"
 
@@ -89,11 +89,12 @@ def stored_confirmation(study: optuna.Study) -> Confirmation | None:
 
 
 def top_trials(study: optuna.Study, top: int) -> list[optuna.trial.FrozenTrial]:
-    """The `top` fastest completed, lossless, speculative trials with distinct configurations."""
+    """The `top` fastest completed, lossless, speculative trials with distinct configurations, ranked by
+    their speedup over the baseline measured nearest before each (drift cancels)."""
     complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
     seen: set[str] = set()
     chosen = []
-    for trial in sorted(complete, key=lambda t: t.values[0], reverse=True):
+    for trial in sorted(complete, key=lambda t: drift_corrected(t, complete), reverse=True):
         label = trial.user_attrs["config"]["label"]
         if is_baseline(trial) or trial.user_attrs.get("lossless") is False or label in seen:
             continue

@@ -10,7 +10,7 @@ import optuna
 from autotune.commandline import format_command
 from autotune.confirm import Confirmation, ConfirmedConfig, stored_confirmation
 from autotune.errors import StudyNotFoundError
-from autotune.trials import baseline_trial, decode_tok_s, is_baseline
+from autotune.trials import baseline_trial, decode_tok_s, drift_corrected, is_baseline
 from storage.presets import Preset
 
 COMPLETE = optuna.trial.TrialState.COMPLETE
@@ -100,7 +100,7 @@ def best_result(study: optuna.Study) -> BestResult:
         front = tuple(t for t in study.best_trials if t.user_attrs.get("lossless") is not False) or tuple(eligible)
         best = max(front, key=lambda t: t.user_attrs["figures"]["e2e_tok_s"])
     else:
-        best = max(eligible, key=lambda t: t.values[0])
+        best = max(eligible, key=lambda t: drift_corrected(t, complete))
     confirmation = stored_confirmation(study)
     winner = confirmation.winner if confirmation else None
     if winner is not None:

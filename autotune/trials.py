@@ -70,3 +70,13 @@ def counted_trials(study: optuna.Study) -> int:
     requeued = {t.user_attrs["requeued_from"] for t in trials if "requeued_from" in t.user_attrs}
     return sum(t.state in FINISHED and not is_drift_check(t) and not t.user_attrs.get("interrupted")
                and t.number not in requeued for t in trials)
+
+
+def drift_corrected(trial: optuna.trial.FrozenTrial, complete: list[optuna.trial.FrozenTrial]) -> float:
+    """A trial's objective over that of the baseline measured nearest before it (a baseline: 1), so trials
+    measured while the machine ran hot or cold compare fairly; raw when no baseline came before."""
+    if is_baseline(trial):
+        return 1.0
+    reference = trial.user_attrs.get("speedup_baseline_trial")
+    baseline = next((t for t in complete if t.number == reference), None)
+    return trial.values[0] / baseline.values[0] if baseline is not None and baseline.values[0] else trial.values[0]
