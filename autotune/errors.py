@@ -64,6 +64,13 @@ class ServerFailure(TrialFailure):
         self.log_tail = log_tail
 
 
+class WorkerDied(TrialFailure):
+    """The python engine's worker process died during a call: a signal, a llama.cpp abort, the OOM killer.
+
+    The tuner marks such a trial `worker_died`, so a configuration that crashes is never re-queued.
+    """
+
+
 class SpeculationInactiveError(TrialFailure):
     """A speculative configuration drafted nothing over the whole prompt mix."""
 

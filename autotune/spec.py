@@ -26,6 +26,8 @@ class SpecParam:
     default: int | float | bool | str
     requires: str | None = None
     choices: tuple[str, ...] = ()
+    at_most: str | None = None  # never above this parameter's value (a draft's n-min above its n-max drafts nothing)
+    at_least: str | None = None  # never below it (an n-gram lookup copying fewer tokens than it matches drafts nothing)
 
     @property
     def flag(self) -> str:
@@ -38,7 +40,7 @@ def _params(*params: SpecParam) -> dict[str, SpecParam]:
 
 _DRAFT = _params(
     SpecParam("draft_n_max", int, 3),
-    SpecParam("draft_n_min", int, 0),
+    SpecParam("draft_n_min", int, 0, at_most="draft_n_max"),
     SpecParam("draft_p_min", float, 0.0),
 )
 #: `--spec-draft-sampling` (newer llama-server builds): a probabilistic draft is verified by rejection
@@ -50,7 +52,8 @@ _SAMPLED_DRAFT = {**_DRAFT, DRAFT_SAMPLING.name: DRAFT_SAMPLING}
 def _ngram_map(prefix: str) -> dict[str, SpecParam]:
     return _params(
         SpecParam(f"{prefix}_size_n", int, 12),
-        SpecParam(f"{prefix}_size_m", int, 48),
+        # ngram-simple copies a continuation only when it is at least as long as the match (common/ngram-map.cpp)
+        SpecParam(f"{prefix}_size_m", int, 48, at_least=f"{prefix}_size_n" if prefix == "ngram_simple" else None),
         SpecParam(f"{prefix}_min_hits", int, 1),
     )
 
@@ -75,7 +78,7 @@ SPEC_TYPE_PARAMS: dict[str, dict[str, SpecParam]] = {
     "ngram-map-k": _ngram_map("ngram_map_k"),
     "ngram-map-k4v": _ngram_map("ngram_map_k4v"),
     "ngram-mod": _params(
-        SpecParam("ngram_mod_n_min", int, 48),
+        SpecParam("ngram_mod_n_min", int, 48, at_most="ngram_mod_n_max"),
         SpecParam("ngram_mod_n_max", int, 64),
         SpecParam("ngram_mod_n_match", int, 24),
     ),

@@ -27,7 +27,7 @@ from autotune.commandline import ServerCommand
 from autotune.device_lock import device_lock
 from autotune.engines.base import Engine
 from autotune.errors import (
-    AutotuneError, ModelFileError, SpeculationInactiveError, TrialFailure, UsageError,
+    AutotuneError, ModelFileError, SpeculationInactiveError, TrialFailure, UsageError, WorkerDied,
 )
 from autotune.hardware import hardware_detail, hardware_key
 from autotune.lossless import compare_outputs
@@ -37,7 +37,7 @@ from autotune.objectives import DEFAULT_OBJECTIVE, OBJECTIVES
 from autotune.prompts import PromptMix
 from autotune.sampling import GREEDY, Sampling
 from autotune.space import SearchSpace
-from autotune.spec import BASELINE, DRAFT_MODEL_TYPES, SpecConfig
+from autotune.spec import BASELINE, DRAFT_MODEL_TYPES, SPEC_TYPE_PARAMS, SpecConfig
 from autotune.study import study_name
 from autotune.trials import (
     BASELINE_ROLE, WARM_START_ROLE, baseline_trial, config_attrs, counted_trials, is_baseline, is_drift_check,
@@ -243,7 +243,7 @@ class Tuner:
                 params[name] = trial.suggest_int(name, r.low, r.high, step=r.step or 1)
             else:
                 params[name] = trial.suggest_float(name, r.low, r.high, step=r.step)
-        return SpecConfig(target=target, spec_type=spec_type, draft=draft, params=params)
+        return SpecConfig(target=target, spec_type=spec_type, draft=draft, params=_feasible(spec_type, params))
 
     def _suggest_files(self, trial: optuna.Trial, spec_type: str) -> tuple[Path, Path | None]:
         """The (target, draft) pair: among the runnable pairs of a draft type, else among the targets."""
@@ -286,6 +286,8 @@ class Tuner:
         except AutotuneError as exc:
             if isinstance(exc, UsageError) and not isinstance(exc, ModelFileError):
                 raise  # bad input is the user's to fix, not a property of this configuration
+            if isinstance(exc, WorkerDied):
+                trial.set_user_attr("worker_died", True)  # never re-queued: see requeue_stale_trial
             self._fail(trial, exc)
         except Exception as exc:  # a bug or a crash inside llama.cpp's bindings: this trial fails, the study goes on
             self._fail(trial, exc, f"{type(exc).__name__}: {exc}")
@@ -305,7 +307,10 @@ class Tuner:
         raise exc if isinstance(exc, TrialFailure) else TrialFailure(reason) from exc
 
     def _measure(self, trial: optuna.Trial, config: SpecConfig) -> list[Measurement]:
-        """`repeats` measurements of the mix; the first one reports each prompt to the pruner."""
+        """`repeats` measurements of the mix; the first one reports each prompt to the pruner.
+
+        --trial-timeout is checked after each prompt here, and passed on as a deadline to an engine
+        that can stop in the middle of a prompt (the python engine's worker)."""
         total = len(self.mix)
         deadline = None if self.settings.trial_timeout_s is None else time.monotonic() + self.settings.trial_timeout_s
         reported = not self.objective.is_multi  # baselines report too: the best trial may be one
@@ -327,6 +332,7 @@ class Tuner:
                 measurements.append(self.engine.measure(
                     config, self.mix, max_tokens=self.settings.max_tokens,
                     on_prompt=lambda i, result, first=(repeat == 0): on_prompt(i, result, first),
+                    deadline_s=deadline,
                 ))
         return measurements
 
@@ -382,8 +388,33 @@ class Tuner:
             trial.set_user_attr("lossless_reason", f"prompt {differing.prompt_id} differs at token {differing.diverged_at}{detail}")
 
 
+def _feasible(spec_type: str, params: dict) -> dict:
+    """`params` with every `at_most`/`at_least` bound met (n-min up to n-max, an n-gram's m up to its n):
+    a combination that cannot draft is never measured, and TPE learns from the equivalent one measured.
+    The trial's `config` attribute records what was measured."""
+    known = SPEC_TYPE_PARAMS[spec_type]
+    feasible = dict(params)
+    for name, value in params.items():
+        param = known[name]
+        if param.at_most in feasible:
+            feasible[name] = min(value, feasible[param.at_most])
+        if param.at_least in feasible:
+            feasible[name] = max(value, feasible[param.at_least])
+    return feasible
+
+
 def requeue_stale_trial(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
-    """Optuna's heartbeat failed `trial` because its worker died: measure the same configuration again."""
+    """Optuna's heartbeat failed `trial` because its worker died: measure the same configuration again,
+    unless that configuration already killed a python engine's worker (a trial with `worker_died`) or
+    `trial` was itself a re-queue, i.e. the configuration died twice (its process may have died with
+    the worker and recorded nothing). Such a trial stays FAIL, once: a crashing configuration is not
+    retried forever."""
+    if "requeued_from" in trial.user_attrs:
+        return
+    target = trial.user_attrs.get("target")  # what tells baselines apart: they have no params
+    if any(t.user_attrs.get("worker_died") and t.params == trial.params and t.user_attrs.get("target") == target
+           for t in study.get_trials(deepcopy=False)):
+        return
     kept = {key: value for key, value in trial.user_attrs.items() if key in ("role", "target", "drift_check")}
     study.enqueue_trial(trial.params, user_attrs={**kept, "requeued_from": trial.number})
 

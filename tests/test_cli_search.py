@@ -119,7 +119,7 @@ def test_gemma_search_end_to_end_in_a_real_process(tmp_path, gemma_path, autotun
     models.mkdir()
     env = {**os.environ, "AUTOTUNE_HOME": str(autotune_home), "AUTOTUNE_MODELS_DIR": str(models)}
     args = [sys.executable, "-m", "autotune", "search", "--model", "gemma3-270m", "--trials", "4",
-            "--max-tokens", "16", "--seed", "2"]
+            "--max-tokens", "16", "--seed", "2", "--confirm-top", "1", "--confirm-repeats", "2"]
     done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     assert "[1/4] trial   0 none" in done.stderr
@@ -137,3 +137,19 @@ def test_gemma_search_end_to_end_in_a_real_process(tmp_path, gemma_path, autotun
         if trial.state == optuna.trial.TrialState.COMPLETE:
             assert trial.user_attrs["lossless"] is True, trial.user_attrs.get("output_match")
             assert len(trial.user_attrs["output_tokens"]) == len(baseline_tokens)
+
+
+def test_the_sampler_never_measures_a_combination_that_cannot_draft(tmp_path, models_dir, autotune_home):
+    space = tmp_path / "bounds.toml"
+    space.write_text('[model]\nname = "tiny"\ntarget = "tiny-target.gguf"\ndraft = "tiny-draft.gguf"\n'
+                     'context_size = 512\n[spec_types.draft-simple]\ndraft_n_max = [1, 2]\ndraft_n_min = [0, 6]\n'
+                     '[spec_types.ngram-simple]\nngram_simple_size_n = [2, 6]\nngram_simple_size_m = [1, 3]\n')
+    tiny_search(space, models_dir, "--trials", "8", "--seed", "4", "--no-pruning", "--no-confirm")
+    configs = [t.user_attrs["config"] for t in load(autotune_home, "tiny").trials if t.user_attrs.get("role") != "baseline"]
+    assert len(configs) == 7
+    for config in configs:
+        params = config["params"]
+        if config["spec_type"] == "draft-simple":
+            assert params["draft_n_min"] <= params["draft_n_max"], params
+        else:
+            assert params["ngram_simple_size_m"] >= params["ngram_simple_size_n"], params

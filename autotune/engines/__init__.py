@@ -16,11 +16,12 @@ def create_engine(
     base_flags: tuple[str, ...] = (),
     sampling: Sampling = GREEDY,
 ) -> Engine:
-    """`python`: in-process through llama-cpp-python; `server`: a real llama-server per measurement."""
+    """`python`: through llama-cpp-python in a worker process that keeps the models loaded (a crash of
+    llama.cpp fails one trial); `server`: a real llama-server per measurement."""
     if name == "python":
-        from autotune.engines.python import PythonEngine
+        from autotune.engines.worker import WorkerEngine
 
-        return PythonEngine(context_size=context_size, threads=threads, base_flags=base_flags, sampling=sampling)
+        return WorkerEngine(context_size=context_size, threads=threads, base_flags=base_flags, sampling=sampling)
     if name == "server":
         from autotune.engines.server import ServerEngine
 

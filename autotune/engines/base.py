@@ -49,9 +49,13 @@ class Engine(ABC):
         *,
         max_tokens: int,
         on_prompt: ProgressCallback | None = None,
+        deadline_s: float | None = None,
     ) -> Measurement:
         """Warm up, then generate every prompt of `mix` greedily with `config` and time it.
 
+        `deadline_s` (a time.monotonic() value): an engine that can stop in the middle of a prompt
+        raises TrialFailure once it passes; the others ignore it, and the caller's `on_prompt`
+        checks it between prompts.
         Raises TrialFailure when this configuration cannot be measured (the study goes on) and
         EngineError when the engine itself is broken.
         """

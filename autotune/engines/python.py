@@ -97,6 +97,7 @@ class PythonEngine(Engine):
         *,
         max_tokens: int,
         on_prompt: ProgressCallback | None = None,
+        deadline_s: float | None = None,  # checked between prompts by on_prompt's caller
     ) -> Measurement:
         self.load(config)
         self._max_tokens = max_tokens

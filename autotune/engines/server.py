@@ -113,10 +113,10 @@ class ServerEngine(Engine):
         *,
         max_tokens: int,
         on_prompt: ProgressCallback | None = None,
+        deadline_s: float | None = None,  # checked between prompts by on_prompt's caller
     ) -> Measurement:
         self._stop_margin_server()  # never two servers (and two copies of the weights) at once
         prompts = [(prompt, self._prompts.tokens(config.target, prompt, max_tokens)) for prompt in mix]
-        results = []
         self.last_log_tail, self.last_log_errors = "", []
         self.last_argv = self.argv(config)
         launched = time.perf_counter()
@@ -124,15 +124,7 @@ class ServerEngine(Engine):
             with self._launch(self.last_argv) as server:
                 startup_ms = (time.perf_counter() - launched) * 1000
                 try:
-                    _complete(server, prompts[0][1], min(WARMUP_TOKENS, max_tokens), what="the warm-up request",
-                              sampling=self.sampling)
-                    for index, (prompt, tokens) in enumerate(prompts):
-                        steps_before = _verify_steps(server)
-                        answer = _complete(server, tokens, max_tokens, what=f"prompt {prompt.id}", sampling=self.sampling)
-                        result = _result(prompt, answer, _verify_steps(server) - steps_before)
-                        results.append(result)
-                        if on_prompt is not None:
-                            on_prompt(index, result)
+                    results = generate_mix(server, prompts, max_tokens, self.sampling, on_prompt)
                 finally:
                     self.last_log_tail, self.last_log_errors = server.log_tail(), server.error_lines()
         except ServerFailure as exc:
@@ -202,6 +194,26 @@ class ServerEngine(Engine):
             _, server = self._margin_server
             self._margin_server = None
             server.close()
+
+
+def generate_mix(
+    server: ServerProcess,
+    prompts: list[tuple[Prompt, list[int]]],
+    max_tokens: int,
+    sampling: Sampling = GREEDY,
+    on_prompt: ProgressCallback | None = None,
+) -> list[GenerationResult]:
+    """Warm up with one short request, then generate each (prompt, tokens) on a running server and read
+    its own timings; the verify steps come from `/metrics` around each request."""
+    _complete(server, prompts[0][1], min(WARMUP_TOKENS, max_tokens), what="the warm-up request", sampling=sampling)
+    results = []
+    for index, (prompt, tokens) in enumerate(prompts):
+        steps_before = _verify_steps(server)
+        answer = _complete(server, tokens, max_tokens, what=f"prompt {prompt.id}", sampling=sampling)
+        results.append(_result(prompt, answer, _verify_steps(server) - steps_before))
+        if on_prompt is not None:
+            on_prompt(index, results[-1])
+    return results
 
 
 def _complete(server: ServerProcess, tokens: list[int], n_predict: int, *, what: str, n_probs: int = 0,

@@ -1,0 +1,309 @@
+"""The python engine's worker process: a crash, a hang or Ctrl-C costs one trial, never the study.
+Real llama.cpp on the tiny GGUF fixtures, real signals, real processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+from click.testing import CliRunner
+
+from autotune.cli import cli
+from autotune.engines import create_engine
+from autotune.engines.worker import WorkerEngine, descendant_pids
+from autotune.errors import ModelFileError, TrialFailure, UsageError, WorkerDied
+from autotune.hardware import hardware_key
+from autotune.prompts import Prompt, PromptMix
+from autotune.spec import SpecConfig
+from autotune.tuner import requeue_stale_trial
+
+# ~250 ms a prompt on one thread here: long enough for a signal or a deadline to land mid-prompt
+LONG_MIX = PromptMix("test", tuple(Prompt(f"p{i}", "qa", "The quick brown fox jumps over the lazy dog.")
+                                   for i in range(8)))
+LONG_TOKENS = 600
+
+
+@pytest.fixture
+def no_core_dumps():
+    """A worker killed by SIGSEGV would otherwise leave a core file where the tests run."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_CORE)
+    resource.setrlimit(resource.RLIMIT_CORE, (0, hard))
+    yield
+    resource.setrlimit(resource.RLIMIT_CORE, (soft, hard))
+
+
+@pytest.fixture
+def engine(no_core_dumps):
+    with WorkerEngine(context_size=1024, threads=1) as engine:
+        yield engine
+
+
+@pytest.fixture
+def target(tiny_dir) -> Path:
+    return tiny_dir / "tiny-target.gguf"
+
+
+def alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def measure_killed_by(engine, target, signum: int) -> WorkerDied:
+    """Measure LONG_MIX and send `signum` to the worker while it generates the second prompt."""
+    def on_prompt(index, result):
+        if index == 0:
+            threading.Timer(0.05, os.kill, (engine.worker_pid, signum)).start()
+
+    with pytest.raises(WorkerDied) as failure:
+        engine.measure(SpecConfig(target), LONG_MIX, max_tokens=LONG_TOKENS, on_prompt=on_prompt)
+    return failure.value
+
+
+@pytest.mark.parametrize("signum, name", [(signal.SIGKILL, "SIGKILL"), (signal.SIGSEGV, "SIGSEGV")])
+def test_a_worker_killed_mid_measure_fails_the_measurement_and_the_next_call_gets_a_fresh_worker(
+        engine, target, signum, name):
+    engine.prepare(SpecConfig(target), LONG_MIX, max_tokens=16)
+    first = engine.worker_pid
+    failure = measure_killed_by(engine, target, signum)
+    assert str(failure) == f"worker killed by {name}"
+    assert isinstance(failure, TrialFailure)
+    assert engine.worker_pid is None and not alive(first)
+    measurement = engine.measure(SpecConfig(target), LONG_MIX, max_tokens=8)
+    assert len(measurement.results) == len(LONG_MIX.prompts)
+    assert engine.worker_pid not in (None, first)
+
+
+def _fail_a_ggml_assert(target: str) -> None:
+    """Sample a logits row llama.cpp never computed: `GGML_ASSERT(logits != nullptr)` aborts."""
+    import llama_cpp
+
+    from autotune.engines._llama import Context, LoadedModel
+    from autotune.runtime import Runtime
+
+    context = Context(LoadedModel(Path(target)), n_ctx=64, runtime=Runtime(threads=1))
+    context.decode([1, 2, 3], 0)
+    llama_cpp.llama_sampler_sample(llama_cpp.llama_sampler_init_greedy(), context.ptr, 7)
+
+
+class GgmlAssert:
+    """A request argument that, unpickled in the worker, makes llama.cpp fail an assertion there."""
+
+    def __init__(self, target: Path):
+        self.target = str(target)
+
+    def __reduce__(self):
+        return _fail_a_ggml_assert, (self.target,)
+
+
+def test_an_abort_in_llama_cpp_names_its_message_from_the_worker_stderr(engine, target):
+    with pytest.raises(WorkerDied) as failure:
+        engine.measure(SpecConfig(target), GgmlAssert(target), max_tokens=8)
+    reason = str(failure.value)
+    assert reason.startswith("llama.cpp aborted: ")
+    assert "GGML_ASSERT(logits != nullptr) failed" in reason
+    assert engine.measure(SpecConfig(target), LONG_MIX, max_tokens=8).results
+
+
+def test_a_deadline_that_passes_mid_prompt_kills_the_worker(engine, target):
+    engine.prepare(SpecConfig(target), LONG_MIX, max_tokens=16)
+    doomed = engine.worker_pid
+    started = time.monotonic()
+    with pytest.raises(TrialFailure, match=r"^timeout after 0\.\d s at prompt \d$") as failure:
+        engine.measure(SpecConfig(target), LONG_MIX, max_tokens=LONG_TOKENS, deadline_s=started + 0.6)
+    assert not isinstance(failure.value, WorkerDied)  # a hang we stopped, not a crash
+    assert time.monotonic() - started < 1.2  # the mix takes about 2 s
+    assert not alive(doomed)
+    assert engine.measure(SpecConfig(target), LONG_MIX, max_tokens=8).results
+
+
+def test_a_pruned_measurement_stops_at_once_and_the_same_worker_measures_on(engine, target):
+    seen = []
+
+    def prune_at_third(index, result):
+        seen.append(index)
+        if index == 2:
+            raise optuna.TrialPruned("slower")
+
+    engine.prepare(SpecConfig(target), LONG_MIX, max_tokens=16)
+    worker = engine.worker_pid
+    with pytest.raises(optuna.TrialPruned):
+        engine.measure(SpecConfig(target), LONG_MIX, max_tokens=32, on_prompt=prune_at_third)
+    assert seen == [0, 1, 2]
+    assert len(engine.measure(SpecConfig(target), LONG_MIX, max_tokens=8).results) == len(LONG_MIX.prompts)
+    assert engine.worker_pid == worker
+
+
+def test_errors_in_the_worker_come_back_with_their_type_and_message(engine, target, tmp_path):
+    with pytest.raises(ModelFileError, match=f"^model file not found: {tmp_path / 'gone.gguf'}$"):
+        engine.prepare(SpecConfig(tmp_path / "gone.gguf"), LONG_MIX, max_tokens=8)
+    with pytest.raises(UsageError, match="above the search space's context_size 1024"):
+        engine.prepare(SpecConfig(target), LONG_MIX, max_tokens=1020)
+    worker = engine.worker_pid
+    assert engine.measure(SpecConfig(target), LONG_MIX, max_tokens=8).results
+    assert engine.worker_pid == worker
+
+
+def test_a_refused_base_flag_raises_before_any_process_starts():
+    with pytest.raises(UsageError, match="cannot apply '--mlock'"):
+        create_engine("python", context_size=512, base_flags=("--mlock",))
+    assert not [pid for pid in descendant_pids(os.getpid()) if "spawn_main" in cmdline(pid)]
+
+
+def test_close_ends_the_worker(target):
+    engine = create_engine("python", context_size=512, threads=1)
+    assert isinstance(engine, WorkerEngine) and engine.worker_pid is None  # started on first use
+    assert "none" in engine.runnable_spec_types
+    worker = engine.worker_pid
+    engine.close()
+    assert engine.worker_pid is None and not alive(worker)
+
+
+@pytest.mark.parametrize("extra, space_line, needle", [
+    (["--max-tokens", "400"], "", "above the search space's context_size 512"),  # found by the worker's prepare
+    ([], 'base_flags = ["--mlock"]', "cannot apply '--mlock'"),  # refused before any worker starts
+])
+def test_bad_input_is_a_one_line_usage_error_before_any_study(tiny_space, models_dir, autotune_home, extra,
+                                                              space_line, needle):
+    tiny_space.write_text(tiny_space.read_text().replace("context_size = 512", f"context_size = 512\n{space_line}"))
+    result = CliRunner().invoke(cli, ["search", "--model", "tiny", "--space", str(tiny_space), "--models-dir",
+                                      str(models_dir), *extra])
+    assert result.exit_code == 2, result.output
+    (line,) = result.output.strip().splitlines()
+    assert line.startswith("autotune: error: ") and needle in line
+    assert not (autotune_home / "autotune.db").exists()
+    assert not workers_of(os.getpid())
+
+
+def cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def workers_of(pid: int) -> list[int]:
+    """The python engine workers among `pid`'s descendants (not multiprocessing's resource tracker)."""
+    return [child for child in descendant_pids(pid) if "spawn_main" in cmdline(child)]
+
+
+def load(home: Path) -> optuna.Study:
+    return optuna.load_study(study_name=f"tiny@{hardware_key()}:python", storage=f"sqlite:///{home / 'autotune.db'}")
+
+
+def test_a_study_whose_worker_is_killed_finishes_with_every_trial_accounted_for(tiny_space, models_dir,
+                                                                               autotune_home):
+    killed, fresh = [], []
+
+    def kill_once_a_trial_completed() -> None:
+        deadline = time.monotonic() + 120
+        study = None
+        while not killed and time.monotonic() < deadline:
+            time.sleep(0.1)
+            try:
+                if study is None and (autotune_home / "autotune.db").exists():
+                    study = load(autotune_home)
+                states = [t.state for t in study.get_trials(deepcopy=False)] if study else []
+            except Exception:  # the study is not created yet
+                continue
+            workers = workers_of(os.getpid())
+            if workers and optuna.trial.TrialState.COMPLETE in states:
+                time.sleep(0.3)  # into the next trial's measurement
+                os.kill(workers[0], signal.SIGKILL)
+                killed.append(workers[0])
+        while not fresh and time.monotonic() < deadline:
+            fresh.extend(pid for pid in workers_of(os.getpid()) if pid not in killed)
+            time.sleep(0.05)
+
+    killer = threading.Thread(target=kill_once_a_trial_completed)
+    killer.start()
+    result = CliRunner().invoke(cli, ["search", "--model", "tiny", "--space", str(tiny_space), "--models-dir",
+                                      str(models_dir), "--trials", "6", "--max-tokens", "120", "--no-pruning",
+                                      "--baseline-every", "0", "--no-confirm"])
+    killer.join()
+    assert result.exit_code == 0, result.output
+    assert killed and not alive(killed[0])
+    assert fresh, "no fresh worker started after the kill"
+    trials = load(autotune_home).trials
+    assert len(trials) == 6
+    for trial in trials:
+        assert trial.state in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL)
+        if trial.state == optuna.trial.TrialState.FAIL:
+            assert trial.user_attrs["fail_reason"]
+    died = [t for t in trials if t.user_attrs.get("worker_died")]
+    assert len(died) <= 1  # one, unless the kill fell between two calls (then nothing was lost at all)
+    assert all(t.user_attrs["fail_reason"] == "worker killed by SIGKILL" for t in died)
+    assert not workers_of(os.getpid())
+
+
+def test_ctrl_c_kills_the_worker_and_leaves_no_process_behind(tiny_space, models_dir, autotune_home):
+    argv = [sys.executable, "-m", "autotune", "search", "--model", "tiny", "--space", str(tiny_space),
+            "--models-dir", str(models_dir), "--trials", "5", "--max-tokens", "200",
+            "--no-pruning", "--no-confirm"]
+    env = {**os.environ, "AUTOTUNE_HOME": str(autotune_home), "PYTHONUNBUFFERED": "1"}
+    # a session of its own, so the SIGINT goes to its whole process group as a terminal's Ctrl-C does
+    proc = subprocess.Popen(argv, env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+                            start_new_session=True)
+    try:
+        assert any(line.startswith("[1/5]") for line in proc.stderr), "the first trial did not finish"
+        time.sleep(0.3)  # into the second trial's measurement
+        left = descendant_pids(proc.pid)
+        assert workers_of(proc.pid)
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.wait(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130
+    assert "interrupted" in proc.stderr.read()
+    deadline = time.monotonic() + 10
+    while any(alive(pid) for pid in left) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not [pid for pid in left if alive(pid)]
+    trials = load(autotune_home).trials
+    assert optuna.trial.TrialState.RUNNING not in [t.state for t in trials]
+    (interrupted,) = [t for t in trials if t.user_attrs.get("interrupted")]
+    assert interrupted.state == optuna.trial.TrialState.FAIL
+
+
+def _stale(study: optuna.Study, params: dict, **attrs) -> optuna.trial.FrozenTrial:
+    distributions = {name: optuna.distributions.CategoricalDistribution([value]) for name, value in params.items()}
+    study.add_trial(optuna.trial.create_trial(state=optuna.trial.TrialState.FAIL, params=params,
+                                              distributions=distributions, user_attrs=attrs))
+    return study.trials[-1]
+
+
+def waiting(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
+    return study.get_trials(states=(optuna.trial.TrialState.WAITING,))
+
+
+def test_the_heartbeat_requeues_a_dead_trial_once_and_never_a_configuration_that_killed_a_worker():
+    study = optuna.create_study()
+    crashing = {"spec_type": "ngram-simple", "ngram_simple_size_n": 2}
+    _stale(study, crashing, worker_died=True, fail_reason="worker killed by SIGKILL")
+    requeue_stale_trial(study, _stale(study, crashing))
+    assert not waiting(study)
+
+    innocent = {"spec_type": "ngram-simple", "ngram_simple_size_n": 3}
+    requeue_stale_trial(study, _stale(study, innocent))
+    (requeued,) = waiting(study)
+    assert requeued.system_attrs["fixed_params"] == innocent  # what it will measure
+    requeue_stale_trial(study, _stale(study, innocent, requeued_from=requeued.user_attrs["requeued_from"]))
+    assert len(waiting(study)) == 1  # it died twice: recorded as FAIL, not queued a third time
+
+
+def test_a_baseline_that_killed_a_worker_blocks_only_its_own_target():
+    study = optuna.create_study()
+    _stale(study, {}, role="baseline", target="/m/a.gguf", worker_died=True)
+    requeue_stale_trial(study, _stale(study, {}, role="baseline", target="/m/a.gguf"))
+    requeue_stale_trial(study, _stale(study, {}, role="baseline", target="/m/b.gguf"))
+    assert [t.user_attrs["target"] for t in waiting(study)] == ["/m/b.gguf"]
