@@ -76,7 +76,7 @@ _MEASUREMENT_OPTIONS = [
     click.option("--trials", type=click.IntRange(min=1), default=12, show_default=True,
                  help="Finished trials the study should hold (a rerun resumes up to this many)."),
     click.option("--engine", "engine_name", type=click.Choice(ENGINE_NAMES), default="python", show_default=True,
-                 help="python: in-process through llama-cpp-python; server: a real llama-server per trial, launched with the printed argv."),
+                 help="python: llama-cpp-python in a worker process that keeps the models loaded; server: a real llama-server per trial, launched with the printed argv."),
     click.option("--prompts", "prompts_file", type=click.Path(path_type=Path),
                  help="JSONL prompt file (default: the bundled 11-category mix)."),
     click.option("--per-category", type=click.IntRange(min=1), default=1, show_default=True,

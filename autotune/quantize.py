@@ -6,6 +6,7 @@ of its final size (the source's weights at the target type's bits per weight).
 
 from __future__ import annotations
 
+import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path

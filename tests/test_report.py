@@ -76,7 +76,7 @@ def reports(tmp_path_factory, tiny_dir) -> Reports:
             confirm(study, engine, top=2, repeats=2, command=ServerCommand(512))
         _derive_studies(study, storage)
         pages = {}
-        for kind, args in {"search": ("--model", "tiny"), "mixed": ("--model", "tiny-mixed"),
+        for kind, args in {"search": ("--model", "tiny", "--objective", "decode"), "mixed": ("--model", "tiny-mixed"),
                            "pareto": ("--model", "tiny", "--objective", "pareto")}.items():
             out = root / f"report-{kind}"
             result = run("report", *args, "--storage", storage, "--out", str(out))
