@@ -12,6 +12,7 @@ than the best trial.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import warnings
 from dataclasses import dataclass
@@ -314,13 +315,15 @@ class Tuner:
         total = len(self.mix)
         deadline = None if self.settings.trial_timeout_s is None else time.monotonic() + self.settings.trial_timeout_s
         reported = not self.objective.is_multi  # baselines report too: the best trial may be one
+        reference = baseline_prompt_scores(trial.study, config.target, self.objective.prompt_score)
 
         def on_prompt(index: int, result: GenerationResult, first: bool) -> None:
             self.reporter.prompt_done(index, total, result)
             if deadline is not None and time.monotonic() > deadline:
                 raise TrialFailure(f"timeout: the trial ran past --trial-timeout {self.settings.trial_timeout_s:g} s")
             if first and reported:
-                trial.report(self.objective.prompt_score(result), step=index)
+                score = self.objective.prompt_score(result)
+                trial.report(drift_corrected_score(score, index, reference, config.is_baseline), step=index)
                 if not config.is_baseline and trial.should_prune():
                     reason = f"significantly slower than the best trial after {index + 1} prompts"
                     trial.set_user_attr("prune_reason", reason)
@@ -386,6 +389,27 @@ class Tuner:
                 f" where the target prefers the baseline's token by {evidence.margin_one_by_one:.3f} "
                 f"(noise {evidence.noise_rms:.3f})")
             trial.set_user_attr("lossless_reason", f"prompt {differing.prompt_id} differs at token {differing.diverged_at}{detail}")
+
+
+def baseline_prompt_scores(study: optuna.Study, target: Path, prompt_score) -> list[float] | None:
+    """Each prompt's score in the latest baseline of `target` (None before one completed)."""
+    latest = latest_baseline(study, target)
+    if latest is None:
+        return None
+    names = {f.name for f in dataclasses.fields(GenerationResult)}
+    return [prompt_score(GenerationResult(**{k: v for k, v in row.items() if k in names}))
+            for row in latest.user_attrs["per_prompt"]]
+
+
+def drift_corrected_score(score: float, index: int, reference: list[float] | None, is_baseline: bool) -> float:
+    """What the pruner sees for prompt `index`: the score over the nearest baseline's on that prompt, so
+    a trial measured while the machine ran slower is not pruned for the machine's sake; a baseline is
+    1 by definition. Raw while no baseline completed."""
+    if is_baseline:
+        return 1.0
+    if reference is None or index >= len(reference) or not reference[index]:
+        return score
+    return score / reference[index]
 
 
 def _feasible(spec_type: str, params: dict) -> dict:
