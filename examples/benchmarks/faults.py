@@ -26,11 +26,12 @@ import optuna
 
 from autotune.engines.worker import WorkerEngine, descendant_pids
 from autotune.progress import SilentReporter, TerminalReporter
-from autotune.prompts import load_prompt_mix
-from autotune.runner import SearchOptions, check_inputs, runnable_space
+from autotune.runner import runnable_space
 from autotune.spec import SpecConfig
 from autotune.trials import counted_trials
 from autotune.tuner import Tuner
+
+from _gemma import gemma_inputs  # noqa: E402  (beside this script)
 
 SIGNALS = (signal.SIGKILL, signal.SIGKILL, signal.SIGKILL, signal.SIGSEGV)
 
@@ -73,12 +74,7 @@ def main() -> None:
 
     # the workers inherit it: a worker killed by SIGSEGV leaves no core file behind
     resource.setrlimit(resource.RLIMIT_CORE, (0, resource.getrlimit(resource.RLIMIT_CORE)[1]))
-    models = Path(tempfile.gettempdir()) / "autotune-bench-models"
-    options = SearchOptions(trials=args.trials, engine_name="python", prompts_file=None, per_category=1,
-                            max_tokens=args.max_tokens, storage_url=None, models_dir=models, space_file=None,
-                            seed=args.seed, threads=None, baseline_every=0)
-    inputs = check_inputs("gemma3-270m", options, SilentReporter())
-    mix = load_prompt_mix().take(per_category=1)
+    options, inputs, mix = gemma_inputs(trials=args.trials, max_tokens=args.max_tokens, seed=args.seed)
     engine = TimedRestarts(context_size=inputs.space.model.context_size)
     baseline = SpecConfig(inputs.candidates.targets[0])
     engine.prepare(baseline, mix, max_tokens=args.max_tokens)

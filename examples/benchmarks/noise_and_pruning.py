@@ -14,17 +14,17 @@ import statistics
 import tempfile
 import time
 from dataclasses import replace
-from pathlib import Path
 
 import optuna
 
 from autotune.engines.python import PythonEngine
 from autotune.progress import SilentReporter
-from autotune.prompts import load_prompt_mix
 from autotune.results import best_result
-from autotune.runner import SearchOptions, check_inputs, runnable_space
+from autotune.runner import runnable_space
 from autotune.spec import SpecConfig
 from autotune.tuner import Tuner
+
+from _gemma import gemma_inputs  # noqa: E402  (beside this script)
 
 
 def main() -> None:
@@ -34,12 +34,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=10)
     args = parser.parse_args()
 
-    models = Path(tempfile.gettempdir()) / "autotune-bench-models"
-    options = SearchOptions(trials=args.trials, engine_name="python", prompts_file=None, per_category=1,
-                            max_tokens=args.max_tokens, storage_url=None, models_dir=models, space_file=None,
-                            seed=7, threads=None, baseline_every=0)
-    inputs = check_inputs("gemma3-270m", options, SilentReporter())
-    mix = load_prompt_mix().take(per_category=1)
+    options, inputs, mix = gemma_inputs(trials=args.trials, max_tokens=args.max_tokens, seed=7)
     engine = PythonEngine(context_size=inputs.space.model.context_size)
     baseline = SpecConfig(inputs.candidates.targets[0])
     engine.prepare(baseline, mix, max_tokens=args.max_tokens)
