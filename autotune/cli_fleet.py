@@ -89,15 +89,19 @@ def presets_show(model, hardware, storage):
 
 
 @presets.command("export")
-@click.option("--format", "fmt", type=click.Choice(["json", "toml", "sh"]), default="json", show_default=True,
-              help="json or toml data, or sh: a launcher script that runs this machine's preset.")
+@click.option("--format", "fmt", type=click.Choice(["json", "toml", "sh", "llama-swap", "ini"]), default="json",
+              show_default=True,
+              help="json or toml data; sh: a launcher script that runs this machine's preset; llama-swap: a "
+                   "llama-swap config.yaml, one model per preset; ini: a llama-server --models-preset file.")
 @storage_option
 def presets_export(fmt, storage):
-    """Export every preset; `--format sh` writes a runnable launcher script.
+    """Export every preset; `--format sh` writes a runnable launcher script, `llama-swap` and `ini` the
+    files llama-swap and llama-server's router mode (`--models-preset`) read.
 
     \b
     Example:
         autotune presets export --format sh > llama-launch.sh
+        autotune presets export --format llama-swap > config.yaml
     """
     from autotune.preset_export import export_presets
 

@@ -1,4 +1,5 @@
-"""Presets as files to share or run: JSON, TOML, or a POSIX launcher script.
+"""Presets as files to share or run: JSON, TOML, a POSIX launcher script, or where llama.cpp users keep
+them: a llama-swap config.yaml, or a llama-server `--models-preset` INI file (router mode).
 
 The launcher computes the hardware key with autotune.hardware's own sh twin of `hardware_key()`
 (`HARDWARE_KEY_SH`: the visible GPUs' names and memory from `nvidia-smi`, honouring
@@ -16,6 +17,7 @@ from datetime import datetime
 from itertools import groupby
 from typing import Any, Callable
 
+from autotune.errors import UsageError
 from autotune.hardware import HARDWARE_KEY_SH
 from storage.presets import Preset
 
@@ -137,5 +139,109 @@ def _to_sh(presets: list[Preset]) -> str:
     return "".join(script)
 
 
-_WRITERS: dict[str, Callable[[list[Preset]], str]] = {"json": _to_json, "toml": _to_toml, "sh": _to_sh}
+# llama-swap: a config.yaml with one model per preset
+
+_LLAMA_SWAP_HEAD = """\
+# llama-swap models from autotune presets (`autotune presets export --format llama-swap`).
+# Each cmd is a preset's measured llama-server command; llama-swap fills in ${PORT}.
+# Run: llama-swap --config config.yaml, then ask for a model by its name here.
+"""
+
+
+def entry_names(presets: list[Preset]) -> list[str]:
+    """A unique name per preset, in the order of `presets`: the model, or `model@hardware` where
+    several presets of one model (from other machines) are exported together."""
+    per_model: dict[str, int] = {}
+    for preset in presets:
+        per_model[preset.model] = per_model.get(preset.model, 0) + 1
+    return [p.model if per_model[p.model] == 1 else f"{p.model}@{p.hardware}" for p in presets]
+
+
+def _summary(preset: Preset) -> str:
+    return (f"{preset.tok_s:.1f} tok/s, {preset.speedup:.2f}x the baseline on {preset.hardware} "
+            f"({preset.engine}, {preset.llama_cpp_build})")
+
+
+def _to_llama_swap(presets: list[Preset]) -> str:
+    """`models:` with one entry per preset: `cmd` is its argv (shell-quoted as llama-swap splits it,
+    POSIX rules) and `--port ${PORT}`, `description` its figures. Strings are written double-quoted,
+    so the file needs no YAML library and any path survives."""
+    ordered = sorted(presets, key=lambda p: (p.model, p.hardware))
+    lines = [_LLAMA_SWAP_HEAD, "models:" + ("" if ordered else " {}")]
+    for name, preset in zip(entry_names(ordered), ordered):
+        if any("${" in arg for arg in preset.argv):
+            raise UsageError(f"preset {name}: an argument contains '${{', which llama-swap reads as a macro")
+        cmd = f"{shlex.join(preset.argv)} --port ${{PORT}}"
+        lines += [f"  {_yaml_string(name)}:", f"    description: {_yaml_string(_summary(preset))}",
+                  f"    cmd: {_yaml_string(cmd)}"]
+    return "\n".join(lines) + "\n"
+
+
+# YAML double-quoted scalars escape like JSON, but must not hold C1 controls, surrogates or U+FFFE/F.
+_YAML_UNPRINTABLE = str.maketrans({code: f"\\u{code:04X}" for code in [*range(0x7F, 0xA0), *range(0xD800, 0xE000), 0xFFFE, 0xFFFF]})
+
+
+def _yaml_string(value: str) -> str:
+    return json.dumps(value, ensure_ascii=False).translate(_YAML_UNPRINTABLE)
+
+
+# ini: a llama-server --models-preset file (llama.cpp's common/preset.cpp reads it)
+
+_INI_HEAD = """\
+; llama-server presets from autotune (`autotune presets export --format ini`).
+; Run: llama-server --models-preset presets.ini (router mode), then ask for a model by its section name.
+; Each section is a preset's measured command: a key is a flag without its dashes, a bare flag is `true`.
+version = 1
+"""
+
+
+def _to_ini(presets: list[Preset]) -> str:
+    """One section per preset. llama.cpp's INI reader takes a value verbatim up to the end of the line
+    or a `;`/`#`, with no quoting, so a value holding either, a line break or edge blanks is refused."""
+    ordered = sorted(presets, key=lambda p: (p.model, p.hardware))
+    sections = [_INI_HEAD]
+    for name, preset in zip(entry_names(ordered), ordered):
+        if any(c in name for c in "[]\r\n"):
+            raise UsageError(f"preset {name!r}: its name cannot be an INI section name")
+        lines = [f"[{name}]", f"; {_summary(preset)}", f"; measured with {preset.argv[0]}"]
+        for key, value in argv_options(preset.argv[1:]):
+            if value == "" or value != value.strip() or any(c in value for c in ";#\r\n"):
+                raise UsageError(f"preset {name}: the value {value!r} of {key} cannot be written to an INI file "
+                                 f"(llama.cpp's reader has no quoting)")
+            lines.append(f"{key} = {value}")
+        sections.append("\n".join(lines) + "\n")
+    return "\n".join(sections)
+
+
+def argv_options(args: tuple[str, ...] | list[str]) -> list[tuple[str, str]]:
+    """llama-server arguments as (flag without dashes, value) pairs; a flag not followed by a value
+    (the next argument is another flag, or there is none) gets "true". A value may be a negative number."""
+    pairs: list[tuple[str, str]] = []
+    i = 0
+    while i < len(args):
+        flag = args[i]
+        if not _is_flag(flag):
+            raise UsageError(f"argument {flag!r} follows no flag: not a llama-server command")
+        if i + 1 < len(args) and not _is_flag(args[i + 1]):
+            pairs.append((flag.lstrip("-"), args[i + 1]))
+            i += 2
+        else:
+            pairs.append((flag.lstrip("-"), "true"))
+            i += 1
+    return pairs
+
+
+def _is_flag(arg: str) -> bool:
+    if not arg.startswith("-") or arg == "-":
+        return False
+    try:
+        float(arg)
+    except ValueError:
+        return True
+    return False  # a negative number is a value
+
+
+_WRITERS: dict[str, Callable[[list[Preset]], str]] = {
+    "json": _to_json, "toml": _to_toml, "sh": _to_sh, "llama-swap": _to_llama_swap, "ini": _to_ini,
+}
 EXPORT_FORMATS = tuple(_WRITERS)

@@ -4,12 +4,14 @@ the same hardware key as autotune.hardware)."""
 
 from __future__ import annotations
 
+import configparser
 import hashlib
 import json
 import os
 import shlex
 import sqlite3
 import subprocess
+import sys
 from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -19,7 +21,7 @@ import optuna
 import pytest
 
 from autotune import hardware
-from autotune.errors import StorageError
+from autotune.errors import StorageError, UsageError
 from autotune.hardware import _cpu_name
 from autotune.preset_export import export_presets, preset_record
 from storage import open_storage
@@ -334,3 +336,109 @@ def test_sh_launcher_needs_a_model_when_there_are_several(tmp_path, bin_dir, pri
     done = run_launcher(tmp_path, presets)
     assert done.returncode == 2
     assert f"no autotune preset for model '' on hardware '{H200}'" in done.stderr
+
+
+# llama-swap and llama-server's --models-preset INI, read back
+
+
+AWKWARD_ARGV = ("/opt/llama cpp/llama-server", "-m", "/models/it's \"my\" $model é\x85.gguf", "-c", "4096", "-ngl", "all",
+                "--seed", "-1", "--no-mmap", "--spec-type", "draft-simple", "--spec-draft-n-max", "6")
+
+
+def test_llama_swap_export_parses_back_with_pyyaml():
+    yaml = pytest.importorskip("yaml")
+    presets = [make_preset(argv=AWKWARD_ARGV), make_preset(hardware=A100, tok_s=300.0),
+               make_preset("qwen3-8b", "CPU it's \"odd\" \\ \t", argv=("llama-server", "-m", "/m/q.gguf"))]
+    config = yaml.safe_load(export_presets(presets, "llama-swap"))
+    # one entry per preset; a model with presets on several machines names each by its hardware
+    assert list(config) == ["models"]
+    assert sorted(config["models"]) == [f"gemma3-270m@{A100}", f"gemma3-270m@{H200}", "qwen3-8b"]
+    for name, preset in zip([f"gemma3-270m@{H200}", f"gemma3-270m@{A100}", "qwen3-8b"], presets):
+        entry = config["models"][name]
+        assert set(entry) == {"cmd", "description"}
+        assert "${PORT}" in entry["cmd"]
+        # llama-swap substitutes ${PORT}, then splits cmd with POSIX shell rules
+        assert shlex.split(entry["cmd"].replace("${PORT}", "5800")) == [*preset.argv, "--port", "5800"]
+        assert entry["description"].startswith(f"{preset.tok_s:.1f} tok/s, {preset.speedup:.2f}x the baseline on {preset.hardware}")
+    assert yaml.safe_load(export_presets([], "llama-swap")) == {"models": {}}
+
+
+def test_llama_swap_export_refuses_what_llama_swap_would_read_as_a_macro():
+    with pytest.raises(UsageError, match=r"an argument contains '\$\{'"):
+        export_presets([make_preset(argv=("llama-server", "-m", "/m/${HOME}.gguf"))], "llama-swap")
+
+
+def read_ini(text: str) -> configparser.ConfigParser:
+    """The INI text as llama.cpp's reader sees it (common/preset.cpp): `key = value` lines, `;`/`#`
+    comments, keys kept as written, options before the first section in a default one."""
+    parser = configparser.ConfigParser(interpolation=None, comment_prefixes=(";", "#"),
+                                       inline_comment_prefixes=(";", "#"), strict=True, default_section="\0")
+    parser.optionxform = str
+    parser.read_string("[(top)]\n" + text)
+    return parser
+
+
+def test_ini_export_parses_back():
+    presets = [make_preset(argv=AWKWARD_ARGV), make_preset("qwen3-8b", argv=("llama-server", "-m", "/m/q.gguf", "-fa", "on"))]
+    ini = read_ini(export_presets(presets, "ini"))
+    assert ini.sections() == ["(top)", "gemma3-270m", "qwen3-8b"]
+    assert dict(ini["(top)"]) == {"version": "1"}
+    assert list(ini["gemma3-270m"].items()) == [
+        ("m", "/models/it's \"my\" $model é\x85.gguf"), ("c", "4096"), ("ngl", "all"), ("seed", "-1"),
+        ("no-mmap", "true"), ("spec-type", "draft-simple"), ("spec-draft-n-max", "6"),
+    ]
+    assert list(ini["qwen3-8b"].items()) == [("m", "/m/q.gguf"), ("fa", "on")]
+
+
+@pytest.mark.parametrize("value", ["/models/a;b.gguf", "/models/#1.gguf", "two\nlines", " padded"])
+def test_ini_export_refuses_a_value_llama_cpp_cannot_read(value):
+    with pytest.raises(UsageError, match="cannot be written to an INI file"):
+        export_presets([make_preset(argv=("llama-server", "-m", value))], "ini")
+
+
+def test_presets_export_cli_refuses_an_unwritable_preset_with_one_line(url, tmp_path):
+    with PresetStore(url) as store:
+        store.save(make_preset(argv=("llama-server", "-m", "/models/a;b.gguf")))
+    done = subprocess.run([sys.executable, "-m", "autotune", "presets", "export", "--format", "ini", "--storage", url],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert done.stderr.count("\n") == 1 and "cannot be written to an INI file" in done.stderr
+
+
+def test_llama_server_router_runs_the_ini_export(tmp_path, tiny_dir, monkeypatch):
+    """llama-server itself reads the exported file (router mode), starts the preset's model with the
+    preset's flags, and answers a completion through it."""
+    from autotune.commandline import server_argv
+    from autotune.engines._server_process import ServerProcess
+    from autotune.server_binary import resolve_server_binary
+    from autotune.spec import SpecConfig
+
+    binary = resolve_server_binary()
+    config = SpecConfig(tiny_dir / "tiny-target.gguf", "ngram-simple",
+                        params={"ngram_simple_size_n": 2, "ngram_simple_size_m": 4})
+    argv = server_argv(config, context_size=512, binary=str(binary))
+    preset_file = tmp_path / "presets.ini"
+    preset_file.write_text(export_presets([make_preset("tiny", argv=tuple(argv))], "ini"))
+    monkeypatch.setenv("LLAMA_CACHE", str(tmp_path / "no-cached-models"))  # the router lists only the file's
+    with ServerProcess([str(binary), "--models-preset", str(preset_file), "--models-max", "1"],
+                       startup_timeout_s=60, request_timeout_s=60) as router:
+        (listed,) = router_models(router)
+        assert listed["id"] == "tiny" and listed["status"]["value"] == "unloaded"
+        answer = router.post("/completion", {"model": "tiny", "prompt": "a b c a b c a b c", "n_predict": 8,
+                                             "temperature": 0, "cache_prompt": False}, what="completion via the router")
+        assert answer["timings"]["predicted_n"] == 8
+        (loaded,) = router_models(router)
+    args = loaded["status"]["args"]
+    assert loaded["status"]["value"] == "loaded"
+    assert args[args.index("--model") + 1] == str(config.target)
+    for flag, value in [("--spec-type", "ngram-simple"), ("--spec-ngram-simple-size-n", "2"),
+                        ("--spec-ngram-simple-size-m", "4"), ("--ctx-size", "512"), ("--parallel", "1"),
+                        ("--temperature", "0"), ("--flash-attn", "on")]:  # llama.cpp writes each flag's long name
+        assert args[args.index(flag) + 1] == value, (flag, args)
+
+
+def router_models(router) -> list[dict]:
+    status, body = router._http("GET", "/models", None, timeout=30)
+    assert status == 200, body
+    return body["data"]
