@@ -84,6 +84,7 @@ class GGUFInfo:
     block_size: int | None = None  # dflash: tokens per drafted block
     has_markov_head: bool = False  # dflash: markov_w1.weight present, i.e. a DSpark draft
     has_confidence_head: bool = False  # DSpark: llama.cpp accepts --spec-draft-p-min > 0
+    has_chat_template: bool = False  # tokenizer.chat_template is set: a chat model, not a base model
 
     @property
     def n_main_layers(self) -> int:
@@ -155,6 +156,7 @@ def _info_from_header(path: Path, header: GGUFHeader) -> GGUFInfo:
         has_markov_head=has_markov_head,
         # common_speculative_impl_draft_dflash reads an absent dflash.has_confidence_head as true.
         has_confidence_head=has_markov_head and bool(_value(header, "dflash.has_confidence_head", True)),
+        has_chat_template=bool(_value(header, "tokenizer.chat_template")),
     )
 
 

@@ -52,7 +52,31 @@ class PromptMix:
 
 
 def bundled_mix_path() -> Path:
+    """The instruction mix: 11 categories of requests, for chat models (their own template applied)."""
     return Path(str(resources.files("autotune").joinpath("data/prompt_mix.jsonl")))
+
+
+def continuation_mix_path() -> Path:
+    """The continuation mix: the same 11 categories as beginnings of passages, for base models."""
+    return Path(str(resources.files("autotune").joinpath("data/prompt_mix_base.jsonl")))
+
+
+def default_mix_path(targets: Sequence[Path]) -> tuple[Path, str | None]:
+    """The bundled mix for a study of `targets`, and the line that says so when it is the continuation mix.
+
+    A base model (its GGUF has no `tokenizer.chat_template`) gets each prompt as raw text and continues
+    it: given an instruction it tends to repeat the instruction, which n-gram lookup drafts for free.
+    So a study whose targets have no chat template measures the continuation mix; any target with a
+    template keeps the instruction mix, wrapped in that template as llama-server's chat endpoint would."""
+    from autotune.gguf_info import read_gguf_info
+
+    if not targets or any(read_gguf_info(t).has_chat_template for t in targets):
+        return bundled_mix_path(), None
+    names = ", ".join(t.name for t in targets)
+    has = "has no chat template (a base model)" if len(targets) == 1 else "have no chat template (base models)"
+    return continuation_mix_path(), (
+        f"{names} {has}: measuring the bundled continuation mix, "
+        f"passages to continue rather than instructions (--prompts FILE to choose another)")
 
 
 def load_prompt_mix(path: Path | None = None) -> PromptMix:

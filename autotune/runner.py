@@ -18,7 +18,7 @@ from autotune.commandline import ServerCommand
 from autotune.errors import AutotuneError, ModelFileError, SearchSpaceError, UsageError
 from autotune.hardware import hardware_key
 from autotune.models import ModelFiles, resolve_model_files
-from autotune.prompts import PromptMix, load_prompt_mix
+from autotune.prompts import PromptMix, default_mix_path, load_prompt_mix
 from autotune.results import BestResult, best_result
 from autotune.space import SearchSpace, find_space_file, load_space
 from autotune.sampling import GREEDY, SERVER_MIN_P, SERVER_TOP_K, SERVER_TOP_P, Sampling
@@ -101,7 +101,7 @@ def check_inputs(model: str, options: SearchOptions, reporter: SearchReporter) -
     """Load and check everything the user named; a draft type none of whose pairs can run is an error.
     What is only left out (a missing quant, one refused pair among good ones) is reported as a note."""
     space = load_model_space(model, options.space_file)
-    mix = load_prompt_mix(options.prompts_file).take(per_category=options.per_category)
+    mix = load_prompt_mix(options.prompts_file) if options.prompts_file else None
     files = resolve_model_files(space, options.models_dir)
     candidates = find_candidates(files)
     for spec_type in space.spec_types:
@@ -114,7 +114,12 @@ def check_inputs(model: str, options: SearchOptions, reporter: SearchReporter) -
         reporter.note(f"no file matches {pattern}: left out (`autotune quantize` writes a missing quant)")
     for refused in candidates.refused:
         reporter.note(f"not runnable: {refused.describe()}")
-    return SearchInputs(space, mix, files, candidates)
+    if mix is None:  # the bundled mix that suits the targets: continuations for a base model
+        prompts_file, note = default_mix_path(candidates.targets)
+        mix = load_prompt_mix(prompts_file)
+        if note:
+            reporter.note(note)
+    return SearchInputs(space, mix.take(per_category=options.per_category), files, candidates)
 
 
 def run_search(model: str, options: SearchOptions, *, reporter: SearchReporter, server_bin: str | None = None,

@@ -264,6 +264,7 @@ def write_qwen3_target(
     tokenizer_variant: str = "a",
     n_ff: int | None = None,
     add_bos: bool = False,
+    chat_template: str | None = None,
 ) -> Path:
     """Write a tiny ``qwen3`` GGUF with random F32 weights and return its path.
 
@@ -271,7 +272,8 @@ def write_qwen3_target(
     ``n_head_kv`` KV heads, FFN width ``n_ff`` (default ``2 * n_embd``), a
     separate (untied) ``output.weight`` and the ``test`` tokenizer from
     :func:`make_tokenizer` (bos 1, eos 2, mask 4; ``add_bos`` sets only the
-    metadata flag).
+    metadata flag). ``chat_template`` sets ``tokenizer.chat_template``: a chat model rather than a
+    base model.
     The same arguments always give the same file.
     """
     path = Path(path)
@@ -285,6 +287,8 @@ def write_qwen3_target(
     _add_common_hparams(w, ctx=ctx, n_embd=n_embd, n_layers=n_layers, n_ff=n_ff,
                         n_head=n_head, n_head_kv=n_head_kv, head_dim=head_dim)
     _add_tokenizer(w, tok)
+    if chat_template is not None:
+        w.add_chat_template(chat_template)
 
     w.add_tensor("token_embd.weight", rnd.normal((vocab_size, n_embd), _EMBD_STD))
     for i in range(n_layers):
