@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import sqlalchemy.exc
-from sqlalchemy import Engine, create_engine, delete, inspect, select
+from sqlalchemy import Engine, create_engine, delete, inspect, select, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -48,6 +48,8 @@ class Preset:
     params: dict[str, Any]
     study_name: str
     created_at: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
+    # file name -> {"repo", "revision"}: the hub release (commit) of each file that came from the hub
+    file_revisions: dict[str, dict[str, str]] = field(default_factory=dict)
 
     @property
     def command(self) -> str:
@@ -143,7 +145,11 @@ class PresetStore:
         with self._session() as session:
             connection = session.connection()
             if inspect(connection).has_table(SchemaVersionRow.__tablename__):
-                _check_version(session.scalars(select(SchemaVersionRow.version)).all())
+                found = session.scalars(select(SchemaVersionRow.version)).all()
+                _check_version(found)
+                if found and found[0] < SCHEMA_VERSION:
+                    _migrate(connection, found[0])
+                    session.execute(delete(SchemaVersionRow))
             Base.metadata.create_all(connection)
             if session.get(SchemaVersionRow, SCHEMA_VERSION) is None:
                 session.add(SchemaVersionRow(version=SCHEMA_VERSION))
@@ -167,6 +173,19 @@ def _open_engine(url: str) -> tuple[Engine, str]:
         raise StorageError(f"cannot open storage {shown}: {exc}") from exc
 
 
+#: version -> the statements that bring a database of the version before it up to it
+MIGRATIONS: dict[int, tuple[str, ...]] = {
+    2: ("ALTER TABLE autotune_presets ADD COLUMN file_revisions JSON",),
+}
+
+
+def _migrate(connection, version: int) -> None:
+    """Run every migration after `version`, in order, inside the caller's transaction."""
+    for step in range(version + 1, SCHEMA_VERSION + 1):
+        for statement in MIGRATIONS[step]:
+            connection.execute(text(statement))
+
+
 def _check_version(found: list[int]) -> None:
     if len(found) > 1:
         raise StorageError(
@@ -177,6 +196,8 @@ def _check_version(found: list[int]) -> None:
         return
     if found[0] > SCHEMA_VERSION:
         raise StorageError(f"database schema v{found[0]} is newer than this autotune (v{SCHEMA_VERSION}): upgrade autotune")
+    if all(step in MIGRATIONS for step in range(found[0] + 1, SCHEMA_VERSION + 1)):
+        return  # migrated when opened
     raise StorageError(
         f"database schema v{found[0]} is older than this autotune (v{SCHEMA_VERSION}) and has no migration: "
         "use the autotune version that wrote it, or a new --storage URL"
@@ -189,4 +210,4 @@ def _to_row(preset: Preset) -> PresetRow:
 
 def _to_preset(row: PresetRow) -> Preset:
     values = {f.name: getattr(row, f.name) for f in fields(Preset)}
-    return Preset(**{**values, "argv": tuple(row.argv)})
+    return Preset(**{**values, "argv": tuple(row.argv), "file_revisions": row.file_revisions or {}})

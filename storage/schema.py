@@ -2,8 +2,9 @@
 
 The tables live in the same database as Optuna's but in their own `MetaData`, so creating them
 never touches Optuna's tables (and Optuna's migrations never see ours). Every name starts with
-`autotune_`. Changing a table means bumping `SCHEMA_VERSION`; the store refuses a database whose
-recorded version differs from it.
+`autotune_`. Changing a table means bumping `SCHEMA_VERSION` and adding the statements that bring the
+previous version to it to `storage.presets.MIGRATIONS`: an older database is migrated when it is
+opened, and a database newer than this autotune (or older than any migration) is refused.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
 class Base(DeclarativeBase):
@@ -73,6 +74,8 @@ class PresetRow(Base):
     engine: Mapped[str] = mapped_column(String(64))
     llama_cpp_build: Mapped[str] = mapped_column(String(255))
     file_hashes: Mapped[dict[str, str]] = mapped_column(JSON)  # file name -> sha256
+    # file name -> {"repo", "revision"} of the files that came from the hub (v2; NULL in rows of v1)
+    file_revisions: Mapped[dict[str, dict[str, str]] | None] = mapped_column(JSON, nullable=True)
     params: Mapped[dict[str, Any]] = mapped_column(JSON)
     study_name: Mapped[str] = mapped_column(String(512))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)

@@ -118,7 +118,7 @@ def test_shares_the_database_with_optuna(url):
     ("version", "message"),
     [
         (SCHEMA_VERSION + 1, f"database schema v{SCHEMA_VERSION + 1} is newer than this autotune (v{SCHEMA_VERSION}): upgrade autotune"),
-        (SCHEMA_VERSION - 1, f"database schema v{SCHEMA_VERSION - 1} is older than this autotune (v{SCHEMA_VERSION})"),
+        (0, f"database schema v0 is older than this autotune (v{SCHEMA_VERSION}) and has no migration"),
     ],
 )
 def test_schema_version_mismatch_names_the_fix(url, version, message):
@@ -128,6 +128,21 @@ def test_schema_version_mismatch_names_the_fix(url, version, message):
     with pytest.raises(StorageError) as raised:
         PresetStore(url)
     assert str(raised.value).startswith(message)
+
+
+def test_a_v1_database_is_migrated_and_keeps_its_presets(url):
+    with PresetStore(url) as store:
+        store.save(make_preset())
+    with sqlite3.connect(url.removeprefix("sqlite:///")) as connection:  # as autotune v1 left it
+        connection.execute("ALTER TABLE autotune_presets DROP COLUMN file_revisions")
+        connection.execute("UPDATE autotune_schema_version SET version = 1")
+    with PresetStore(url) as store:
+        (preset,) = store.list()
+        assert preset.file_revisions == {} and preset.argv == make_preset().argv
+        store.save(replace(preset, file_revisions={"d.gguf": {"repo": "org/r", "revision": "c" * 40}}))
+        assert store.list()[0].file_revisions == {"d.gguf": {"repo": "org/r", "revision": "c" * 40}}
+    with sqlite3.connect(url.removeprefix("sqlite:///")) as connection:
+        assert connection.execute("SELECT version FROM autotune_schema_version").fetchall() == [(SCHEMA_VERSION,)]
 
 
 def test_database_errors_become_storage_errors(url):
