@@ -236,11 +236,13 @@ def main() -> None:
 def _register() -> None:
     from autotune.cli_fleet import nightly, presets
     from autotune.cli_models import models, quantize
+    from autotune.cli_pull import pull
     from autotune.cli_report import report
 
     for command in (nightly, presets, models, quantize):
         cli.add_command(command)
     cli.add_command(report)
+    cli.add_command(pull)
 
 
 _register()

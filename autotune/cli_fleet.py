@@ -85,7 +85,8 @@ def presets_show(model, hardware, storage):
                f"{preset.baseline_tok_s:.1f}, speedup {preset.speedup:.2f}x, p={preset.p_value}")
     click.echo(f"# measured by {preset.engine} ({preset.llama_cpp_build}) on {preset.hardware}, {preset.created_at:%Y-%m-%d %H:%M} UTC")
     for name, sha in preset.file_hashes.items():
-        click.echo(f"# {name} sha256 {sha}")
+        rev = preset.file_revisions.get(name)
+        click.echo(f"# {name} sha256 {sha}" + (f", {rev['repo']} at {rev['revision']}" if rev else ""))
 
 
 @presets.command("export")

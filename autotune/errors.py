@@ -29,6 +29,10 @@ class SearchSpaceError(UsageError):
     """A search-space file is malformed: the message names the file, key and problem."""
 
 
+class HubSourceError(UsageError):
+    """A repository, revision or file that a search space names on the Hugging Face Hub does not exist."""
+
+
 class PromptFileError(UsageError):
     """A prompt file is malformed: the message names the file and line."""
 

@@ -12,8 +12,13 @@ from pathlib import Path
 
 from autotune.errors import ModelFileError
 from autotune.gguf_header import GGUFFormatError, GGUFHeader, read_header
+from autotune.hub import cached_file
 from autotune.space import DRAFT_IS_TARGET, FilePattern, SearchSpace
 from autotune.spec import DRAFT_MODEL_TYPES
+
+
+#: How a missing file a hub source names is got (the note that leaves it out says so).
+PULL_HINT = "`autotune pull` downloads it"
 
 
 @dataclass(frozen=True)
@@ -48,6 +53,11 @@ def resolve_model_files(space: SearchSpace, models_dir: Path, *, write_demo: boo
         demo = _from_demo_package(model.demo_package, models_dir)
         missing.clear()
         targets = _find_each(models_dir, model.targets, missing) if demo else []
+    if not targets and model.hf:
+        raise ModelFileError(
+            f"no file matching {model.target!r} from {model.hf} in the hub cache or {models_dir}: "
+            f"run `autotune pull --model {model.name}` to download it"
+        )
     if not targets:
         raise ModelFileError(
             f"no file matching {model.target!r} in {models_dir}: put the GGUF there or pass --models-dir DIR"
@@ -66,14 +76,18 @@ def resolve_model_files(space: SearchSpace, models_dir: Path, *, write_demo: boo
 
 
 def _find_each(models_dir: Path, files: FilePattern, missing: list[str]) -> list[Path]:
-    """The first file matching each (quant, glob) of `files`, case-insensitively; misses go to `missing`."""
+    """The first file matching each (quant, glob) of `files`, case-insensitively; misses go to `missing`.
+    A file with a hub source is taken from the hub cache (the revision the source names or last
+    resolved to) before the models dir, so a new release replaces an older copy."""
     candidates = sorted(p for p in models_dir.rglob("*") if p.is_file()) if models_dir.is_dir() else []
     found = []
     for _, pattern in files.patterns():
-        match = next((p for p in candidates if fnmatch.fnmatch(p.relative_to(models_dir).as_posix().lower(),
-                                                              pattern.lower())), None)
+        match = cached_file(files.source, pattern) if files.source is not None else None
         if match is None:
-            missing.append(pattern)
+            match = next((p for p in candidates if fnmatch.fnmatch(p.relative_to(models_dir).as_posix().lower(),
+                                                                  pattern.lower())), None)
+        if match is None:
+            missing.append(pattern if files.source is None else f"{pattern} of {files.source.repo} ({PULL_HINT})")
         elif match not in found:
             found.append(match)
     return found

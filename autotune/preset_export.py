@@ -130,13 +130,19 @@ def _to_sh(presets: list[Preset]) -> str:
                 script.append(
                     f"    {shlex.quote(preset.model)})\n"
                     f"        # {preset.tok_s:.1f} tok/s, {preset.speedup:.2f}x the baseline\n"
-                    f'        exec {shlex.join(preset.argv)} "$@" ;;\n'
+                    + "".join(f"        # {line}\n" for line in revision_lines(preset))
+                    + f'        exec {shlex.join(preset.argv)} "$@" ;;\n'
                 )
             script.append("    esac ;;\n")
         script.append("esac\n")
     known = [f"{p.model} @ {p.hardware}" for p in sorted(presets, key=lambda p: (p.model, p.hardware))]
     script.append(_LAUNCHER_TAIL.format(known=" ".join(shlex.quote(k) for k in known) or "'(none)'"))
     return "".join(script)
+
+
+def revision_lines(preset: Preset) -> list[str]:
+    """`<file> from <repo> at <commit>` for each file of the preset that came from the hub."""
+    return [f"{name} from {rev['repo']} at {rev['revision']}" for name, rev in sorted(preset.file_revisions.items())]
 
 
 # llama-swap: a config.yaml with one model per preset

@@ -17,7 +17,7 @@ from autotune.engines import DEFAULT_ENGINE, Engine, create_engine
 from autotune.commandline import ServerCommand
 from autotune.errors import AutotuneError, ModelFileError, SearchSpaceError, UsageError
 from autotune.hardware import hardware_key
-from autotune.models import ModelFiles, resolve_model_files
+from autotune.models import PULL_HINT, ModelFiles, resolve_model_files
 from autotune.prompts import PromptMix, default_mix_path, load_prompt_mix
 from autotune.results import BestResult, best_result
 from autotune.space import SearchSpace, find_space_file, load_space
@@ -111,7 +111,8 @@ def check_inputs(model: str, options: SearchOptions, reporter: SearchReporter) -
                 f"{refused[0].describe()}; fix the drafts of {spec_type} in {space.path} or remove [spec_types.{spec_type}]"
             )
     for pattern in files.missing:
-        reporter.note(f"no file matches {pattern}: left out (`autotune quantize` writes a missing quant)")
+        hint = "" if pattern.endswith(f"({PULL_HINT})") else " (`autotune quantize` writes a missing quant)"
+        reporter.note(f"no file matches {pattern}: left out{hint}")
     for refused in candidates.refused:
         reporter.note(f"not runnable: {refused.describe()}")
     if mix is None:  # the bundled mix that suits the targets: continuations for a base model
@@ -266,7 +267,9 @@ def run_nightly(
     model: str, options: SearchOptions, *, top: int, confirm_repeats: int, server_bin: str | None,
     reporter: SearchReporter,
 ) -> NightlyOutcome:
-    """Re-tune `model` if its files changed since the last study version; see autotune.nightly."""
+    """Re-tune `model` if its files changed since the last study version; see autotune.nightly.
+    Files the search space names on the hub are brought up to the hub's current revision first."""
+    pull_latest(load_model_space(model, options.space_file), reporter)
     inputs = check_inputs(model, options, reporter)
     url = resolve_storage_url(options.storage_url)
     with PresetStore(url) as store:
@@ -329,9 +332,22 @@ def preset_from(model: str, study: optuna.Study, confirmation: Confirmation, row
         engine=confirmation.engine,
         llama_cpp_build=confirmation.build,
         file_hashes=dict(trial.user_attrs["model_files"]),
+        file_revisions=dict(trial.user_attrs.get("model_revisions", {})),
         params=dict(trial.user_attrs["config"]),
         study_name=study.study_name,
     )
+
+
+def pull_latest(space: SearchSpace, reporter: SearchReporter) -> None:
+    """Download each hub file of `space` whose revision on the hub is new; offline, say so in one line
+    and go on with the files on disk."""
+    from autotune.hub import hub_files, pull
+
+    if not hub_files(space):
+        return
+    result = pull(space, latest=True, on_file=lambda f, why: reporter.note(f"downloading {f.label}: {why}"))
+    if result.unreachable:
+        reporter.note(f"hub not asked for new revisions: {result.unreachable}; going on with the files on disk")
 
 
 def stored_preset(model: str, hardware: str | None, storage_url: str | None) -> Preset | None:

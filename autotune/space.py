@@ -6,6 +6,7 @@ the file, the key and the problem, before anything is measured or written.
 
 from __future__ import annotations
 
+import re
 import sys
 from dataclasses import dataclass, field, replace
 from importlib import resources
@@ -43,11 +44,22 @@ class ParamRange:
 
 
 @dataclass(frozen=True)
+class HubSource:
+    """Where a table's files come from on the Hugging Face Hub: a repo and, optionally, a pinned revision
+    (a branch, tag or commit hash; the repo's default branch when unset). See autotune.hub."""
+
+    repo: str
+    revision: str | None = None
+
+
+@dataclass(frozen=True)
 class FilePattern:
-    """Files of one role: a glob under the models dir, with `{quant}` standing for each of `quants`."""
+    """Files of one role: a glob under the models dir, with `{quant}` standing for each of `quants`;
+    with a `source`, file names in that hub repo (found in the hub cache first, then the models dir)."""
 
     pattern: str
     quants: tuple[str, ...] = ()
+    source: HubSource | None = None
 
     def patterns(self) -> list[tuple[str | None, str]]:
         """(quant, glob) pairs to look for."""
@@ -68,10 +80,12 @@ class ModelSection:
     draft: str | None = None
     context_size: int = 4096
     base_flags: tuple[str, ...] = ()
+    hf: str | None = None  # the targets' hub repo
+    revision: str | None = None  # pinned revision of `hf`
 
     @property
     def targets(self) -> FilePattern:
-        return FilePattern(self.target, self.quants)
+        return FilePattern(self.target, self.quants, HubSource(self.hf, self.revision) if self.hf else None)
 
 
 @dataclass(frozen=True)
@@ -109,7 +123,14 @@ _MODEL_KEYS: dict[str, type | tuple[type, ...]] = {
     "draft": str,
     "context_size": int,
     "base_flags": list,
+    "hf": str,
+    "revision": str,
 }
+#: Keys of a [drafts.<type>] table.
+_DRAFT_KEYS = ("file", "quants", "hf", "revision")
+#: A hub repo id as huggingface_hub accepts it: owner/name, no "--" or "..".
+_REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+_GLOB_CHARS = "*?["
 _REQUIRED_MODEL_KEYS = ("name", "target")
 
 
@@ -176,12 +197,34 @@ class _SpaceParser:
             if not isinstance(entry, dict):
                 raise self.fail(key, "expected a table with file and quants")
             for sub in entry:
-                if sub not in ("file", "quants"):
-                    raise self.fail(f"{key}.{sub}", "unknown key (known: file, quants)")
+                if sub not in _DRAFT_KEYS:
+                    raise self.fail(f"{key}.{sub}", f"unknown key (known: {', '.join(_DRAFT_KEYS)})")
             if not isinstance(entry.get("file"), str):
                 raise self.fail(f"{key}.file", "required string (a glob, or \"target\")")
-            drafts[name] = FilePattern(entry["file"], self.parse_quants(f"{key}.quants", entry.get("quants", [])))
+            quants = self.parse_quants(f"{key}.quants", entry.get("quants", []))
+            source = self.parse_source(key, "file", entry["file"], quants, entry)
+            drafts[name] = FilePattern(entry["file"], quants, source)
         return drafts
+
+    def parse_source(self, key: str, file_key: str, pattern: str, quants: tuple[str, ...],
+                     table: dict[str, Any]) -> HubSource | None:
+        """The table's `hf` and `revision`: a hub repo names exact files (`{quant}` the only wildcard)."""
+        repo, revision = table.get("hf"), table.get("revision")
+        for sub, value in (("hf", repo), ("revision", revision)):
+            if value is not None and (not isinstance(value, str) or not value.strip()):
+                raise self.fail(f"{key}.{sub}", f"expected a non-empty string, got {value!r}")
+        if repo is None:
+            if revision is not None:
+                raise self.fail(f"{key}.revision", "needs hf = \"org/repo\" beside it")
+            return None
+        if not _REPO_ID.match(repo) or "--" in repo or ".." in repo:
+            raise self.fail(f"{key}.hf", f"expected a hub repo id such as \"org/repo\", got {repo!r}")
+        if pattern == DRAFT_IS_TARGET or any(c in pattern for c in _GLOB_CHARS):
+            raise self.fail(f"{key}.{file_key}", f"with hf, a file name in the repo ({QUANT_PLACEHOLDER} the only "
+                                                 f"wildcard), got {pattern!r}")
+        if QUANT_PLACEHOLDER in pattern and not quants:
+            raise self.fail(f"{key}.quants", f"with hf, {QUANT_PLACEHOLDER} in {pattern!r} needs the quants to download")
+        return HubSource(repo, revision)
 
     def parse_quants(self, key: str, quants: Any) -> tuple[str, ...]:
         if not isinstance(quants, list) or not all(isinstance(q, str) and q for q in quants):
@@ -206,6 +249,7 @@ class _SpaceParser:
         if not all(isinstance(f, str) for f in flags):
             raise self.fail("model.base_flags", "expected a list of strings")
         quants = self.parse_quants("model.quants", table.get("quants", []))
+        self.parse_source("model", "target", table["target"], quants, table)
         return ModelSection(**{**table, "base_flags": tuple(flags), "quants": quants})
 
     def parse_spec_type(self, name: str, table: Any) -> tuple[ParamRange, ...]:

@@ -33,6 +33,7 @@ from autotune.errors import (
 from autotune.hardware import hardware_detail, hardware_key
 from autotune.lossless import compare_outputs
 from autotune.measurement import GenerationResult, Measurement
+from autotune.hub import file_revisions
 from autotune.models import file_sha256
 from autotune.objectives import DEFAULT_OBJECTIVE, OBJECTIVES
 from autotune.prompts import PromptMix
@@ -271,6 +272,7 @@ class Tuner:
         trial.set_user_attr("hardware", hardware_key())
         trial.set_user_attr("hardware_detail", hardware_detail())
         trial.set_user_attr("model_files", {p.name: file_sha256(p) for p in {config.target, config.draft} if p})
+        trial.set_user_attr("model_revisions", file_revisions([config.target, config.draft]))  # hub files: repo, commit
         self.reporter.trial_started(trial.number, min(self._done_before + 1, self.settings.trials),
                                     self.settings.trials, config)
         try:

@@ -17,6 +17,7 @@ def autotune_home(tmp_path, monkeypatch) -> Path:
     home = tmp_path / "autotune-home"
     monkeypatch.setenv("AUTOTUNE_HOME", str(home))
     monkeypatch.setenv("AUTOTUNE_LOCK_DIR", str(tmp_path / "device-locks"))  # this test's workers only
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-hub-cache"))  # never the user's hub cache
     for var in ("AUTOTUNE_STORAGE", "AUTOTUNE_MODELS_DIR", "AUTOTUNE_DEBUG"):
         monkeypatch.delenv(var, raising=False)
     return home

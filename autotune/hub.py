@@ -1,0 +1,213 @@
+"""Model files from the Hugging Face Hub: the sources a search space names, in the hub's own cache.
+
+A target or draft table may say where its files come from (`hf = "org/repo"`, its `file` pattern with
+`{quant}` standing for each quantization, an optional pinned `revision`). Downloads go through
+`huggingface_hub` into its cache (`HF_HUB_CACHE`, else `HF_HOME/hub`, else ~/.cache/huggingface/hub),
+where an unfinished download is a uniquely named `blobs/*.incomplete` file that the library removes when
+the transfer breaks off, and a finished one is renamed into place: the models dir is never written, so
+it never holds a partial file. The token is the library's own (`HF_TOKEN`, or `hf auth login`); autotune
+neither reads, prints nor stores it.
+
+A file's revision is read from where it lies: `models--org--repo/snapshots/<commit>/<file>`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from autotune.errors import AutotuneError, HubSourceError
+from autotune.space import HubSource, SearchSpace
+from autotune.spec import DRAFT_MODEL_TYPES
+
+
+class HubUnreachable(Exception):
+    """The hub could not be asked (offline mode, no route, a server error): what is on disk is used."""
+
+
+@dataclass(frozen=True)
+class HubFile:
+    """One file a search space names on the hub, and the table that names it."""
+
+    role: str  # "model" or "drafts.<spec type>"
+    source: HubSource
+    filename: str
+
+    @property
+    def label(self) -> str:
+        revision = f"@{self.source.revision}" if self.source.revision else ""
+        return f"{self.source.repo}{revision}/{self.filename}"
+
+
+def hub_cache_dir() -> Path:
+    """huggingface_hub's cache, read from the environment now (the library reads it once, at import)."""
+    explicit = os.environ.get("HF_HUB_CACHE") or os.environ.get("HUGGINGFACE_HUB_CACHE")
+    if explicit:
+        return Path(os.path.expandvars(explicit)).expanduser()
+    if os.environ.get("HF_HOME"):
+        return Path(os.path.expandvars(os.environ["HF_HOME"])).expanduser() / "hub"
+    from huggingface_hub import constants
+
+    return Path(constants.HF_HUB_CACHE)
+
+
+def hub_endpoint() -> str | None:
+    """`HF_ENDPOINT` as it is now (a mirror, or the library's default when unset)."""
+    return os.environ.get("HF_ENDPOINT") or None
+
+
+def offline() -> bool:
+    """The library's own offline switch, `HF_HUB_OFFLINE`, as it is now."""
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in ("1", "ON", "YES", "TRUE")
+
+
+def hub_files(space: SearchSpace) -> list[HubFile]:
+    """Every file the space names on the hub: the targets, then each draft type's files."""
+    found = []
+    tables = [("model", space.model.targets)]
+    tables += [(f"drafts.{name}", pattern) for name, pattern in space.drafts.items() if name in DRAFT_MODEL_TYPES]
+    for role, pattern in tables:
+        if pattern.source is not None:
+            found += [HubFile(role, pattern.source, name) for _, name in pattern.patterns()]
+    return found
+
+
+def cached_file(source: HubSource, filename: str, cache_dir: Path | None = None) -> Path | None:
+    """The file of `source` in the hub cache (its pinned revision, else the one its branch last resolved
+    to), read by huggingface_hub without touching the network; None when it is not there."""
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    try:
+        path = hf_hub_download(source.repo, filename, revision=source.revision, cache_dir=cache_dir or hub_cache_dir(),
+                               local_files_only=True)
+    except LocalEntryNotFoundError:
+        return None
+    return Path(path)
+
+
+def file_revision(path: Path) -> dict[str, str] | None:
+    """{"repo", "revision"} of a file that lies in a hub cache snapshot; None for any other file."""
+    parts = Path(path).parts
+    for i in range(len(parts) - 2, 0, -1):
+        if parts[i] == "snapshots" and parts[i - 1].startswith("models--"):
+            return {"repo": parts[i - 1][len("models--"):].replace("--", "/", 1), "revision": parts[i + 1]}
+    return None
+
+
+def file_revisions(paths: Iterable[Path]) -> dict[str, dict[str, str]]:
+    """File name -> {"repo", "revision"} for the files among `paths` that came from the hub."""
+    return {Path(p).name: rev for p in paths if p and (rev := file_revision(Path(p))) is not None}
+
+
+@dataclass(frozen=True)
+class PullResult:
+    """What a pull did: each file's path, and whether it was downloaded now."""
+
+    files: list[tuple[HubFile, Path, bool]]
+    unreachable: str | None = None  # why the hub could not be asked (nothing was downloaded then)
+
+
+def pull(space: SearchSpace, *, latest: bool, cache_dir: Path | None = None,
+         on_file: Callable[[HubFile, str], None] = lambda f, what: None) -> PullResult:
+    """Download the space's hub files into the hub cache.
+
+    `latest` off (`autotune pull`): only the files not in the cache. `latest` on (nightly): ask the hub
+    for the current revision of every source first, and download a file whose revision is new.
+    Every source is checked before anything is downloaded: a repo, revision or file that does not
+    exist raises HubSourceError (bad input). When the hub cannot be asked, the result says why and
+    the files on disk stay as they are; a file missing then raises AutotuneError only without `latest`.
+    """
+    cache_dir = cache_dir or hub_cache_dir()
+    files = hub_files(space)
+    wanted = files if latest else [f for f in files if cached_file(f.source, f.filename, cache_dir) is None]
+    if not wanted:
+        return PullResult([(f, cached_file(f.source, f.filename, cache_dir), False) for f in files])
+    try:
+        commits = _check_sources(wanted)
+    except HubUnreachable as exc:
+        if not latest:
+            raise AutotuneError(f"cannot download {wanted[0].label}: {exc}") from None
+        return PullResult([], unreachable=str(exc))
+    done = []
+    for hub_file in files:
+        before = cached_file(hub_file.source, hub_file.filename, cache_dir)
+        if hub_file not in wanted or (before is not None and file_revision(before)["revision"] == commits[hub_file.source]):
+            done.append((hub_file, before, False))
+            continue
+        on_file(hub_file, "a new revision" if before is not None else "not in the cache")
+        done.append((hub_file, _download(hub_file, cache_dir), True))
+    return PullResult(done)
+
+
+def _check_sources(files: list[HubFile]) -> dict[HubSource, str]:
+    """The current commit of each source, after checking that its repo, revision and files exist."""
+    commits: dict[HubSource, str] = {}
+    for source in dict.fromkeys(f.source for f in files):
+        info = _model_info(source)
+        names = {s.rfilename for s in info.siblings or ()}
+        for hub_file in files:
+            if hub_file.source == source and hub_file.filename not in names:
+                raise HubSourceError(
+                    f"{source.repo} has no file {hub_file.filename} at revision {source.revision or 'main'} "
+                    f"(named by {hub_file.role} of the search space)"
+                )
+        commits[source] = info.sha
+    return commits
+
+
+def _model_info(source: HubSource):
+    from huggingface_hub import HfApi
+    from huggingface_hub.errors import (
+        GatedRepoError, HfHubHTTPError, OfflineModeIsEnabled, RepositoryNotFoundError, RevisionNotFoundError,
+    )
+
+    try:
+        if offline():
+            raise OfflineModeIsEnabled("HF_HUB_OFFLINE is set")
+        return HfApi(endpoint=hub_endpoint()).model_info(source.repo, revision=source.revision)
+    except OfflineModeIsEnabled:
+        raise HubUnreachable("offline mode (HF_HUB_OFFLINE=1)") from None
+    except GatedRepoError:
+        raise HubSourceError(f"{source.repo} is gated: accept its terms on the hub and set HF_TOKEN "
+                             "(or run `hf auth login`)") from None
+    except RevisionNotFoundError:
+        raise HubSourceError(f"{source.repo} has no revision {source.revision!r}") from None
+    except RepositoryNotFoundError:
+        raise HubSourceError(f"no repository {source.repo} on the hub (or it is private: set HF_TOKEN "
+                             "or run `hf auth login`)") from None
+    except HfHubHTTPError as exc:
+        if exc.response is not None and exc.response.status_code < 500:
+            raise HubSourceError(f"{source.repo}: the hub refused: {_first_line(exc)}") from None
+        raise HubUnreachable(f"the hub answered {_first_line(exc)}") from None
+    except _transport_errors() as exc:
+        raise HubUnreachable(f"cannot reach the hub ({type(exc).__name__}: {_first_line(exc)})") from None
+
+
+def _download(hub_file: HubFile, cache_dir: Path) -> Path:
+    """Download one file (the library shows its progress bar on stderr); a broken transfer leaves
+    nothing but the hub cache's own bookkeeping, never a file in the models dir."""
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
+
+    try:
+        return Path(hf_hub_download(hub_file.source.repo, hub_file.filename, revision=hub_file.source.revision,
+                                    cache_dir=cache_dir, endpoint=hub_endpoint()))
+    except (HfHubHTTPError, LocalEntryNotFoundError, OSError, *_transport_errors()) as exc:
+        raise AutotuneError(f"download of {hub_file.label} failed: {_first_line(exc)}; "
+                            "run `autotune pull` again to retry") from None
+
+
+def _transport_errors() -> tuple[type[BaseException], ...]:
+    try:
+        import httpx2 as http
+    except ImportError:  # huggingface_hub before 2.x speaks httpx
+        import httpx as http
+    return (http.TransportError,)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
