@@ -302,3 +302,24 @@ def test_the_nightly_examples_pull_dspark_drafts_for_qwen3_8b_with_real_options(
         assert Path(words[0]).name == "autotune" and words[1] == "nightly"
         context = cli.commands["nightly"].make_context("nightly", words[2:])  # every option exists
         assert context.params["model"] == "qwen3-8b" and Path(context.params["space_file"]).name == "qwen3-8b-hub.toml"
+
+
+@pytest.mark.slow
+def test_an_offline_night_says_so_once_tunes_on_the_cached_release_and_records_it(
+        tmp_path, tiny_dir, target_only, cache_dir, autotune_home, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    write_hub_cache(cache_dir, REPO, C1, {"draft-A.gguf": draft_bytes(tiny_dir)})
+    space = write_space(tmp_path)  # draft-simple only: the winner runs the hub's draft
+    args = ["nightly", "--model", "tiny", "--space", str(space), "--models-dir", str(target_only), "--trials", "4",
+            "--top", "2", "--confirm-repeats", "2", "--max-tokens", "10", "--seed", "0", "--no-pruning"]
+    first = invoke(*args)
+    assert first.exit_code == 0, first.output  # as a night with the hub: the first preset is made
+    assert first.stdout.startswith("improved: tiny: first preset")
+    hub_lines = [line for line in first.stderr.splitlines() if "hub" in line]
+    assert hub_lines == ["autotune: hub not asked for new revisions: offline mode (HF_HUB_OFFLINE=1); "
+                         "going on with the files on disk"]
+    (preset,) = json.loads(invoke("presets", "list", "--json").stdout)
+    assert preset["params"]["spec_type"] == "draft-simple"
+    assert preset["file_revisions"] == {"draft-A.gguf": {"repo": REPO, "revision": C1}}
+    second = invoke(*args)
+    assert second.exit_code == 3 and "no new or changed model files" in second.stdout
