@@ -20,7 +20,8 @@ from autotune.cli_options import measurement_options, model_option, server_bin_o
 def nightly(model, options, top, confirm_repeats, server_bin):
     """Re-tune MODEL when its files are new or changed; replace the preset only on a significant win.
 
-    Prints one summary line. Exit codes: 0 improved (preset replaced), 3 unchanged (preset kept),
+    Files the search space names on the Hugging Face Hub (`hf = "org/repo"`) are first brought up to
+    the hub's current revision (offline: one line, and the files on disk are used). Prints one summary line. Exit codes: 0 improved (preset replaced), 3 unchanged (preset kept),
     4 regressed (the preset's configuration now runs slower than recorded), 1 failed, 2 bad input.
 
     \b

@@ -179,7 +179,7 @@ def _to_llama_swap(presets: list[Preset]) -> str:
             raise UsageError(f"preset {name}: an argument contains '${{', which llama-swap reads as a macro")
         cmd = f"{shlex.join(preset.argv)} --port ${{PORT}}"
         lines += [f"  {_yaml_string(name)}:", f"    description: {_yaml_string(_summary(preset))}",
-                  f"    cmd: {_yaml_string(cmd)}"]
+                  *(f"    # {line}" for line in revision_lines(preset)), f"    cmd: {_yaml_string(cmd)}"]
     return "\n".join(lines) + "\n"
 
 
@@ -209,7 +209,8 @@ def _to_ini(presets: list[Preset]) -> str:
     for name, preset in zip(entry_names(ordered), ordered):
         if any(c in name for c in "[]\r\n"):
             raise UsageError(f"preset {name!r}: its name cannot be an INI section name")
-        lines = [f"[{name}]", f"; {_summary(preset)}", f"; measured with {preset.argv[0]}"]
+        lines = [f"[{name}]", f"; {_summary(preset)}", f"; measured with {preset.argv[0]}",
+                 *(f"; {line}" for line in revision_lines(preset))]
         for key, value in argv_options(preset.argv[1:]):
             if value == "" or value != value.strip() or any(c in value for c in ";#\r\n"):
                 raise UsageError(f"preset {name}: the value {value!r} of {key} cannot be written to an INI file "

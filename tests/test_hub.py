@@ -17,6 +17,7 @@ from pathlib import Path
 
 import optuna
 import pytest
+import yaml
 from click.testing import CliRunner
 
 from autotune.cli import cli
@@ -279,7 +280,10 @@ def test_the_revision_is_recorded_with_trials_presets_and_exports(tmp_path, tiny
     (exported,) = json.loads(export_presets([preset], "json"))
     assert exported["file_revisions"] == {"draft-A.gguf": revision}
     assert f'"draft-A.gguf" = {{ "repo" = "{REPO}", "revision" = "{C1}" }}' in export_presets([preset], "toml")
-    assert f"# draft-A.gguf from {REPO} at {C1}" in export_presets([preset], "sh")
+    for fmt, comment in (("sh", "#"), ("llama-swap", "#"), ("ini", ";")):
+        assert f"{comment} draft-A.gguf from {REPO} at {C1}\n" in export_presets([preset], fmt), fmt
+    swap = yaml.safe_load(export_presets([preset], "llama-swap"))  # the comment leaves the file as it was
+    assert list(swap["models"]["tiny"]) == ["description", "cmd"]
     shown = invoke("presets", "show", "--model", "tiny")
     assert f"draft-A.gguf sha256 {preset.file_hashes['draft-A.gguf']}, {REPO} at {C1}" in shown.stdout
 
