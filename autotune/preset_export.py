@@ -155,12 +155,22 @@ _LLAMA_SWAP_HEAD = """\
 
 
 def entry_names(presets: list[Preset]) -> list[str]:
-    """A unique name per preset, in the order of `presets`: the model, or `model@hardware` where
-    several presets of one model (from other machines) are exported together."""
-    per_model: dict[str, int] = {}
+    """A unique name per preset, in the order of `presets`: the model, `model@hardware` where presets
+    of one model from several machines are exported together, and `/npN` after a preset tuned for N
+    concurrent streams (N > 1)."""
+    hardware_per_model: dict[str, set[str]] = {}
     for preset in presets:
-        per_model[preset.model] = per_model.get(preset.model, 0) + 1
-    return [p.model if per_model[p.model] == 1 else f"{p.model}@{p.hardware}" for p in presets]
+        hardware_per_model.setdefault(preset.model, set()).add(preset.hardware)
+    names = []
+    for preset in presets:
+        name = preset.model if len(hardware_per_model[preset.model]) == 1 else f"{preset.model}@{preset.hardware}"
+        concurrency = getattr(preset, "concurrency", 1)
+        names.append(name if concurrency == 1 else f"{name}/np{concurrency}")
+    return names
+
+
+def _export_order(presets: list[Preset]) -> list[Preset]:
+    return sorted(presets, key=lambda p: (p.model, p.hardware, getattr(p, "concurrency", 1)))
 
 
 def _summary(preset: Preset) -> str:
@@ -172,7 +182,7 @@ def _to_llama_swap(presets: list[Preset]) -> str:
     """`models:` with one entry per preset: `cmd` is its argv (shell-quoted as llama-swap splits it,
     POSIX rules) and `--port ${PORT}`, `description` its figures. Strings are written double-quoted,
     so the file needs no YAML library and any path survives."""
-    ordered = sorted(presets, key=lambda p: (p.model, p.hardware))
+    ordered = _export_order(presets)
     lines = [_LLAMA_SWAP_HEAD, "models:" + ("" if ordered else " {}")]
     for name, preset in zip(entry_names(ordered), ordered):
         if any("${" in arg for arg in preset.argv):
@@ -204,7 +214,7 @@ version = 1
 def _to_ini(presets: list[Preset]) -> str:
     """One section per preset. llama.cpp's INI reader takes a value verbatim up to the end of the line
     or a `;`/`#`, with no quoting, so a value holding either, a line break or edge blanks is refused."""
-    ordered = sorted(presets, key=lambda p: (p.model, p.hardware))
+    ordered = _export_order(presets)
     sections = [_INI_HEAD]
     for name, preset in zip(entry_names(ordered), ordered):
         if any(c in name for c in "[]\r\n"):

@@ -5,6 +5,7 @@ the same hardware key as autotune.hardware)."""
 from __future__ import annotations
 
 import configparser
+import dataclasses
 import hashlib
 import json
 import os
@@ -23,7 +24,7 @@ import pytest
 from autotune import hardware
 from autotune.errors import StorageError, UsageError
 from autotune.hardware import _cpu_name
-from autotune.preset_export import export_presets, preset_record
+from autotune.preset_export import entry_names, export_presets, preset_record
 from storage import open_storage
 from storage.presets import Preset, PresetStore
 from storage.schema import SCHEMA_VERSION
@@ -376,6 +377,16 @@ def test_llama_swap_export_parses_back_with_pyyaml():
         assert shlex.split(entry["cmd"].replace("${PORT}", "5800")) == [*preset.argv, "--port", "5800"]
         assert entry["description"].startswith(f"{preset.tok_s:.1f} tok/s, {preset.speedup:.2f}x the baseline on {preset.hardware}")
     assert yaml.safe_load(export_presets([], "llama-swap")) == {"models": {}}
+
+
+def test_entry_names_are_unique_per_model_hardware_and_concurrency():
+    presets = [make_preset(), make_preset("qwen3-8b"), make_preset("qwen3-8b", A100)]
+    if "concurrency" in {f.name for f in dataclasses.fields(Preset)}:
+        presets.append(make_preset(concurrency=4))
+    names = entry_names(presets)
+    assert names[:3] == ["gemma3-270m", f"qwen3-8b@{H200}", f"qwen3-8b@{A100}"]
+    assert names[3:] in ([], ["gemma3-270m/np4"])
+    assert len(set(names)) == len(names)
 
 
 def test_llama_swap_export_refuses_what_llama_swap_would_read_as_a_macro():
