@@ -11,6 +11,7 @@ from pathlib import Path
 
 from autotune.compat import check_pair
 from autotune.gguf_info import read_gguf_info
+from autotune.hub import file_revision
 from autotune.models import ModelFiles
 
 
@@ -36,11 +37,17 @@ class Candidates:
         return [t for t in wanted if t not in self.pairs or self.pairs[t]]
 
     def fingerprint(self) -> list[str]:
-        """File names the study samples from: a study refuses to resume when they change."""
-        names = [t.name for t in self.targets]
+        """File names the study samples from, a hub file's with its commit (`name@commit`): a study
+        refuses to resume when they change, as when a new release of a hub file was pulled."""
+        names = [_with_revision(t) for t in self.targets]
         for spec_type, pairs in sorted(self.pairs.items()):
-            names += [f"{spec_type}:{pair_label(p)}" for p in pairs]
+            names += [f"{spec_type}:{_with_revision(p[0])} + {_with_revision(p[1])}" for p in pairs]
         return names
+
+
+def _with_revision(path: Path) -> str:
+    revision = file_revision(path)
+    return path.name if revision is None else f"{path.name}@{revision['revision']}"
 
 
 def pair_label(pair: tuple[Path, Path]) -> str:

@@ -64,10 +64,11 @@ def offline() -> bool:
 
 
 def hub_files(space: SearchSpace) -> list[HubFile]:
-    """Every file the space names on the hub: the targets, then each draft type's files."""
+    """Every file the space names on the hub: the targets, then the files of each draft type it searches."""
     found = []
     tables = [("model", space.model.targets)]
-    tables += [(f"drafts.{name}", pattern) for name, pattern in space.drafts.items() if name in DRAFT_MODEL_TYPES]
+    tables += [(f"drafts.{name}", pattern) for name, pattern in space.drafts.items()
+               if name in DRAFT_MODEL_TYPES and name in space.spec_types]
     for role, pattern in tables:
         if pattern.source is not None:
             found += [HubFile(role, pattern.source, name) for _, name in pattern.patterns()]

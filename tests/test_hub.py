@@ -156,6 +156,40 @@ def test_a_file_in_neither_place_is_left_out_with_the_pull_hint(tmp_path, target
     assert files.missing == (f"draft-A.gguf of {REPO} (`autotune pull` downloads it)",)
 
 
+def test_targets_may_come_from_the_hub_too(tmp_path, tiny_dir, cache_dir, autotune_home):
+    space = write_space(tmp_path, HUB_SPACE.replace('target = "tiny-target.gguf"',
+                                                    'target = "tiny-target.gguf"\nhf = "org/tiny-target"'))
+    empty = tmp_path / "empty-models"
+    result = invoke("search", "--model", "tiny", "--space", str(space), "--models-dir", str(empty))
+    assert result.exit_code == 2 and result.stderr.strip().splitlines() == [
+        f"autotune: error: no file matching 'tiny-target.gguf' from org/tiny-target in the hub cache or {empty}: "
+        "run `autotune pull --model tiny` to download it"]
+    assert not (autotune_home / "autotune.db").exists()  # bad input writes nothing
+    write_hub_cache(cache_dir, "org/tiny-target", C1, {"tiny-target.gguf": (tiny_dir / "tiny-target.gguf").read_bytes()})
+    write_hub_cache(cache_dir, REPO, C2, {"draft-A.gguf": draft_bytes(tiny_dir)})
+    files = resolve_model_files(load_space(space), empty)
+    assert file_revisions(files.paths) == {"tiny-target.gguf": {"repo": "org/tiny-target", "revision": C1},
+                                           "draft-A.gguf": {"repo": REPO, "revision": C2}}
+
+
+def test_only_the_drafts_of_searched_types_are_pulled(tmp_path):
+    space = load_space(write_space(tmp_path, HUB_SPACE + '[drafts.draft-dspark]\nhf = "org/dspark"\n'
+                                                         'file = "dspark.gguf"\n'))
+    assert [f.label for f in hub_files(space)] == [f"{REPO}/draft-A.gguf"]
+
+
+def test_a_search_does_not_resume_across_a_new_release(tmp_path, tiny_dir, target_only, cache_dir):
+    write_hub_cache(cache_dir, REPO, C1, {"draft-A.gguf": draft_bytes(tiny_dir)})
+    args = ["search", "--model", "tiny", "--space", str(write_space(tmp_path)), "--models-dir", str(target_only),
+            "--max-tokens", "8", "--per-category", "1", "--no-confirm", "--no-pruning"]
+    first = invoke(*args, "--trials", "2")
+    assert first.exit_code == 0, first.output
+    write_hub_cache(cache_dir, REPO, C2, {"draft-A.gguf": draft_bytes(tiny_dir) + b"\0"})  # pulled: main is C2
+    again = invoke(*args, "--trials", "3")
+    assert again.exit_code == 2
+    assert "the model files changed since study" in again.stderr and "autotune nightly" in again.stderr
+
+
 # --- offline
 
 
