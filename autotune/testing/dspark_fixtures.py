@@ -20,7 +20,7 @@ import numpy as np
 
 from autotune.testing import tiny_gguf
 
-__all__ = ["greedy_continuations", "bigram_table", "write_bigram_dspark_draft"]
+__all__ = ["QWEN3_VOCAB", "greedy_continuations", "bigram_table", "write_bigram_dspark_draft", "write_qwen3_pair"]
 
 
 def greedy_continuations(target_path: str | Path, texts: Iterable[str], n_tokens: int = 64) -> list[list[int]]:
@@ -93,4 +93,23 @@ def write_bigram_dspark_draft(
     return path
 
 
-# -- the python engine with draft-dspark, until engines/python.py dispatches to it itself ---------
+#: Qwen3's vocabulary size: host work per step scales with it
+QWEN3_VOCAB = 151_936
+
+
+def write_qwen3_pair(root: str | Path, *, vocab_size: int = QWEN3_VOCAB, n_embd: int = 64, markov_rank: int = 8,
+                     block_size: int = 8, ctx: int = 2048) -> dict[str, Path]:
+    """A qwen3 target with a real model's vocabulary and every kind of draft for it, as files under
+    `root`: "target", "draft" (draft-simple: another qwen3 of the same vocabulary), "dspark" (with a
+    Markov head of rank `markov_rank`) and "dflash" (the same draft without one). Random weights: the
+    figures they give are per-step costs, not acceptance."""
+    root = Path(root)
+    target = tiny_gguf.write_qwen3_target(root / "target.gguf", vocab_size=vocab_size, n_embd=n_embd, ctx=ctx)
+    return {
+        "target": target,
+        "draft": tiny_gguf.write_qwen3_target(root / "draft.gguf", vocab_size=vocab_size, n_embd=n_embd, ctx=ctx, seed=1),
+        "dspark": tiny_gguf.write_dspark_draft(root / "dspark.gguf", target_path=target, markov_rank=markov_rank,
+                                               block_size=block_size),
+        "dflash": tiny_gguf.write_dspark_draft(root / "dflash.gguf", target_path=target, markov_rank=0,
+                                               block_size=block_size),
+    }

@@ -325,7 +325,8 @@ def write_dspark_draft(
     causal: bool | None = None,
     seed: int = 0,
 ) -> Path:
-    """Write a tiny DSpark draft (``dflash`` architecture with a Markov head).
+    """Write a tiny DSpark draft (``dflash`` architecture with a Markov head), or with
+    ``markov_rank=0`` a plain DFlash draft (no Markov head: llama.cpp's ``draft-dflash``).
 
     Give ``target_path`` (a file from :func:`write_qwen3_target`) and the
     vocab size, n_embd, head counts, ctx, target layer count and the whole
@@ -349,8 +350,8 @@ def write_dspark_draft(
     Written tensors: ``fc.weight``, ``enc.output_norm.weight``,
     ``output_norm.weight``, per layer ``attn_norm, attn_q, attn_k, attn_v,
     attn_output, attn_q_norm, attn_k_norm, ffn_norm, ffn_gate, ffn_up,
-    ffn_down``, ``markov_w1.weight`` and ``markov_w2.weight`` (both
-    ``{markov_rank, n_vocab}``), and with ``confidence_head=True`` also
+    ffn_down``, unless ``markov_rank`` is 0 ``markov_w1.weight`` and
+    ``markov_w2.weight`` (both ``{markov_rank, n_vocab}``), and with ``confidence_head=True`` also
     ``conf_proj.weight {n_embd + markov_rank, 1}`` and ``conf_proj.bias {1}``.
     There is no token embedding or output head: llama.cpp borrows the
     target's at run time.
@@ -371,8 +372,10 @@ def write_dspark_draft(
     target_layers = [int(x) for x in target_layers]
     if not target_layers or any(not 0 <= x < target_n_layers for x in target_layers):
         raise ValueError(f"target_layers {target_layers} must be non-empty ids below {target_n_layers}")
-    if block_size < 1 or markov_rank < 1 or n_layers < 1:
-        raise ValueError("block_size, markov_rank and n_layers must be >= 1")
+    if block_size < 1 or markov_rank < 0 or n_layers < 1:
+        raise ValueError("block_size and n_layers must be >= 1, markov_rank >= 0")
+    if confidence_head and not markov_rank:
+        raise ValueError("a confidence head reads the Markov head: it needs markov_rank >= 1")
 
     rnd = _Weights(seed)
     w = gguf.GGUFWriter(str(path), "dflash")
@@ -395,8 +398,9 @@ def write_dspark_draft(
         _add_attn_ffn_layer(w, rnd, i, n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv,
                             head_dim=head_dim, n_ff=n_ff)
     w.add_tensor("output_norm.weight", rnd.ones(n_embd))
-    w.add_tensor("markov_w1.weight", rnd.normal((vocab_size, markov_rank), _PROJ_STD))
-    w.add_tensor("markov_w2.weight", rnd.normal((vocab_size, markov_rank), _PROJ_STD))
+    if markov_rank:
+        w.add_tensor("markov_w1.weight", rnd.normal((vocab_size, markov_rank), _PROJ_STD))
+        w.add_tensor("markov_w2.weight", rnd.normal((vocab_size, markov_rank), _PROJ_STD))
     if confidence_head:
         w.add_tensor("conf_proj.weight", rnd.normal((1, n_embd + markov_rank), _PROJ_STD))
         w.add_tensor("conf_proj.bias", np.zeros((1,), dtype=np.float32))

@@ -1,0 +1,247 @@
+"""PCTree (parent-conditioned drafting trees) from one DSpark block: the tree, its construction, and
+the Markov head it scores other parents with.
+
+A community fork of llama-server has it as `--spec-dspark-pctree -k K -n N`. Each block row's logits
+without the Markov bias are the row minus the bias of the greedy parent; a child of any parent token t
+at depth d then scores `base_d + markov_w2 . markov_w1[t]`, i.e. what the draft would have said had the
+chain passed through t (markov_w1/markov_w2 are read from the draft GGUF). The tree holds the greedy
+chain, so from any state it accepts at least what linear DSpark would, then grows best-first by path
+log-probability, each node taking at most k children, up to n drafted nodes, the draft's depth and
+`MAX_TREE_LEAVES` leaves.
+
+Host cost per step (it runs between two decodes): up to a vocabulary of `_EXACT_VOCAB` every token is
+a candidate child and scores are exact. Above it each depth's candidates are the `_CANDIDATES` leading
+tokens of its block row, found without sorting the vocabulary; every score (chain or not) is a
+log-probability among those candidates, and the Markov bias is computed for candidate tokens only
+(markov_w2's candidate rows), once per expanded node. Nothing else touches the whole vocabulary.
+"""
+
+from __future__ import annotations
+
+import heapq
+import mmap
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from autotune.errors import ModelFileError
+
+__all__ = ["MAX_TREE_LEAVES", "MarkovHead", "Tree", "build_tree", "leading_ids"]
+
+#: Sequence ids of the DSpark target context: a PCTree verify step uses one per leaf.
+MAX_TREE_LEAVES = 64
+
+#: Vocabularies up to this size get exact parent-conditioned scores over every token; larger ones
+#: score children among the leading `_CANDIDATES` tokens of each block row (a tree is a guess either
+#: way: verification keeps the output exact).
+_EXACT_VOCAB = 4096
+_CANDIDATES = 256
+_GROUPS = 64  # leading_ids: a row is cut into this many interleaved groups
+
+
+@dataclass
+class MarkovHead:
+    """bias(prev) = scale * markov_w2 . markov_w1[prev], over the target vocabulary."""
+
+    w1: np.ndarray  # (n_vocab, R)
+    w2: np.ndarray  # (n_vocab, R): rows of target token ids (d2t scattered), zero for unmapped ones
+    scale: float = 1.0
+
+    @classmethod
+    def from_gguf(cls, path: Path) -> "MarkovHead":
+        from autotune.gguf_header import read_header
+
+        header = read_header(path)
+        tensors = {t.name: t for t in header.tensors}
+        if "markov_w1.weight" not in tensors or "markov_w2.weight" not in tensors:
+            raise ModelFileError(f"{path.name}: no DSpark Markov head (markov_w1/markov_w2): PCTree needs one")
+        with open(path, "rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            w1 = _tensor(data, tensors["markov_w1.weight"])
+            w2 = _tensor(data, tensors["markov_w2.weight"])
+            scale = float(_tensor(data, tensors["markov_w2.scale"]).reshape(-1)[0]) if "markov_w2.scale" in tensors else 1.0
+            d2t = _tensor(data, tensors["d2t"]).reshape(-1).astype(np.int64) if "d2t" in tensors else None
+        if d2t is not None:
+            full = np.zeros((w1.shape[0], w2.shape[1]), dtype=np.float32)
+            full[d2t] = w2
+            w2 = full
+        return cls(np.ascontiguousarray(w1), np.ascontiguousarray(w2), scale)
+
+    def bias(self, prev: int, w2: np.ndarray | None = None) -> np.ndarray:
+        """The Markov bias after token `prev`: over the whole vocabulary, or over the tokens whose
+        markov_w2 rows `w2` holds (`self.w2[ids]`)."""
+        out = (self.w2 if w2 is None else w2) @ self.w1[prev]
+        return out * self.scale if self.scale != 1.0 else out
+
+
+def _tensor(data: mmap.mmap, info) -> np.ndarray:
+    """One tensor as float32 (numpy order: ggml's shape reversed), dequantized if need be."""
+    from gguf import GGMLQuantizationType
+    from gguf.quants import dequantize
+
+    shape = tuple(reversed(info.shape))
+    raw = np.frombuffer(data, dtype=np.uint8, count=info.n_bytes, offset=info.data_offset)
+    if info.tensor_type == GGMLQuantizationType.F32:
+        return raw.view(np.float32).reshape(shape).copy()
+    if info.tensor_type == GGMLQuantizationType.F16:
+        return raw.view(np.float16).reshape(shape).astype(np.float32)
+    if info.tensor_type == GGMLQuantizationType.I64:
+        return raw.view(np.int64).reshape(shape).copy()
+    if info.tensor_type == GGMLQuantizationType.I32:
+        return raw.view(np.int32).reshape(shape).copy()
+    return dequantize(raw, info.tensor_type).reshape(shape).astype(np.float32)
+
+
+@dataclass
+class Tree:
+    """Draft nodes in batch order: depths never decrease (llama.cpp refuses a batch in which a
+    sequence's positions go down). Node 0 is the root (the last accepted token, depth 0);
+    parents[i] < i for every other node."""
+
+    tokens: list[int]
+    parents: list[int]
+    depths: list[int]
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def children(self) -> list[dict[int, int]]:
+        kids: list[dict[int, int]] = [{} for _ in self.tokens]
+        for i in range(1, len(self.tokens)):
+            kids[self.parents[i]][self.tokens[i]] = i
+        return kids
+
+    def sequences(self) -> list[list[int]]:
+        """Sequence ids per node: leaf j is sequence j, and a node carries the ids of its leaves."""
+        kids = self.children()
+        seqs: list[list[int]] = [[] for _ in self.tokens]
+        n_leaves = 0
+        for i in range(len(self.tokens)):
+            if not kids[i]:
+                seqs[i].append(n_leaves)
+                n_leaves += 1
+        for i in range(len(self.tokens) - 1, 0, -1):
+            seqs[self.parents[i]].extend(seqs[i])
+        return seqs
+
+
+def leading_ids(row: np.ndarray, count: int) -> np.ndarray:
+    """Ids of the `count` largest entries of `row` (in no order), without partitioning all of it.
+
+    The row is cut into `_GROUPS` interleaved groups; the maxima of its columns are distinct entries,
+    so the count-th largest of them is at most the row's count-th largest, and only entries at or above
+    it are partitioned (a few hundred of Qwen3's 151,936)."""
+    n = row.shape[0]
+    if n <= count:
+        return np.arange(n)
+    width = n // _GROUPS
+    if width >= count:
+        maxima = row[: _GROUPS * width].reshape(_GROUPS, width).max(axis=0)
+        near = np.flatnonzero(row >= np.partition(maxima, -count)[-count])
+    else:
+        near = np.arange(n)
+    return near[np.argpartition(row[near], -count)[-count:]]
+
+
+def _log_softmax(z: np.ndarray) -> np.ndarray:
+    z = z.astype(np.float64)
+    top = z.max()
+    return z - (top + np.log(np.exp(z - top).sum()))
+
+
+class _Depth:
+    """One block row, as tree building needs it: the candidate tokens of a child at this depth
+    (`ids`; None: the whole vocabulary), their markov_w2 rows, the chain parent's log-probabilities
+    over them, and the row without the chain parent's Markov bias."""
+
+    __slots__ = ("ids", "w2", "chain_logp", "base")
+
+    def __init__(self, row: np.ndarray, greedy_parent: int, markov: MarkovHead):
+        if row.shape[0] <= _EXACT_VOCAB:
+            self.ids, self.w2, values = None, None, row
+        else:
+            self.ids = leading_ids(row, _CANDIDATES)
+            self.w2, values = markov.w2[self.ids], row[self.ids]
+        self.chain_logp = _log_softmax(values)
+        self.base = values.astype(np.float32) - markov.bias(greedy_parent, self.w2)
+
+
+def build_tree(last: int, chain: list[int], rows: np.ndarray, markov: MarkovHead, *, k: int, n: int,
+               max_leaves: int = MAX_TREE_LEAVES) -> Tree:
+    """The PCTree of one DSpark block.
+
+    `rows[d]` are the block's (Markov-biased) logits of draft depth d + 1 and `chain` the greedy
+    draft read from them (possibly shorter than `rows`: p-min, n-max, room). The tree holds the
+    first `n` tokens of the chain, then the best of the top-`k` children of its nodes by path
+    log-probability, children scored with the Markov bias of their own parent. Expansion is lazy
+    (a child never scores above its parent), so only nodes that can still win are expanded, and a
+    depth's row is prepared only once a node there needs it.
+    """
+    depth_max = min(len(chain), len(rows))
+    tokens, parents, depths, scores = [last], [-1], [0], [0.0]
+    on_chain = [True]
+    kids: list[set[int]] = [set()]
+    n_leaves = 1
+    prepared: dict[int, _Depth] = {}
+
+    def row_at(d: int) -> _Depth:
+        if d not in prepared:
+            prepared[d] = _Depth(rows[d], last if d == 0 else chain[d - 1], markov)
+        return prepared[d]
+
+    def add(parent: int, token: int, score: float, chain_node: bool) -> int:
+        nonlocal n_leaves
+        if kids[parent]:
+            n_leaves += 1
+        kids[parent].add(token)
+        tokens.append(token)
+        parents.append(parent)
+        depths.append(depths[parent] + 1)
+        scores.append(score)
+        on_chain.append(chain_node)
+        kids.append(set())
+        return len(tokens) - 1
+
+    def children(node: int) -> list[tuple[int, float]]:
+        """The node's best k children not in the tree yet: (token, log-probability)."""
+        row = row_at(depths[node])
+        logp = row.chain_logp if on_chain[node] else _log_softmax(row.base + markov.bias(tokens[node], row.w2))
+        m = min(k + len(kids[node]), logp.size)
+        top = np.argpartition(logp, -m)[-m:]
+        out = []
+        for j in top[np.argsort(-logp[top])]:
+            token = int(j if row.ids is None else row.ids[j])
+            if token not in kids[node]:
+                out.append((token, float(logp[j])))
+        return out[:k]
+
+    node = 0
+    for d, token in enumerate(chain[: min(depth_max, n)]):
+        row = row_at(d)
+        j = token if row.ids is None else int(np.flatnonzero(row.ids == token)[0])
+        node = add(node, token, scores[node] + float(row.chain_logp[j]), True)
+    # entries: (-score, order, parent, token); token -1 = "expand parent" (its children score below it)
+    heap: list[tuple[float, int, int, int]] = [(-scores[i], i, i, -1) for i in range(len(tokens)) if depths[i] < depth_max]
+    heapq.heapify(heap)
+    counter = len(heap)
+    while heap and len(tokens) - 1 < n:
+        neg, _, parent, token = heapq.heappop(heap)
+        if token < 0:
+            for child_token, lp in children(parent):
+                heapq.heappush(heap, (-(scores[parent] + lp), counter, parent, child_token))
+                counter += 1
+            continue
+        if token in kids[parent] or len(kids[parent]) >= k or (kids[parent] and n_leaves >= max_leaves):
+            continue
+        child = add(parent, token, -neg, False)
+        if depths[child] < depth_max:
+            heapq.heappush(heap, (neg, counter, child, -1))
+            counter += 1
+    # batch order: by depth (stable), parents remapped
+    order = sorted(range(len(tokens)), key=lambda i: depths[i])
+    where = {old: new for new, old in enumerate(order)}
+    return Tree(
+        tokens=[tokens[i] for i in order],
+        parents=[-1 if parents[i] < 0 else where[parents[i]] for i in order],
+        depths=[depths[i] for i in order],
+    )
