@@ -3,8 +3,8 @@
 A target or draft table may say where its files come from (`hf = "org/repo"`, its `file` pattern with
 `{quant}` standing for each quantization, an optional pinned `revision`). Downloads go through
 `huggingface_hub` into its cache (`HF_HUB_CACHE`, else `HF_HOME/hub`, else ~/.cache/huggingface/hub),
-where an unfinished download is a uniquely named `blobs/*.incomplete` file that the library removes when
-the transfer breaks off, and a finished one is renamed into place: the models dir is never written, so
+where an unfinished download is a `blobs/*.incomplete` file (huggingface_hub 2.x removes it when the
+transfer breaks off) and a finished one is renamed into place: the models dir is never written, so
 it never holds a partial file. The token is the library's own (`HF_TOKEN`, or `hf auth login`); autotune
 neither reads, prints nor stores it.
 

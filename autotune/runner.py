@@ -269,6 +269,8 @@ def run_nightly(
 ) -> NightlyOutcome:
     """Re-tune `model` if its files changed since the last study version; see autotune.nightly.
     Files the search space names on the hub are brought up to the hub's current revision first."""
+    if options.prompts_file:
+        load_prompt_mix(options.prompts_file)  # a bad prompt file is found before a long download
     pull_latest(load_model_space(model, options.space_file), reporter)
     inputs = check_inputs(model, options, reporter)
     url = resolve_storage_url(options.storage_url)

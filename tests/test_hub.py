@@ -254,6 +254,17 @@ def test_a_night_downloads_a_new_revision(tmp_path, tiny_dir, target_only, cache
     assert draft.parent.name == C2 and draft.read_bytes() == released
 
 
+def test_a_night_with_a_bad_prompt_file_stops_before_asking_the_hub(tmp_path, tiny_dir, target_only, monkeypatch):
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("{not json\n")
+    with LocalHubEndpoint({REPO: HubRepo(C1, {"draft-A.gguf": draft_bytes(tiny_dir)})}) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        result = invoke("nightly", "--model", "tiny", "--space", str(write_space(tmp_path)), "--models-dir",
+                        str(target_only), "--prompts", str(prompts))
+    assert result.exit_code == 2 and str(prompts) in result.stderr
+    assert hub.requests == []
+
+
 @pytest.mark.parametrize(("repos", "message"), [
     ({}, f"no repository {REPO} on the hub"),
     ({REPO: HubRepo(C1, {"draft-B.gguf": b"x"})}, f"{REPO} has no file draft-A.gguf at revision main"),
