@@ -28,6 +28,7 @@ from autotune.models import resolve_model_files
 from autotune.preset_export import export_presets
 from autotune.runner import preset_from, pull_latest
 from autotune.space import HubSource, load_space
+from autotune.testing import tiny_gguf
 from autotune.testing.hub_fixtures import HubRepo, LocalHubEndpoint, repo_folder, write_hub_cache
 from storage import resolve_storage_url
 from storage.presets import PresetStore
@@ -372,3 +373,37 @@ def test_an_offline_night_says_so_once_tunes_on_the_cached_release_and_records_i
     assert preset["file_revisions"] == {"draft-A.gguf": {"repo": REPO, "revision": C1}}
     second = invoke(*args)
     assert second.exit_code == 3 and "no new or changed model files" in second.stdout
+
+
+@pytest.mark.slow
+def test_nightly_notices_a_new_release_on_the_hub(tmp_path, tiny_dir, target_only, cache_dir, autotune_home, monkeypatch):
+    new_draft = tmp_path / "new-draft.gguf"
+    tiny_gguf.write_qwen3_target(new_draft, seed=2)  # the next release: another compatible draft
+    repos = {REPO: HubRepo(C1, {"draft-A.gguf": draft_bytes(tiny_dir)})}
+    args = ["nightly", "--model", "tiny", "--space", str(write_space(tmp_path)), "--models-dir", str(target_only),
+            "--trials", "4", "--top", "2", "--confirm-repeats", "2", "--max-tokens", "10", "--seed", "0", "--no-pruning"]
+    url = resolve_storage_url(None)
+    with LocalHubEndpoint(repos) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        first = invoke(*args)
+        assert first.exit_code == 0, first.output
+        assert f"downloading {REPO}/draft-A.gguf: not in the cache" in first.stderr
+        assert json.loads(invoke("presets", "list", "--json").stdout)[0]["file_revisions"] == {
+            "draft-A.gguf": {"repo": REPO, "revision": C1}}
+
+        downloads = len([r for r in hub.requests if r.startswith("GET /org")])
+        second = invoke(*args)
+        assert second.exit_code == 3 and "no new or changed model files" in second.stdout
+        assert len([r for r in hub.requests if r.startswith("GET /org")]) == downloads  # asked, not downloaded
+
+        repos[REPO] = HubRepo(C2, {"draft-A.gguf": new_draft.read_bytes()})  # a new commit of the repo
+        third = invoke(*args)
+        assert third.exit_code in (0, 3, 4), third.output
+        assert f"downloading {REPO}/draft-A.gguf: a new revision" in third.stderr
+    names = sorted(s.study_name for s in optuna.get_all_study_summaries(url, include_best_trial=False))
+    assert len(names) == 2 and names[1].endswith("/v2")  # the release started a new study version
+    v2 = optuna.load_study(study_name=names[1], storage=url)
+    assert f"draft-simple:tiny-target.gguf + draft-A.gguf@{C2}" in v2.user_attrs["files"]
+    assert {t.user_attrs["role"] for t in v2.trials if "role" in t.user_attrs} >= {"baseline", "warm-start"}
+    preset = json.loads(invoke("presets", "list", "--json").stdout)[0]
+    assert preset["file_revisions"]["draft-A.gguf"]["revision"] == (C2 if third.exit_code == 0 else C1)
