@@ -10,8 +10,8 @@ off, go to `LocalHubEndpoint`, an HTTP server on 127.0.0.1 that answers the hub'
 from __future__ import annotations
 
 import json
-import shlex
 import os
+import shlex
 import textwrap
 from pathlib import Path
 
@@ -23,7 +23,7 @@ from click.testing import CliRunner
 from autotune.cli import cli
 from autotune.confirm import Confirmation, ConfirmedConfig
 from autotune.errors import HubSourceError, SearchSpaceError
-from autotune.hub import file_revisions, hub_files, pull
+from autotune.hub import file_revisions, hub_files
 from autotune.models import resolve_model_files
 from autotune.preset_export import export_presets
 from autotune.runner import preset_from, pull_latest
