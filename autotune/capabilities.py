@@ -31,6 +31,8 @@ class ServerCapabilities:
     spec_types: frozenset[str]
     flags: frozenset[str]
     build: str
+    #: `--spec-type` takes a comma-separated list (`--spec-type ngram-mod,draft-simple`)
+    combines_spec_types: bool = False
 
     @property
     def has_pctree(self) -> bool:
@@ -64,6 +66,7 @@ def parse_capabilities(help_text: str, version_text: str) -> ServerCapabilities:
         spec_types=parse_spec_types(help_text),
         flags=parse_flags(help_text),
         build=parse_build(version_text),
+        combines_spec_types="comma-separated list of types" in help_text,
     )
 
 

@@ -14,7 +14,16 @@ from pathlib import Path
 from typing import Any, Callable
 
 from autotune.errors import SearchSpaceError, UnknownModelError
-from autotune.spec import DRAFT_MODEL_TYPES, SPEC_TYPE_PARAMS, SpecParam
+from autotune.spec import (
+    DRAFT_MODEL_TYPES,
+    SPEC_TYPE_PARAMS,
+    SpecParam,
+    combined_spec_type,
+    draft_member,
+    is_combination,
+    spec_members,
+)
+
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -98,7 +107,9 @@ class SearchSpace:
     drafts: dict[str, FilePattern] = field(default_factory=dict)
 
     def draft_files(self, spec_type: str) -> FilePattern | None:
-        """Where the drafts of a draft-* spec type are: its [drafts.<type>] table, else model.draft."""
+        """Where the drafts of a draft-* spec type (or of a combination's draft member) are: its
+        [drafts.<type>] table, else model.draft."""
+        spec_type = draft_member(spec_type) or spec_type
         if spec_type in self.drafts:
             return self.drafts[spec_type]
         return FilePattern(self.model.draft) if self.model.draft else None
@@ -179,11 +190,17 @@ class _SpaceParser:
         spec_types = data.get("spec_types")
         if not isinstance(spec_types, dict) or not spec_types:
             raise self.fail("spec_types", "missing or empty: list at least one [spec_types.<type>] table")
-        parsed = {name: self.parse_spec_type(name, table) for name, table in spec_types.items()}
+        singles = {name: table for name, table in spec_types.items() if "," not in name}
+        parsed = {name: self.parse_spec_type(name, table) for name, table in singles.items()}
+        for name, table in spec_types.items():
+            if "," in name:
+                canonical, ranges = self.parse_combination(name, table, parsed)
+                parsed[canonical] = ranges
         drafts = self.parse_drafts(data.get("drafts", {}))
         for name in parsed:
-            if name in DRAFT_MODEL_TYPES and name not in drafts and model.draft is None:
-                raise self.fail(f"spec_types.{name}", f"needs a draft file: add [drafts.{name}] or model.draft")
+            drafted = draft_member(name)
+            if drafted is not None and drafted not in drafts and model.draft is None:
+                raise self.fail(f"spec_types.{name}", f"needs a draft file: add [drafts.{drafted}] or model.draft")
         return SearchSpace(self.path, model, parsed, drafts)
 
     def parse_drafts(self, table: Any) -> dict[str, FilePattern]:
@@ -192,6 +209,8 @@ class _SpaceParser:
         drafts = {}
         for name, entry in table.items():
             key = f"drafts.{name}"
+            if is_combination(name):
+                raise self.fail(key, f"drafts are given per draft type: [drafts.{draft_member(name) or 'draft-...'}]")
             if name not in DRAFT_MODEL_TYPES:
                 raise self.fail(key, f"not a draft spec type (known: {', '.join(sorted(DRAFT_MODEL_TYPES))})")
             if not isinstance(entry, dict):
@@ -252,8 +271,8 @@ class _SpaceParser:
         self.parse_source("model", "target", table["target"], quants, table)
         return ModelSection(**{**table, "base_flags": tuple(flags), "quants": quants})
 
-    def parse_spec_type(self, name: str, table: Any) -> tuple[ParamRange, ...]:
-        key = f"spec_types.{name}"
+    def parse_spec_type(self, name: str, table: Any, label: str | None = None) -> tuple[ParamRange, ...]:
+        key = label or f"spec_types.{name}"
         params = SPEC_TYPE_PARAMS.get(name)
         if params is None:
             raise self.fail(key, f"unknown spec type (known: {', '.join(SPEC_TYPE_PARAMS)})")
@@ -267,6 +286,23 @@ class _SpaceParser:
                 raise self.fail(f"{key}.{param_name}", f"unknown parameter (known: {known})")
             ranges.append(self.parse_range(f"{key}.{param_name}", param, value))
         return tuple(ranges)
+
+    def parse_combination(
+        self, name: str, table: Any, singles: dict[str, tuple[ParamRange, ...]]
+    ) -> tuple[str, tuple[ParamRange, ...]]:
+        """`[spec_types."draft-simple,ngram-mod"]`: llama-server's `--spec-type a,b`. Each member's
+        parameters take the ranges of that member's own table where the file has one, and the
+        combination's table may set any of them anew; a key no member has is refused."""
+        key = f'spec_types."{name}"'
+        try:
+            canonical = combined_spec_type(name)
+        except ValueError as exc:
+            raise self.fail(key, str(exc)) from None
+        if canonical in singles:
+            raise self.fail(key, f"the combination {canonical} is listed twice")
+        inherited = {r.param.name: r for member in spec_members(canonical) for r in singles.get(member, ())}
+        own = {r.param.name: r for r in self.parse_spec_type(canonical, table, label=key)}
+        return canonical, tuple({**inherited, **own}.values())
 
     def parse_range(self, key: str, param: SpecParam, value: Any) -> ParamRange:
         values = value if isinstance(value, list) else [value]
@@ -287,6 +323,10 @@ class _SpaceParser:
             raise self.fail(key, f"empty range: low {low} is above high {high}")
         if low < 0:
             raise self.fail(key, f"must not be negative, got {low}")
+        if param.minimum is not None and low < param.minimum:
+            raise self.fail(key, f"llama-server accepts {param.minimum} or more, got {low}")
+        if param.maximum is not None and high > param.maximum:
+            raise self.fail(key, f"llama-server accepts at most {param.maximum}, got {high}")
         if step is not None and step <= 0:
             raise self.fail(key, f"step must be positive, got {step}")
         return ParamRange(param, param.kind(low), param.kind(high), None if step is None else param.kind(step))

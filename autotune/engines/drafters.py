@@ -1,7 +1,7 @@
 """Drafters for the in-process engine: each proposes tokens for the target to verify in one batch.
 
-They follow llama.cpp's own drafters (common/speculative.cpp, common/ngram-map.cpp) so that both
-engines measure the same algorithm.
+They follow llama.cpp's own drafters (common/speculative.cpp) so that both engines measure the same
+algorithm; the n-gram ones are in autotune.engines.ngram_drafters.
 """
 
 from __future__ import annotations
@@ -16,40 +16,23 @@ from autotune.spec import SpecConfig
 
 
 class Drafter(ABC):
-    """Proposes up to `n_max` tokens that would follow `history + [last]`."""
+    """Proposes tokens that would follow `history + [last]`: llama.cpp's `common_speculative_impl`.
+
+    One drafter serves every generation of a measurement (llama-server keeps its drafters' state
+    across requests). Each step the engine calls `draft`, cuts the draft to the room left, verifies
+    it and, only when the draft was not empty, calls `accept` (common_speculative_accept)."""
 
     def begin(self, prompt: list[int]) -> None:
         """A new generation starts from `prompt` (the target has just processed it)."""
 
     @abstractmethod
     def draft(self, history: list[int], last: int, n_max: int) -> list[int]:
-        """Draft tokens after `history` (every token already in the target's cache) and `last`."""
+        """Draft tokens after `history` (every token already in the target's cache) and `last`; the
+        caller keeps at most `n_max` of them."""
 
-    def accept(self, n_accepted: int) -> None:
-        """The target accepted the first `n_accepted` tokens of the last draft."""
-
-
-class NgramSimpleDrafter(Drafter):
-    """llama.cpp's `ngram-simple`: find the latest earlier occurrence of the last n tokens, copy what followed."""
-
-    def __init__(self, config: SpecConfig):
-        self.size_n = int(config.value("ngram_simple_size_n"))
-        self.size_m = int(config.value("ngram_simple_size_m"))
-
-    def draft(self, history: list[int], last: int, n_max: int) -> list[int]:
-        n, m = self.size_n, self.size_m
-        cur_len = len(history)
-        if cur_len <= n + m + 1:
-            return []
-        pattern = history[cur_len - n + 1 :] + [last]
-        # search backwards, skipping the current position; position 0 means "no match" as in llama.cpp
-        for start in range(cur_len - n - 1, 0, -1):
-            if history[start : start + n] == pattern:
-                copy = min(m, cur_len - (start + n))
-                if copy < n:
-                    return []
-                return history[start + n : start + n + min(copy, n_max)]
-        return []
+    def accept(self, n_accepted: int, is_other: bool = False) -> None:
+        """The target accepted the first `n_accepted` tokens of the last draft; `is_other`: another
+        member of a combined type (autotune.engines.ngram_drafters.ChainDrafter) drafted it."""
 
 
 class DraftModelDrafter(Drafter):
@@ -67,12 +50,17 @@ class DraftModelDrafter(Drafter):
         self.p_min = float(config.value("draft_p_min"))
         self.n_cached = 0  # tokens of the current sequence in the draft's KV cache
         self.n_base = 0  # length of history + last when the last draft began
+        self.unverified = False  # drafted tokens are in the cache and no accept() has said how many stay
 
     def begin(self, prompt: list[int]) -> None:
         self.context.clear()
         self.n_cached = 0
+        self.unverified = False
 
     def draft(self, history: list[int], last: int, n_max: int) -> list[int]:
+        if self.unverified:  # the last draft was dropped (n-min) or another drafter's was used instead
+            self.accept(0)
+        self.unverified = True
         sequence_len = len(history) + 1
         pending = history[self.n_cached :] + [last]
         logits = self.context.decode(pending, self.n_cached)
@@ -92,7 +80,10 @@ class DraftModelDrafter(Drafter):
             drafted = []
         return drafted
 
-    def accept(self, n_accepted: int) -> None:
+    def accept(self, n_accepted: int, is_other: bool = False) -> None:
+        if is_other:  # not this drafter's draft: its own tokens are rolled back at the next draft()
+            return
+        self.unverified = False
         # keep the accepted draft tokens that were decoded; the target's bonus token comes next time
         keep = min(self.n_base + n_accepted, self.n_cached)
         if keep < self.n_cached:

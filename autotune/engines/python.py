@@ -23,7 +23,14 @@ from autotune.engines._llama import Context, LoadedModel, llama_build
 from autotune.engines._prompt_tokens import PromptTokens
 from autotune.engines._sampler import SamplerChain
 from autotune.engines.base import Engine, ProgressCallback
-from autotune.engines.drafters import DraftModelDrafter, Drafter, NgramSimpleDrafter
+from autotune.engines.drafters import DraftModelDrafter, Drafter
+from autotune.engines.ngram_drafters import (
+    ChainDrafter,
+    NgramCacheDrafter,
+    NgramMapDrafter,
+    NgramModDrafter,
+    NgramSimpleDrafter,
+)
 from autotune.engines.dflash import DFLASH_TYPES, DFlashDrafter
 from autotune.engines.dflash_contexts import DFlashPair, dflash_available
 from autotune.lossless import TieEvidence
@@ -31,7 +38,11 @@ from autotune.measurement import GenerationResult, Measurement, extend_until_sto
 from autotune.prompts import Prompt, PromptMix
 from autotune.runtime import Runtime, runtime_from_flags
 from autotune.sampling import GREEDY, Sampling
-from autotune.spec import SpecConfig, SpecParam
+from autotune.errors import EngineError
+from autotune.spec import SpecConfig, SpecParam, combinations_of, spec_members
+
+#: Spec types this engine's generation loop runs, alone or combined (ChainDrafter).
+CHAINABLE_TYPES = ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache", "draft-simple")
 
 #: Parameters only llama-server applies (probabilistic drafting verifies by rejection sampling).
 SERVER_ONLY_PARAMS = frozenset({"draft_sampling"})
@@ -61,8 +72,14 @@ class PythonEngine(Engine):
 
     @property
     def runnable_spec_types(self) -> frozenset[str]:
-        types = {"none", "draft-simple", "ngram-simple"}
-        return frozenset(types | set(DFLASH_TYPES) if dflash_available() else types)
+        """The single types ported here, and every combination of those that run in this engine's one
+        generation loop (CHAINABLE_TYPES, through ChainDrafter). draft-dflash and draft-dspark run their
+        own loop (layer features, trees), so their combinations (`--spec-type ngram-mod,draft-dspark`)
+        stay server-only."""
+        types = set(CHAINABLE_TYPES) | {"none"}
+        if dflash_available():
+            types.update(DFLASH_TYPES)
+        return frozenset(types) | combinations_of(CHAINABLE_TYPES)
 
     @property
     def build_info(self) -> str:
@@ -201,11 +218,25 @@ class PythonEngine(Engine):
         return self._contexts[key]
 
     def _drafter(self, config: SpecConfig) -> Drafter | None:
-        if config.spec_type == "ngram-simple":
+        """The drafter of `config` (None for the baseline); a combination chains its members' drafters
+        in llama.cpp's precedence order. One drafter serves the whole measurement, as one llama-server does."""
+        if config.is_baseline:
+            return None
+        members = [self._member_drafter(config, member) for member in spec_members(config.spec_type)]
+        return members[0] if len(members) == 1 else ChainDrafter(members)
+
+    def _member_drafter(self, config: SpecConfig, spec_type: str) -> Drafter:
+        if spec_type == "ngram-simple":
             return NgramSimpleDrafter(config)
-        if config.spec_type == "draft-simple":
+        if spec_type in ("ngram-map-k", "ngram-map-k4v"):
+            return NgramMapDrafter(config, spec_type.replace("-", "_"))
+        if spec_type == "ngram-mod":
+            return NgramModDrafter(config)
+        if spec_type == "ngram-cache":
+            return NgramCacheDrafter(config)
+        if spec_type == "draft-simple":
             return DraftModelDrafter(self._context("draft", config.draft), self._sampler("draft", config.draft), config)
-        return None
+        raise EngineError(f"the python engine cannot run {spec_type} in {config.spec_type}")
 
     @staticmethod
     def _generate(
@@ -226,14 +257,12 @@ class PythonEngine(Engine):
         drafted = accepted = verify_steps = 0
         while len(generated) < max_tokens and not model.is_eog(last):
             room = max_tokens - len(generated) - 1
-            asked = drafter is not None and room > 0
-            draft = drafter.draft(history, last, room) if asked else []
+            draft = drafter.draft(history, last, room)[:room] if drafter is not None and room > 0 else []
             target.decode([last] + draft, len(history), n_outputs=len(draft) + 1)
             emitted = sampler.sample_and_accept(target, draft, model.is_eog)
             n_ok = len(emitted) - 1
-            if asked:
-                drafter.accept(n_ok)
             if draft:
+                drafter.accept(n_ok)  # common_speculative_accept runs only after a draft was verified
                 drafted += len(draft)
                 accepted += n_ok
                 verify_steps += 1

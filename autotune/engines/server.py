@@ -40,7 +40,7 @@ from autotune.measurement import GenerationResult, Measurement
 from autotune.prompts import Prompt, PromptMix
 from autotune.sampling import GREEDY, Sampling
 from autotune.server_binary import resolve_server_binary
-from autotune.spec import SpecConfig, SpecParam
+from autotune.spec import SpecConfig, SpecParam, combinations_of
 
 __all__ = ["ServerEngine", "ServerFailure"]
 
@@ -83,7 +83,11 @@ class ServerEngine(Engine):
 
     @property
     def runnable_spec_types(self) -> frozenset[str]:
-        return self.capabilities.spec_types
+        """The binary's spec types and, where `--spec-type` takes a list, their combinations."""
+        capabilities = self.capabilities
+        if not capabilities.combines_spec_types:
+            return capabilities.spec_types
+        return capabilities.spec_types | combinations_of(capabilities.spec_types)
 
     @property
     def build_info(self) -> str:
