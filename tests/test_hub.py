@@ -266,17 +266,20 @@ def test_a_night_with_a_bad_prompt_file_stops_before_asking_the_hub(tmp_path, ti
     assert hub.requests == []
 
 
-@pytest.mark.parametrize(("repos", "message"), [
-    ({}, f"no repository {REPO} on the hub"),
-    ({REPO: HubRepo(C1, {"draft-B.gguf": b"x"})}, f"{REPO} has no file draft-A.gguf at revision main"),
+@pytest.mark.parametrize(("repos", "revision", "message"), [
+    ({}, None, f"no repository {REPO} on the hub"),
+    ({REPO: HubRepo(C1, {"draft-B.gguf": b"x"})}, None, f"{REPO} has no file draft-A.gguf at revision main"),
+    ({REPO: HubRepo(C1, {"draft-A.gguf": b"x"})}, "v9", f"{REPO} has no revision 'v9'"),
 ])
-def test_a_repo_or_file_that_does_not_exist_is_bad_input(tmp_path, cache_dir, monkeypatch, repos, message):
+def test_a_repo_revision_or_file_that_does_not_exist_is_bad_input(tmp_path, cache_dir, monkeypatch, repos, revision,
+                                                                  message):
+    space = write_space(tmp_path, revision=revision)
     with LocalHubEndpoint(repos) as hub:
         monkeypatch.setenv("HF_ENDPOINT", hub.url)
-        result = invoke("pull", "--model", "tiny", "--space", str(write_space(tmp_path)))
+        result = invoke("pull", "--model", "tiny", "--space", str(space))
         notes = Notes()
         with pytest.raises(HubSourceError, match=message):
-            pull_latest(load_space(write_space(tmp_path)), notes)
+            pull_latest(load_space(space), notes)
     assert result.exit_code == 2
     assert result.stderr.strip().splitlines() == [f"autotune: error: {result.stderr.strip().split(': ', 2)[2]}"]
     assert message in result.stderr
