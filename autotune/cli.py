@@ -14,7 +14,7 @@ import click
 
 from autotune import __version__
 from autotune.cli_options import (
-    json_option, measurement_options, model_option, sampling_options, server_bin_option, storage_option,
+    ConcurrencyLevels, json_option, measurement_options, model_option, sampling_options, server_bin_option, storage_option,
     study_engine_option, study_objective_option, study_options, with_options,
 )
 from autotune.errors import AutotuneError
@@ -73,18 +73,22 @@ def search(model, options, server_bin, confirm_enabled, confirm_top, confirm_rep
     Example:
         autotune search --model gemma3-270m --trials 12 --max-tokens 64
     """
-    from autotune.runner import ConfirmOptions, run_search
+    from autotune.runner import ConfirmOptions, level_engine, run_search
     from autotune.progress import TerminalReporter
 
-    best = run_search(model, options, reporter=TerminalReporter(), server_bin=server_bin,
-                      confirm_options=ConfirmOptions(confirm_enabled, confirm_top, confirm_repeats))
-    click.echo(_best_text(best))
+    for level in options.concurrency:  # bad input (no llama-server for N > 1) before anything is measured
+        level_engine(options.engine_name, level, server_bin, None)
+    for level in options.concurrency:
+        best = run_search(model, options, reporter=TerminalReporter(), server_bin=server_bin,
+                          confirm_options=ConfirmOptions(confirm_enabled, confirm_top, confirm_repeats),
+                          concurrency=level)
+        click.echo(_best_text(best))
 
 
 @cli.command()
 @study_options
 @json_option
-def best(model, hardware, engine, objective, storage, as_json):
+def best(model, hardware, engine, objective, concurrency, storage, as_json):
     """Print the fastest configuration found for MODEL as a llama-server command line.
 
     The first line is the command; then its mix tok/s, the baseline's and the speedup. Without a
@@ -99,9 +103,9 @@ def best(model, hardware, engine, objective, storage, as_json):
     from autotune.runner import open_study_of, stored_preset
 
     try:
-        result = best_result(open_study_of(model, hardware, engine, storage, objective))
+        result = best_result(open_study_of(model, hardware, engine, storage, objective, concurrency))
     except StudyNotFoundError:
-        preset = stored_preset(model, hardware, storage)
+        preset = stored_preset(model, hardware, storage, concurrency or 1)
         if preset is None:
             raise
         result = PresetResult(preset)
@@ -111,7 +115,7 @@ def best(model, hardware, engine, objective, storage, as_json):
 @cli.command()
 @study_options
 @json_option
-def trials(model, hardware, engine, objective, storage, as_json):
+def trials(model, hardware, engine, objective, concurrency, storage, as_json):
     """List the trials of MODEL's study: state, parameters, tok/s, speedup and acceptance.
 
     \b
@@ -121,7 +125,7 @@ def trials(model, hardware, engine, objective, storage, as_json):
     from autotune.runner import open_study_of
     from autotune.results import trial_rows
 
-    rows = trial_rows(open_study_of(model, hardware, engine, storage, objective))
+    rows = trial_rows(open_study_of(model, hardware, engine, storage, objective, concurrency))
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
@@ -147,11 +151,15 @@ def trials(model, hardware, engine, objective, storage, as_json):
 @click.option("--repeats", type=click.IntRange(min=2), default=3, show_default=True, help="Rounds of interleaved measurements.")
 @study_engine_option
 @study_objective_option
+@click.option("--concurrency", type=ConcurrencyLevels(), default=None,
+              help="The studies of these loads (N[,N...] concurrent streams), each confirmed with its own -np N "
+                   "[default: the model's only study].")
 @storage_option
 @server_bin_option
 @with_options(sampling_options(defaults=False))
 @click.option("--seed", type=click.IntRange(min=0), help="Seed of token sampling [default: the study's].")
-def confirm(model, top, repeats, engine, objective, storage, server_bin, temperature, top_k, top_p, min_p, seed):
+def confirm(model, top, repeats, engine, objective, concurrency, storage, server_bin, temperature, top_k, top_p, min_p,
+            seed):
     """Re-measure the study's best configurations and the baseline on a real llama-server.
 
     Measurements interleave (baseline, A, B, baseline, A, B, ...) REPEATS times; each configuration
@@ -170,8 +178,19 @@ def confirm(model, top, repeats, engine, objective, storage, server_bin, tempera
         click.echo(f"[round {round_ + 1}/{repeats}] {label}: {figure}", err=True)
 
     sampling = {"temperature": temperature, "top_k": top_k, "top_p": top_p, "min_p": min_p, "seed": seed}
-    result = run_confirm(model=model, engine_name=engine, objective=objective, top=top, repeats=repeats,
-                         storage_url=storage, server_bin=server_bin, sampling=sampling, on_measured=on_measured)
+    for level in concurrency or (None,):
+        result = run_confirm(model=model, engine_name=engine, objective=objective, top=top, repeats=repeats,
+                             storage_url=storage, server_bin=server_bin, sampling=sampling, on_measured=on_measured,
+                             concurrency=level)
+        _confirmation_table(result)
+
+
+def _confirmation_table(result) -> None:
+    rows = [*result.baselines, *result.configs]
+    level = rows[0].concurrency if rows else 1
+    if level > 1:
+        click.echo(f"# --concurrency {level} (-np {level}): after each configuration, its aggregate tok/s of all "
+                   "streams and per-stream decode tok/s (mean, 10th percentile)")
     click.echo(f"{'tok/s':>8} {'95% CI':>17} {'speedup':>7} {'p':>8}  configuration ({result.engine} engine, {result.repeats} repeats)")
     for row in [*result.baselines, *result.configs]:
         if row.failure:
@@ -180,7 +199,12 @@ def confirm(model, top, repeats, engine, objective, storage, server_bin, tempera
         speedup = f"{row.speedup:.2f}x" if row.speedup is not None else "-"
         p_value = f"{row.p_value:.3g}" if row.p_value is not None else "-"
         ci = f"[{row.ci95[0]:.1f}, {row.ci95[1]:.1f}]"
-        click.echo(f"{row.mean_tok_s:>8.1f} {ci:>17} {speedup:>7} {p_value:>8}  {row.label}")
+        serving = ""
+        if level > 1 and row.figures:
+            mean = {name: sum(values) / len(values) for name, values in row.figures.items() if values}
+            serving = (f"  [aggregate {mean.get('aggregate_tok_s', 0):.1f}, per stream {mean.get('per_stream_tok_s', 0):.1f}"
+                       f", p10 {mean.get('per_stream_p10_tok_s', 0):.1f}]")
+        click.echo(f"{row.mean_tok_s:>8.1f} {ci:>17} {speedup:>7} {p_value:>8}  {row.label}{serving}")
 
 
 _ENGINE_LABELS = {"server": "llama-server", "python": "the in-process engine"}
@@ -206,7 +230,19 @@ def _best_text(result) -> str:
             f"p={confirmed.p_value if confirmed.p_value is not None else float('nan'):.3g} ({verdict}; "
             f"{confirmation.repeats} interleaved rounds)"
         )
-    if result.front:
+    serving = result.serving()
+    if serving["concurrency"] > 1 and serving["aggregate_tok_s"] is not None:
+        source = "confirmed" if confirmed is not None and confirmed.figures else "in the search"
+        lines.append(f"# {serving['concurrency']} concurrent streams ({source}): aggregate {serving['aggregate_tok_s']:.1f} "
+                     f"tok/s, per stream {serving['per_stream_tok_s']:.1f} tok/s (10th percentile "
+                     f"{serving['per_stream_p10_tok_s']:.1f})")
+    if result.front and "+pareto-throughput" in result.study:
+        lines.append("# pareto front (aggregate tok/s, per-stream tok/s); the pick (*) has the best aggregate tok/s:")
+        for member in sorted(result.front, key=lambda t: -t.values[0]):
+            mark = "*" if member.number == result.trial.number else " "
+            lines.append(f"# {mark} trial {member.number:>3}: {member.values[0]:7.1f} aggregate, {member.values[1]:7.1f} "
+                         f"per stream  {member.user_attrs['config']['label']}")
+    elif result.front:
         lines.append("# pareto front (decode tok/s, prompt tok/s); the pick (*) has the best end-to-end tok/s:")
         for member in sorted(result.front, key=lambda t: -t.values[0]):
             mark = "*" if member.number == result.trial.number else " "

@@ -31,10 +31,19 @@ def nightly(model, options, top, confirm_repeats, server_bin):
     from autotune.progress import TerminalReporter
     from autotune.runner import run_nightly
 
-    outcome = run_nightly(model, options, top=top, confirm_repeats=confirm_repeats, server_bin=server_bin,
-                          reporter=TerminalReporter())
-    click.echo(f"{outcome.status}: {outcome.summary}")
-    sys.exit(outcome.exit_code)
+    from autotune.nightly import combined_exit_code
+    from autotune.runner import level_engine
+
+    for level in options.concurrency:  # bad input (no llama-server for N > 1) before anything is measured
+        level_engine(options.engine_name, level, server_bin, None)
+    outcomes = []
+    for level in options.concurrency:
+        outcome = run_nightly(model, options, top=top, confirm_repeats=confirm_repeats, server_bin=server_bin,
+                              reporter=TerminalReporter(), concurrency=level)
+        prefix = "" if options.concurrency == (1,) else f"--concurrency {level}: "
+        click.echo(f"{prefix}{outcome.status}: {outcome.summary}")
+        outcomes.append(outcome)
+    sys.exit(combined_exit_code(outcomes))
 
 
 @click.group()
@@ -51,7 +60,8 @@ def presets() -> None:
 @storage_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 def presets_list(storage, as_json):
-    """List every (model, hardware) preset with its tok/s and speedup.
+    """List every (model, hardware, concurrency) preset with its tok/s and speedup (`np N`: tuned for N
+    concurrent streams).
 
     \b
     Example:
@@ -66,21 +76,24 @@ def presets_list(storage, as_json):
     if not rows:
         click.echo("no presets yet: `autotune confirm` or `autotune nightly` make them")
     for p in rows:
-        click.echo(f"{p.model:<16} {p.hardware:<40} {p.tok_s:8.1f} tok/s {p.speedup:5.2f}x  {p.created_at:%Y-%m-%d}")
+        click.echo(f"{p.model:<16} {p.hardware:<40} np {p.concurrency:<3} {p.tok_s:8.1f} tok/s {p.speedup:5.2f}x  "
+                   f"{p.created_at:%Y-%m-%d}")
 
 
 @presets.command("show")
 @model_option
 @click.option("--hardware", help="Hardware key (default: this machine's).")
+@click.option("--concurrency", type=click.IntRange(min=1), default=1, show_default=True,
+              help="The preset tuned for this many concurrent streams.")
 @storage_option
-def presets_show(model, hardware, storage):
+def presets_show(model, hardware, concurrency, storage):
     """Show one preset: its command line first, then its figures.
 
     \b
     Example:
         autotune presets show --model gemma3-270m
     """
-    preset = _get_preset(storage, model, hardware)
+    preset = _get_preset(storage, model, hardware, concurrency)
     click.echo(preset.command)
     click.echo(f"# {preset.tok_s:.1f} tok/s [95% CI {preset.ci95_low}-{preset.ci95_high}], baseline "
                f"{preset.baseline_tok_s:.1f}, speedup {preset.speedup:.2f}x, p={preset.p_value}")
@@ -117,12 +130,13 @@ def _store(storage):
     return PresetStore(resolve_storage_url(storage))
 
 
-def _get_preset(storage, model, hardware):
+def _get_preset(storage, model, hardware, concurrency=1):
     from autotune.errors import StudyNotFoundError
     from autotune.hardware import hardware_key
 
     key = hardware or hardware_key()
-    preset = _store(storage).get(model, key)
+    preset = _store(storage).get(model, key, concurrency)
     if preset is None:
-        raise StudyNotFoundError(f"no preset for {model} on {key}: run `autotune confirm --model {model}` first")
+        level = "" if concurrency == 1 else f" at --concurrency {concurrency}"
+        raise StudyNotFoundError(f"no preset for {model} on {key}{level}: run `autotune confirm --model {model}` first")
     return preset

@@ -37,11 +37,39 @@ space_option = click.option(
 
 objective_option = click.option(
     "--objective", type=click.Choice(list(OBJECTIVES)), default=DEFAULT_OBJECTIVE, show_default=True,
-    help="decode: mix decode tok/s; e2e: tok/s of whole requests, prompt included; pareto: decode and prompt tok/s.",
+    help="decode: mix decode tok/s; e2e: tok/s of whole requests, prompt included; pareto: decode and prompt tok/s; "
+         "throughput: aggregate tok/s of all streams; pareto-throughput: aggregate and per-stream tok/s.",
 )
 study_objective_option = click.option(
     "--objective", type=click.Choice(list(OBJECTIVES)), default=None,
     help="The study of this objective (default: the model's only study on this hardware).",
+)
+
+
+class ConcurrencyLevels(click.ParamType):
+    """`N[,N...]`: concurrent streams, each level at least 1, as a sorted tuple without repeats."""
+
+    name = "N[,N...]"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, tuple):
+            return value
+        try:
+            levels = [int(part) for part in str(value).split(",")]
+        except ValueError:
+            self.fail(f"{value!r}: expected whole numbers separated by commas, e.g. 1,2,4", param, ctx)
+        if any(level < 1 for level in levels):
+            self.fail(f"{value!r}: every level must be at least 1 stream", param, ctx)
+        return tuple(sorted(set(levels)))
+
+
+def concurrency_option(help_text: str):
+    return click.option("--concurrency", type=ConcurrencyLevels(), default="1", show_default=True, help=help_text)
+
+
+study_concurrency_option = click.option(
+    "--concurrency", type=click.IntRange(min=1), default=None,
+    help="The study of this many concurrent streams (default: the model's only study on this hardware).",
 )
 
 
@@ -101,6 +129,11 @@ _MEASUREMENT_OPTIONS = [
     click.option("--heartbeat", "heartbeat_s", type=click.IntRange(min=1), default=60, show_default=True,
                  help="Seconds between a worker's heartbeats; a trial silent for 3 of them is failed and re-queued."),
     *sampling_options(defaults=True),
+    concurrency_option("Concurrent streams on one llama-server (-np N), one study per level: 1,2,4 tunes "
+                       "each load. Above 1 the server engine measures."),
+    click.option("--min-stream-tok-s", type=click.FloatRange(min=0, min_open=True),
+                 help="Service level: a configuration whose per-stream decode tok/s (10th percentile) falls "
+                      "below this is infeasible."),
 ]
 
 
@@ -127,5 +160,6 @@ def study_options(command):
         click.option("--hardware", help="Hardware key of the study (default: this machine's)."),
         study_engine_option,
         study_objective_option,
+        study_concurrency_option,
         storage_option,
     ])(command)

@@ -13,7 +13,7 @@ from autotune.cli_options import study_options
 @study_options
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
               help="Folder to write index.html and the PNG figures into (created if missing).")
-def report(model, hardware, engine, objective, storage, out_dir):
+def report(model, hardware, engine, objective, concurrency, storage, out_dir):
     """Draw MODEL's study: where the speed comes from, as an HTML page and PNG files.
 
     OUT/index.html works offline (plotly.js is inlined) and shows the optimization history, tok/s by
@@ -28,5 +28,5 @@ def report(model, hardware, engine, objective, storage, out_dir):
     from autotune.report import write_report
     from autotune.runner import open_study_of
 
-    for path in write_report(open_study_of(model, hardware, engine, storage, objective), out_dir):
+    for path in write_report(open_study_of(model, hardware, engine, storage, objective, concurrency), out_dir):
         click.echo(str(path))

@@ -10,6 +10,7 @@ import shlex
 from dataclasses import asdict, dataclass, field
 from typing import Sequence
 
+from autotune.runtime_params import COMMAND_DEFAULTS, runtime_argv
 from autotune.sampling import GREEDY, Sampling
 from autotune.spec import SPEC_TYPE_PARAMS, SpecConfig
 
@@ -24,8 +25,14 @@ def server_argv(
     binary: str = DEFAULT_SERVER_BINARY,
     threads: int | None = None,
     sampling: Sampling = GREEDY,
+    parallel: int = 1,
 ) -> list[str]:
     """The llama-server command line that runs `config`.
+
+    `parallel` slots (`-np N`, one per concurrent stream) share `-c`, which llama-server splits
+    across them, so `-c` is `context_size` (per slot) times N. The searched runtime flags of
+    `config.runtime` are written where they differ from llama-server's defaults (a searched `-fa` or
+    `-ngld` replaces autotune's own `on`/`all`, and `auto`, llama-server's default, drops the flag).
 
     One slot (`-np 1`: the whole context for one stream, as measured), every layer on the GPU
     (`-ngl all`, ignored by a CPU build), flash attention on; `-t` only when the user chose a
@@ -34,16 +41,20 @@ def server_argv(
     search-space file. Only parameters the configuration sets are written, the rest keep llama.cpp's
     defaults.
     """
-    argv = [binary, "-m", str(config.target), "-c", str(context_size), "-np", "1", "-ngl", "all", "-fa", "on"]
+    runtime = {**COMMAND_DEFAULTS, **config.runtime}
+    argv = [binary, "-m", str(config.target), "-c", str(context_size * parallel), "-np", str(parallel), "-ngl", "all"]
+    argv += [] if runtime["flash_attn"] == "auto" else ["-fa", str(runtime["flash_attn"])]
     if threads:
         argv += ["-t", str(threads)]
+    argv += runtime_argv(config.runtime, has_draft=config.draft is not None, cli_threads=threads)
     argv += sampling.server_flags()
     argv += list(base_flags)
     if config.is_baseline:
         return argv
     argv += ["--spec-type", config.spec_type]
     if config.draft is not None:
-        argv += ["-md", str(config.draft), "-ngld", "all"]
+        argv += ["-md", str(config.draft)]
+        argv += [] if runtime["draft_ngl"] == "auto" else ["-ngld", str(runtime["draft_ngl"])]
     known = SPEC_TYPE_PARAMS[config.spec_type]
     for name in sorted(config.params):
         param, value = known[name], config.value(name)
@@ -68,10 +79,11 @@ class ServerCommand:
     binary: str = DEFAULT_SERVER_BINARY  # argv[0] as printed: a bare name only where PATH finds that binary
     threads: int | None = None
     sampling: Sampling = field(default=GREEDY)
+    parallel: int = 1  # slots: the study's --concurrency
 
     def argv(self, config: SpecConfig) -> list[str]:
         return server_argv(config, context_size=self.context_size, base_flags=self.base_flags, binary=self.binary,
-                           threads=self.threads, sampling=self.sampling)
+                           threads=self.threads, sampling=self.sampling, parallel=self.parallel)
 
     def as_dict(self) -> dict:
         return {**asdict(self), "base_flags": list(self.base_flags), "sampling": self.sampling.as_dict()}
@@ -80,7 +92,7 @@ class ServerCommand:
     def from_dict(cls, data: dict) -> "ServerCommand":
         return cls(context_size=int(data["context_size"]), base_flags=tuple(data.get("base_flags", ())),
                    binary=data.get("binary", DEFAULT_SERVER_BINARY), threads=data.get("threads"),
-                   sampling=Sampling.from_dict(data.get("sampling")))
+                   sampling=Sampling.from_dict(data.get("sampling")), parallel=int(data.get("parallel", 1)))
 
 
 def _format_value(value: int | float) -> str:

@@ -5,7 +5,7 @@ baseline with Welch's t-test.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
@@ -23,6 +23,8 @@ from autotune.spec import SpecConfig
 from autotune.trials import config_from_attrs, drift_corrected, is_baseline
 
 CONFIRMATION_ATTR = "confirmation"
+#: figures every confirmation round keeps besides the one compared (serving load: `--concurrency N`)
+SERVING_FIGURES = ("mix_tok_s", "aggregate_tok_s", "per_stream_tok_s", "per_stream_p10_tok_s")
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,9 @@ class ConfirmedConfig:
     p_value: float | None  # Welch's t-test against its target's baseline (two-sided); None for a baseline
     speedup: float | None
     failure: str | None = None
+    #: every round's serving figures (aggregate_tok_s, per_stream_tok_s, per_stream_p10_tok_s, mix_tok_s)
+    figures: dict[str, list[float]] = field(default_factory=dict)
+    concurrency: int = 1
 
     @property
     def significantly_faster(self) -> bool:
@@ -96,7 +101,8 @@ def top_trials(study: optuna.Study, top: int) -> list[optuna.trial.FrozenTrial]:
     chosen = []
     for trial in sorted(complete, key=lambda t: drift_corrected(t, complete), reverse=True):
         label = trial.user_attrs["config"]["label"]
-        if is_baseline(trial) or trial.user_attrs.get("lossless") is False or label in seen:
+        if (is_baseline(trial) or trial.user_attrs.get("lossless") is False or label in seen
+                or trial.user_attrs.get("feasible") is False):  # below --min-stream-tok-s
             continue
         seen.add(label)
         chosen.append(trial)
@@ -122,6 +128,7 @@ def confirm(
     command: ServerCommand,
     preset: SpecConfig | None = None,
     on_measured: Callable[[int, str, float | None], None] = lambda r, label, tok_s: None,
+    figure: str = "mix_tok_s",
 ) -> Confirmation:
     """Measure the baselines (one per target involved) and the top configurations `repeats` times,
     interleaved, and store the result with the study. `preset`, the configuration in use, is measured
@@ -138,6 +145,8 @@ def confirm(
     for *_, baseline in baselines:
         engine.prepare(baseline, mix, max_tokens=max_tokens)
     samples: dict[int, list[float]] = {index: [] for index in range(len(entries))}
+    serving: dict[int, dict[str, list[float]]] = {index: {} for index in range(len(entries))}
+    concurrency = getattr(command, "parallel", 1)
     failures: dict[int, str] = {}
     for round_ in range(repeats):
         for index, (*_, config) in enumerate(entries):
@@ -145,7 +154,10 @@ def confirm(
                 continue
             try:
                 with device_lock():
-                    tok_s = engine.measure(config, mix, max_tokens=max_tokens).mix_tok_s
+                    measurement = engine.measure(config, mix, max_tokens=max_tokens)
+                tok_s = getattr(measurement, figure)  # what is compared: the study's objective's figure
+                for name in SERVING_FIGURES:
+                    serving[index].setdefault(name, []).append(round(getattr(measurement, name), 3))
             except TrialFailure as exc:
                 failures[index] = str(exc)
                 on_measured(round_, config.describe(), None)
@@ -162,14 +174,14 @@ def confirm(
         values = samples[index]
         argv = command.argv(config)
         if index in failures or not values:
-            return ConfirmedConfig(config.describe(), role, number, str(config.target), argv, values, 0.0, (0.0, 0.0),
-                                   None, None, failures.get(index))
+            return ConfirmedConfig(config.describe(), role, number, str(config.target), argv, values, 0.0,
+                                   (0.0, 0.0), None, None, failures.get(index), serving[index], concurrency)
         base = baseline_samples[config.target]
         mean = float(np.mean(values))
         p_value = None if config.is_baseline else _welch_p(values, base)
         speedup = None if config.is_baseline else round(mean / float(np.mean(base)), 4)
         return ConfirmedConfig(config.describe(), role, number, str(config.target), argv, values, round(mean, 3),
-                               _ci95(values), p_value, speedup)
+                               _ci95(values), p_value, speedup, figures=serving[index], concurrency=concurrency)
 
     confirmation = Confirmation(
         engine=engine.name,

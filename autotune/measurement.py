@@ -3,11 +3,19 @@
 decode tok/s of one generation = (n_generated - 1) / (time of last token - time of first token),
 which is llama-server's `timings.predicted_per_second`; mix tok/s sums tokens and times over the
 mix instead of averaging rates.
+
+With N concurrent streams (`--concurrency N`, one llama-server with `-np N`): aggregate tok/s = all
+streams' generated tokens / wall time of the busy period (first request sent to last answer in);
+per-stream tok/s is each request's decode tok/s, summarized by its mean and 10th percentile (the slow
+tail a user of a loaded server sees); time to first token is llama-server's prompt time of a request
+(with N streams on N slots no request waits for a slot, so that is all of it).
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+
+import numpy as np
 
 
 @dataclass
@@ -24,6 +32,7 @@ class GenerationResult:
     n_accepted: int = 0
     n_verify_steps: int = 0
     tokens: list[int] = field(default_factory=list)
+    stream: int = 0  # which of the concurrent streams generated it (0 with one stream)
 
     @property
     def decode_tokens(self) -> int:
@@ -56,6 +65,43 @@ class Measurement:
 
     results: list[GenerationResult]
     startup_ms: float = 0.0  # what the engine spent getting ready (a server's launch until /health)
+    concurrency: int = 1  # streams generating at once
+    busy_ms: float | None = None  # wall time of the busy period; None: the sum of the requests' own times
+    n_verify_steps_total: int | None = None  # with concurrent streams only the total is known
+
+    @classmethod
+    def pooled(cls, measurements: list["Measurement"]) -> "Measurement":
+        """Several measurements of one configuration as one (their busy periods add up)."""
+        busy = [m.busy_ms for m in measurements]
+        steps = [m.n_verify_steps_total for m in measurements]
+        return cls([r for m in measurements for r in m.results], sum(m.startup_ms for m in measurements),
+                   concurrency=measurements[0].concurrency if measurements else 1,
+                   busy_ms=None if None in busy else sum(busy),
+                   n_verify_steps_total=None if None in steps else sum(steps))
+
+    @property
+    def aggregate_tok_s(self) -> float:
+        """All streams' generated tokens / wall time of the busy period (one stream without a measured
+        busy period: its requests' own prompt + decode time)."""
+        wall_ms = self.busy_ms if self.busy_ms is not None else self.generation_ms
+        return _rate(sum(r.n_generated for r in self.results), wall_ms)
+
+    @property
+    def per_stream_tok_s(self) -> float:
+        """Mean decode tok/s of one request (what one user of the server sees once text streams)."""
+        rates = [r.decode_tok_s for r in self.results if r.decode_tokens]
+        return float(np.mean(rates)) if rates else 0.0
+
+    @property
+    def per_stream_p10_tok_s(self) -> float:
+        """10th percentile of the requests' decode tok/s: the slow tail."""
+        rates = [r.decode_tok_s for r in self.results if r.decode_tokens]
+        return float(np.percentile(rates, 10)) if rates else 0.0
+
+    @property
+    def ttft_ms(self) -> float:
+        """Mean time to first token of a request."""
+        return float(np.mean([r.prompt_ms for r in self.results])) if self.results else 0.0
 
     @property
     def mix_tok_s(self) -> float:
@@ -86,7 +132,9 @@ class Measurement:
     @property
     def mean_accepted_length(self) -> float | None:
         """1 + accepted / verify steps: tokens gained per target decode that verified a draft."""
-        steps = sum(r.n_verify_steps for r in self.results)
+        steps = self.n_verify_steps_total
+        if steps is None:
+            steps = sum(r.n_verify_steps for r in self.results)
         return 1 + self.n_accepted / steps if steps else None
 
     @property
@@ -110,6 +158,11 @@ class Measurement:
             "n_generated": sum(r.n_generated for r in self.results),
             "n_drafted": self.n_drafted,
             "n_accepted": self.n_accepted,
+            "concurrency": self.concurrency,
+            "aggregate_tok_s": round(self.aggregate_tok_s, 3),
+            "per_stream_tok_s": round(self.per_stream_tok_s, 3),
+            "per_stream_p10_tok_s": round(self.per_stream_p10_tok_s, 3),
+            "ttft_ms": round(self.ttft_ms, 3),
         }
 
 

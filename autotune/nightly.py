@@ -29,6 +29,16 @@ class NightlyOutcome:
         return EXIT_CODES[self.status]
 
 
+def combined_exit_code(outcomes: list[NightlyOutcome]) -> int:
+    """One exit code for the levels of `--concurrency 1,2,4`: improved if any level improved, else
+    regressed if any regressed, else unchanged."""
+    statuses = {o.status for o in outcomes}
+    for status in ("improved", "regressed"):
+        if status in statuses:
+            return EXIT_CODES[status]
+    return EXIT_CODES["unchanged"]
+
+
 def unchanged_files(model: str) -> NightlyOutcome:
     return NightlyOutcome("unchanged", f"{model}: no new or changed model files; preset kept")
 

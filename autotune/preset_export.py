@@ -92,15 +92,40 @@ def _toml_value(value: object) -> str:
 _LAUNCHER_HEAD = """\
 #!/bin/sh
 # llama-server with the autotune preset for this machine (written by `autotune presets export --format sh`).
-# Usage: sh <this file> [MODEL] [more llama-server flags...]
+# Usage: sh <this file> [MODEL] [--concurrency N] [more llama-server flags...]
+# --concurrency N (default 1): the preset tuned for the measured load nearest N concurrent streams.
 set -eu
 
 {hardware_key_function}
+nearest_level() {{
+    want=$1
+    shift
+    best=$1
+    for level in "$@"; do
+        if [ $((level > want ? level - want : want - level)) -lt $((best > want ? best - want : want - best)) ]; then
+            best=$level
+        fi
+    done
+    echo "$best"
+}}
+
 if [ $# -gt 0 ] && [ "${{1#-}}" = "$1" ]; then
     model=$1
     shift
 else
     model={default_model}
+fi
+concurrency=1
+if [ $# -gt 0 ] && [ "$1" = "--concurrency" ]; then
+    concurrency=${{2-}}
+    shift $(($# > 1 ? 2 : 1))
+fi
+case "$concurrency" in
+    ''|*[!0-9]*) concurrency=0 ;;
+esac
+if [ "$concurrency" -lt 1 ]; then
+    echo "--concurrency: expected a whole number of streams, at least 1" >&2
+    exit 2
 fi
 hardware=$(hardware_key)
 """
@@ -121,18 +146,24 @@ def _to_sh(presets: list[Preset]) -> str:
     models = sorted({p.model for p in presets})
     default_model = shlex.quote(models[0]) if len(models) == 1 else '""'
     script = [_LAUNCHER_HEAD.format(hardware_key_function=HARDWARE_KEY_SH, default_model=default_model)]
-    ordered = sorted(presets, key=lambda p: (p.hardware, p.model))
+    ordered = sorted(presets, key=lambda p: (p.hardware, p.model, p.concurrency))
     if ordered:
         script.append('case "$hardware" in\n')
         for hardware, group in groupby(ordered, key=lambda p: p.hardware):
             script.append(f'{shlex.quote(hardware)})\n    case "$model" in\n')
-            for preset in group:
-                script.append(
-                    f"    {shlex.quote(preset.model)})\n"
-                    f"        # {preset.tok_s:.1f} tok/s, {preset.speedup:.2f}x the baseline\n"
-                    + "".join(f"        # {line}\n" for line in revision_lines(preset))
-                    + f'        exec {shlex.join(preset.argv)} "$@" ;;\n'
-                )
+            for model, levels in groupby(group, key=lambda p: p.model):
+                levels = list(levels)
+                script.append(f"    {shlex.quote(model)})\n"
+                              f'        case "$(nearest_level "$concurrency" {" ".join(str(p.concurrency) for p in levels)})" in\n')
+                for preset in levels:
+                    script.append(
+                        f"        {preset.concurrency})\n"
+                        f"            # {preset.tok_s:.1f} tok/s, {preset.speedup:.2f}x the baseline"
+                        f"{'' if preset.concurrency == 1 else f', {preset.concurrency} concurrent streams'}\n"
+                        + "".join(f"            # {line}\n" for line in revision_lines(preset))
+                        + f'            exec {shlex.join(preset.argv)} "$@" ;;\n'
+                    )
+                script.append("        esac ;;\n")
             script.append("    esac ;;\n")
         script.append("esac\n")
     known = [f"{p.model} @ {p.hardware}" for p in sorted(presets, key=lambda p: (p.model, p.hardware))]

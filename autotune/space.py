@@ -105,6 +105,8 @@ class SearchSpace:
     model: ModelSection
     spec_types: dict[str, tuple[ParamRange, ...]] = field(default_factory=dict)
     drafts: dict[str, FilePattern] = field(default_factory=dict)
+    #: the `[runtime]` table: llama-server runtime flags searched with the spec parameters
+    runtime: tuple[ParamRange, ...] = ()
 
     def draft_files(self, spec_type: str) -> FilePattern | None:
         """Where the drafts of a draft-* spec type (or of a combination's draft member) are: its
@@ -184,8 +186,8 @@ class _SpaceParser:
 
     def parse(self, data: dict[str, Any]) -> SearchSpace:
         for key in data:
-            if key not in ("model", "drafts", "spec_types"):
-                raise self.fail(key, "unknown key (expected [model], [drafts.*] and [spec_types.*])")
+            if key not in ("model", "drafts", "spec_types", "runtime"):
+                raise self.fail(key, "unknown key (expected [model], [drafts.*], [spec_types.*] and [runtime])")
         model = self.parse_model(data.get("model"))
         spec_types = data.get("spec_types")
         if not isinstance(spec_types, dict) or not spec_types:
@@ -201,7 +203,38 @@ class _SpaceParser:
             drafted = draft_member(name)
             if drafted is not None and drafted not in drafts and model.draft is None:
                 raise self.fail(f"spec_types.{name}", f"needs a draft file: add [drafts.{drafted}] or model.draft")
-        return SearchSpace(self.path, model, parsed, drafts)
+        runtime = self.parse_runtime(data.get("runtime", {}), model)
+        return SearchSpace(self.path, model, parsed, drafts, runtime)
+
+    def parse_runtime(self, table: Any, model: ModelSection) -> tuple[ParamRange, ...]:
+        """The `[runtime]` table: llama-server runtime flags (autotune.runtime_params) in the same forms as
+        spec parameters (a value, [low, high], [low, high, step], or a list of choices). A flag that
+        `base_flags` already sets would be set twice: refused."""
+        from autotune.runtime_params import DRAFT_NGL_WORDS, RUNTIME_PARAMS
+
+        if not isinstance(table, dict):
+            raise self.fail("runtime", "expected a table of runtime settings")
+        ranges = []
+        for name, value in table.items():
+            key = f"runtime.{name}"
+            param = RUNTIME_PARAMS.get(name)
+            if param is None:
+                raise self.fail(key, f"unknown runtime setting (known: {', '.join(RUNTIME_PARAMS)})")
+            if param.spelling in model.base_flags or (param.negative and param.negative in model.base_flags):
+                raise self.fail(key, f"model.base_flags already sets {param.spelling}")
+            if name == "draft_ngl":  # a layer count, "auto" or "all": choices spelled as strings
+                values = value if isinstance(value, list) else [value]
+                if not values or any(isinstance(v, bool) or not (isinstance(v, int) and v >= 0 or v in DRAFT_NGL_WORDS)
+                                     for v in values):
+                    raise self.fail(key, f"expected layer counts or {' / '.join(DRAFT_NGL_WORDS)}, got {value!r}")
+                choices = tuple(dict.fromkeys(str(v) for v in values))
+                ranges.append(ParamRange(param, choices[0], choices[-1], choices=choices))
+                continue
+            parsed = self.parse_range(key, param, value)
+            if param.kind is int and parsed.low < 1:
+                raise self.fail(key, f"must be at least 1, got {parsed.low}")
+            ranges.append(parsed)
+        return tuple(ranges)
 
     def parse_drafts(self, table: Any) -> dict[str, FilePattern]:
         if not isinstance(table, dict):

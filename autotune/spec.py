@@ -203,6 +203,8 @@ class SpecConfig:
     spec_type: str = BASELINE
     draft: Path | None = None
     params: Mapping[str, int | float] = field(default_factory=dict)
+    #: searched runtime flags (autotune.runtime_params, the `[runtime]` table): name -> value
+    runtime: Mapping[str, int | str | bool] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "spec_type", combined_spec_type(self.spec_type))  # one spelling per combination
@@ -239,4 +241,8 @@ class SpecConfig:
                 parts.append(f"{shown}={value}")
             else:
                 parts.append(f"{shown}={value:g}" if isinstance(value, float) else f"{shown}={value}")
+        if self.runtime:
+            from autotune.runtime_params import describe_runtime  # it builds on SpecParam
+
+            parts.append(describe_runtime(self.runtime))
         return " ".join(parts)

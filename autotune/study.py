@@ -9,12 +9,25 @@ from autotune.errors import StudyNotFoundError
 optuna.logging.set_verbosity(optuna.logging.ERROR)  # the reporter shows failed trials with their reason
 
 
-def study_name(model: str, hardware: str, engine: str, version: int | None = None, objective: str = "decode") -> str:
-    """`<model>@<hardware-key>:<engine>`, `+<objective>` when it is not decode, and `/v<N>` for the
-    N-th nightly version: figures of two engines, machines, objectives or sets of model files never
-    share a study."""
+CONCURRENCY_MARK = "#np"
+
+
+def study_name(model: str, hardware: str, engine: str, version: int | None = None, objective: str = "decode",
+               concurrency: int = 1) -> str:
+    """`<model>@<hardware-key>:<engine>`, `+<objective>` when it is not decode, `#np<N>` for N concurrent
+    streams (`--concurrency N` above 1), and `/v<N>` for the N-th nightly version: figures of two
+    engines, machines, objectives, loads or sets of model files never share a study."""
     base = f"{model}@{hardware}:{engine}" + ("" if objective == "decode" else f"+{objective}")
+    base += "" if concurrency == 1 else f"{CONCURRENCY_MARK}{concurrency}"
     return f"{base}/v{version}" if version else base
+
+
+def parse_kind(kind: str) -> tuple[str, str, int]:
+    """(engine, objective, concurrency) of the part of a study name after `<model>@<hardware>:`."""
+    kind = kind.split("/v", 1)[0]
+    kind, _, level = kind.partition(CONCURRENCY_MARK)
+    engine, _, objective = kind.partition("+")
+    return engine, objective or "decode", int(level) if level.isdigit() else 1
 
 
 def latest_version(storage: optuna.storages.BaseStorage, base: str) -> tuple[str, int | None]:
@@ -50,14 +63,20 @@ def studies_of_model(storage: optuna.storages.BaseStorage, model: str) -> list[s
     )
 
 
-def study_kinds(storage: optuna.storages.BaseStorage, model: str, hardware: str) -> list[tuple[str, str]]:
-    """The (engine, objective) pairs that have a study of `model` on `hardware`, whatever their version."""
+def study_kinds(storage: optuna.storages.BaseStorage, model: str, hardware: str,
+                concurrency: int | None = 1) -> list[tuple[str, str]]:
+    """The (engine, objective) pairs that have a study of `model` on `hardware` at `concurrency`
+    streams (None: at any), whatever their version."""
+    return sorted({(engine, objective) for engine, objective, level in study_levels(storage, model, hardware)
+                   if concurrency in (None, level)})
+
+
+def study_levels(storage: optuna.storages.BaseStorage, model: str, hardware: str) -> list[tuple[str, str, int]]:
+    """The (engine, objective, concurrency) triples that have a study of `model` on `hardware`."""
     prefix = f"{model}@{hardware}:"
     kinds = set()
     for summary in optuna.get_all_study_summaries(storage, include_best_trial=False):
         name = summary.study_name
         if name.startswith(prefix):
-            kind = name[len(prefix):].split("/v", 1)[0]
-            engine, _, objective = kind.partition("+")
-            kinds.add((engine, objective or "decode"))
+            kinds.add(parse_kind(name[len(prefix):]))
     return sorted(kinds)

@@ -21,6 +21,7 @@ def config_attrs(config: SpecConfig) -> dict:
         "target": str(config.target),
         "draft": str(config.draft) if config.draft else None,
         "params": dict(config.params),
+        "runtime": dict(config.runtime),
         "label": config.describe(),
     }
 
@@ -28,7 +29,7 @@ def config_attrs(config: SpecConfig) -> dict:
 def config_from_attrs(attrs: dict) -> SpecConfig:
     """The SpecConfig a trial's `config` user attribute describes."""
     draft = Path(attrs["draft"]) if attrs["draft"] else None
-    return SpecConfig(Path(attrs["target"]), attrs["spec_type"], draft, attrs["params"])
+    return SpecConfig(Path(attrs["target"]), attrs["spec_type"], draft, attrs["params"], runtime=attrs.get("runtime", {}))
 
 
 def is_baseline(trial: optuna.trial.FrozenTrial) -> bool:

@@ -47,6 +47,8 @@ from autotune.trials import (
 )
 
 WILCOXON_P_THRESHOLD = 0.1
+#: Optuna constraint of --min-stream-tok-s X: X - per-stream p10 decode tok/s (above 0: infeasible)
+STREAM_CONSTRAINT = "min_stream_tok_s"
 
 
 class SearchReporter(Protocol):
@@ -77,6 +79,8 @@ class SearchSettings:
     pruning: bool = True
     trial_timeout_s: float | None = None
     sampling: Sampling = GREEDY
+    concurrency: int = 1  # streams at once on one llama-server (-np N)
+    min_stream_tok_s: float | None = None  # per-stream p10 decode tok/s below this is infeasible
 
 
 @dataclass
@@ -101,7 +105,7 @@ class Tuner:
     @property
     def study_name(self) -> str:
         return study_name(self.settings.model, hardware_key(), self.engine.name, self.settings.version,
-                          self.settings.objective)
+                          self.settings.objective, self.settings.concurrency)
 
     @property
     def objective(self):
@@ -147,7 +151,7 @@ class Tuner:
                 group=True,
                 n_startup_trials=max(3, min(10, self.settings.trials // 3)),
             )
-            pruning = self.settings.pruning and not self.objective.is_multi
+            pruning = self.settings.pruning and not self.objective.is_multi and self.objective.prunable
             pruner = optuna.pruners.WilcoxonPruner(p_threshold=WILCOXON_P_THRESHOLD) if pruning else optuna.pruners.NopPruner()
         study = optuna.create_study(
             storage=storage, study_name=self.study_name, directions=list(self.objective.directions),
@@ -245,7 +249,8 @@ class Tuner:
                 params[name] = trial.suggest_int(name, r.low, r.high, step=r.step or 1)
             else:
                 params[name] = trial.suggest_float(name, r.low, r.high, step=r.step)
-        return SpecConfig(target=target, spec_type=spec_type, draft=draft, params=_feasible(spec_type, params))
+        return SpecConfig(target=target, spec_type=spec_type, draft=draft, params=_feasible(spec_type, params),
+                          runtime=suggest_runtime(trial, self.space, has_draft=draft is not None))
 
     def _suggest_files(self, trial: optuna.Trial, spec_type: str) -> tuple[Path, Path | None]:
         """The (target, draft) pair: among the runnable pairs of a draft type, else among the targets."""
@@ -344,9 +349,13 @@ class Tuner:
     def _record(self, trial: optuna.Trial, config: SpecConfig, measurements: list[Measurement]) -> list[float]:
         """Store the figures of all repeats; returns the objective values (means over repeats)."""
         first = measurements[0]
-        pooled = Measurement([r for m in measurements for r in m.results], sum(m.startup_ms for m in measurements))
+        pooled = Measurement.pooled(measurements)
         samples = [m.mix_tok_s for m in measurements]
         trial.set_user_attr("figures", pooled.summary())
+        if self.settings.min_stream_tok_s is not None:  # a service level: infeasible below it, never a score of 0
+            violation = self.settings.min_stream_tok_s - pooled.per_stream_p10_tok_s
+            trial.set_constraint(STREAM_CONSTRAINT, violation)  # TPE models infeasible trials apart
+            trial.set_user_attr("feasible", violation <= 0)
         trial.set_user_attr("decode_samples", [round(v, 3) for v in samples])
         trial.set_user_attr("cv", _coefficient_of_variation(samples))
         trial.set_user_attr("ci95", _ci95(samples))
@@ -391,6 +400,25 @@ class Tuner:
                 f" where the target prefers the baseline's token by {evidence.margin_one_by_one:.3f} "
                 f"(noise {evidence.noise_rms:.3f})")
             trial.set_user_attr("lossless_reason", f"prompt {differing.prompt_id} differs at token {differing.diverged_at}{detail}")
+
+
+def suggest_runtime(trial: optuna.Trial, space: SearchSpace, *, has_draft: bool) -> dict:
+    """The `[runtime]` values of a trial, searched jointly with its spec parameters (the draft's KV cache
+    types, offload and sampling only with a draft model)."""
+    runtime: dict = {}
+    for r in space.runtime:
+        name = r.param.name
+        if r.param.draft_only and not has_draft:
+            continue
+        if r.is_fixed:
+            runtime[name] = r.choices[0] if r.choices else r.low
+        elif r.param.kind is bool:
+            runtime[name] = trial.suggest_categorical(name, [False, True])
+        elif r.param.kind is str:
+            runtime[name] = trial.suggest_categorical(name, list(r.choices))
+        else:
+            runtime[name] = trial.suggest_int(name, r.low, r.high, step=r.step or 1)
+    return runtime
 
 
 def baseline_prompt_scores(study: optuna.Study, target: Path, prompt_score) -> list[float] | None:

@@ -47,6 +47,7 @@ class Preset:
     file_hashes: dict[str, str]  # file name -> sha256
     params: dict[str, Any]
     study_name: str
+    concurrency: int = 1  # concurrent streams (`-np N`) the preset was tuned and confirmed for
     created_at: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
     # file name -> {"repo", "revision"}: the hub release (commit) of each file that came from the hub
     file_revisions: dict[str, dict[str, str]] = field(default_factory=dict)
@@ -80,24 +81,27 @@ class PresetStore:
         self._engine.dispose()
 
     def save(self, preset: Preset) -> None:
-        """Store `preset`, replacing any preset of the same (model, hardware)."""
+        """Store `preset`, replacing any preset of the same (model, hardware, concurrency)."""
         with self._session() as session:
             session.execute(
-                delete(PresetRow).where(PresetRow.model == preset.model, PresetRow.hardware == preset.hardware)
+                delete(PresetRow).where(PresetRow.model == preset.model, PresetRow.hardware == preset.hardware,
+                                        PresetRow.concurrency == preset.concurrency)
             )
             session.add(_to_row(preset))
 
-    def get(self, model: str, hardware: str) -> Preset | None:
+    def get(self, model: str, hardware: str, concurrency: int = 1) -> Preset | None:
         with self._session() as session:
             row = session.scalars(
-                select(PresetRow).where(PresetRow.model == model, PresetRow.hardware == hardware)
+                select(PresetRow).where(PresetRow.model == model, PresetRow.hardware == hardware,
+                                        PresetRow.concurrency == concurrency)
             ).one_or_none()
             return None if row is None else _to_preset(row)
 
     def list(self) -> builtins.list[Preset]:  # builtins: in this class body `list` is this method
-        """Every preset, sorted by model then hardware."""
+        """Every preset, sorted by model, hardware, then concurrency."""
         with self._session() as session:
-            rows = session.scalars(select(PresetRow).order_by(PresetRow.model, PresetRow.hardware))
+            rows = session.scalars(select(PresetRow).order_by(PresetRow.model, PresetRow.hardware,
+                                                              PresetRow.concurrency))
             return [_to_preset(row) for row in rows]
 
     def cached_sha256(self, path: str | os.PathLike[str]) -> str:
@@ -174,16 +178,32 @@ def _open_engine(url: str) -> tuple[Engine, str]:
 
 
 #: version -> the statements that bring a database of the version before it up to it
-MIGRATIONS: dict[int, tuple[str, ...]] = {
+MIGRATIONS: dict[int, tuple] = {
     2: ("ALTER TABLE autotune_presets ADD COLUMN file_revisions JSON",),
+    3: (lambda connection: _rebuild_presets_keyed_by_concurrency(connection),),
 }
+
+
+def _rebuild_presets_keyed_by_concurrency(connection) -> None:
+    """v3: the presets table gets `concurrency` (1 for every existing preset) and its unique key becomes
+    (model, hardware, concurrency). SQLite cannot drop a constraint, so the table is rebuilt: renamed,
+    created anew, rows copied (ids assigned afresh, so PostgreSQL's sequence stays right), old one dropped."""
+    connection.execute(text("ALTER TABLE autotune_presets RENAME TO autotune_presets_before_v3"))
+    PresetRow.__table__.create(connection)
+    columns = ", ".join(c.name for c in PresetRow.__table__.columns if c.name not in ("id", "concurrency"))
+    connection.execute(text(f"INSERT INTO autotune_presets ({columns}, concurrency) "
+                            f"SELECT {columns}, 1 FROM autotune_presets_before_v3"))
+    connection.execute(text("DROP TABLE autotune_presets_before_v3"))
 
 
 def _migrate(connection, version: int) -> None:
     """Run every migration after `version`, in order, inside the caller's transaction."""
     for step in range(version + 1, SCHEMA_VERSION + 1):
         for statement in MIGRATIONS[step]:
-            connection.execute(text(statement))
+            if callable(statement):
+                statement(connection)
+            else:
+                connection.execute(text(statement))
 
 
 def _check_version(found: list[int]) -> None:

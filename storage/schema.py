@@ -17,7 +17,7 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3  # 2: file_revisions; 3: presets keyed by (model, hardware, concurrency)
 
 
 class Base(DeclarativeBase):
@@ -55,14 +55,15 @@ class SchemaVersionRow(Base):
 
 
 class PresetRow(Base):
-    """The best confirmed configuration of one model on one hardware key."""
+    """The best confirmed configuration of one model on one hardware key at one load (concurrent streams)."""
 
     __tablename__ = "autotune_presets"
-    __table_args__ = (UniqueConstraint("model", "hardware", name="uq_autotune_presets_model_hardware"),)
+    __table_args__ = (UniqueConstraint("model", "hardware", "concurrency", name="uq_autotune_presets_key"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     model: Mapped[str] = mapped_column(String(255))
     hardware: Mapped[str] = mapped_column(String(255))
+    concurrency: Mapped[int] = mapped_column(Integer, default=1)  # streams at once (-np N); v3
     argv: Mapped[list[str]] = mapped_column(JSON)
     command: Mapped[str] = mapped_column(Text)  # shlex.join(argv), for readers of the bare database
     tok_s: Mapped[float] = mapped_column(Float)

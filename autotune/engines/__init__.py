@@ -15,10 +15,14 @@ def create_engine(
     server_bin: str | None = None,
     base_flags: tuple[str, ...] = (),
     sampling: Sampling = GREEDY,
+    concurrency: int = 1,
 ) -> Engine:
     """`python`: through llama-cpp-python in a worker process that keeps the models loaded (a crash of
-    llama.cpp fails one trial); `server`: a real llama-server per measurement."""
+    llama.cpp fails one trial); `server`: a real llama-server per measurement, with `concurrency` slots
+    and streams. The python engine measures one stream only."""
     if name == "python":
+        if concurrency != 1:
+            raise ValueError("the python engine measures one stream; use the server engine for concurrency")
         from autotune.engines.worker import WorkerEngine
 
         return WorkerEngine(context_size=context_size, threads=threads, base_flags=base_flags, sampling=sampling)
@@ -26,7 +30,7 @@ def create_engine(
         from autotune.engines.server import ServerEngine
 
         return ServerEngine(context_size=context_size, threads=threads, binary=server_bin, base_flags=base_flags,
-                            sampling=sampling)
+                            sampling=sampling, concurrency=concurrency)
     raise ValueError(f"unknown engine {name!r}")
 
 

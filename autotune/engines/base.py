@@ -34,6 +34,11 @@ class Engine(ABC):
         """Whether this engine can set `param` (a llama-server without a fork's flags cannot)."""
         return True
 
+    def supports_runtime(self, param: SpecParam) -> bool:
+        """Whether this engine applies a `[runtime]` flag (autotune.runtime_params.RuntimeParam) the way
+        llama-server does: the in-process engine the ones it sets on its contexts."""
+        return bool(getattr(param, "python", False))
+
     @abstractmethod
     def prepare(self, config: SpecConfig, mix: PromptMix, *, max_tokens: int) -> None:
         """Load what `config` needs and check every prompt fits, before any trial is stored.

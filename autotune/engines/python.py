@@ -60,7 +60,8 @@ class PythonEngine(Engine):
     def __init__(self, *, context_size: int = 4096, threads: int | None = None, base_flags: Sequence[str] = (),
                  sampling: Sampling = GREEDY):
         self.context_size = context_size
-        self.runtime: Runtime = runtime_from_flags(base_flags, threads=threads, source="the search space's base_flags")
+        self.base_runtime: Runtime = runtime_from_flags(base_flags, threads=threads, source="the search space's base_flags")
+        self.runtime = self.base_runtime  # the contexts' settings: base_flags with the configuration's [runtime]
         self.sampling = sampling
         self._models: dict[Path, LoadedModel] = {}
         self._samplers: dict[tuple[str, Path], SamplerChain] = {}  # (role, model file)
@@ -91,6 +92,12 @@ class PythonEngine(Engine):
     def load(self, config: SpecConfig) -> None:
         """Load the models `config` needs (and free the others), so a bad file fails before any trial."""
         needed = {config.target} | ({config.draft} if config.draft else set())
+        runtime = self.base_runtime.with_values(dict(config.runtime))
+        if runtime != self.runtime:  # threads, batch sizes, flash attention, KV types: new contexts
+            for context in self._contexts.values():
+                context.free()
+            self._contexts.clear()
+            self.runtime = runtime
         for path in [p for p in self._models if p not in needed]:
             for key in [k for k in self._contexts if path in k[1:]]:
                 self._contexts.pop(key).free()
@@ -187,7 +194,8 @@ class PythonEngine(Engine):
     def _context(self, role: str, path: Path) -> Context:
         key = (role, path)
         if key not in self._contexts:
-            self._contexts[key] = Context(self._models[path], n_ctx=self.context_size, runtime=self.runtime)
+            runtime = self.runtime.for_draft() if role == "draft" else self.runtime
+            self._contexts[key] = Context(self._models[path], n_ctx=self.context_size, runtime=runtime)
         return self._contexts[key]
 
     def _sampler(self, role: str, path: Path) -> SamplerChain:

@@ -15,6 +15,12 @@ Figures come from llama-server itself, so they mean what DESIGN.md defines:
   without `--metrics` reports 0 steps, so mean accepted length is then unknown.
 Prompts go as token ids computed like the python engine's (see `_prompt_tokens`).
 
+With `concurrency` N > 1 the server runs `-np N` (continuous batching, the context sized per slot) and
+N streams send requests at once, each stream the whole mix rotated to start at its own prompt, so at
+any moment the streams generate different prompts and all streams do the same work. The busy period
+runs from the first request sent to the last answer in; verify steps are the `/metrics` delta around
+it (per request they cannot be told apart).
+
 After each measurement `last_argv`, `last_log_tail` (last 30 log lines) and `last_log_errors` (the
 log's error lines) say what ran and what the server complained about: llama-server only logs a
 draft it cannot use, so that is where "speculation inactive" finds its reason.
@@ -24,7 +30,9 @@ from __future__ import annotations
 
 import math
 import re
+import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
 
@@ -63,7 +71,11 @@ class ServerEngine(Engine):
         sampling: Sampling = GREEDY,
         startup_timeout_s: float = 120,
         request_timeout_s: float = 600,
+        concurrency: int = 1,
     ):
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be at least 1, got {concurrency}")
+        self.concurrency = concurrency
         self.context_size = context_size
         self.threads = threads
         self.binary = resolve_server_binary(binary)
@@ -96,10 +108,13 @@ class ServerEngine(Engine):
     def supports_param(self, param: SpecParam) -> bool:
         return self.capabilities.has_flag(param.flag)
 
+    def supports_runtime(self, param: SpecParam) -> bool:
+        return self.capabilities.has_flag(param.flag)
+
     def argv(self, config: SpecConfig) -> list[str]:
         """What is launched for `config`, without `--host/--port` (added at start)."""
         argv = server_argv(config, context_size=self.context_size, base_flags=self.base_flags, binary=self.binary,
-                           threads=self.threads, sampling=self.sampling)
+                           threads=self.threads, sampling=self.sampling, parallel=self.concurrency)
         return argv + [flag for flag in ("--metrics", "--no-webui") if self.capabilities.has_flag(flag)]
 
     def prepare(self, config: SpecConfig, mix: PromptMix, *, max_tokens: int) -> None:
@@ -128,13 +143,18 @@ class ServerEngine(Engine):
             with self._launch(self.last_argv) as server:
                 startup_ms = (time.perf_counter() - launched) * 1000
                 try:
-                    results = generate_mix(server, prompts, max_tokens, self.sampling, on_prompt)
+                    if self.concurrency > 1:
+                        measurement = generate_concurrent(server, prompts, max_tokens, self.concurrency, self.sampling,
+                                                          on_prompt)
+                    else:
+                        measurement = generate_mix(server, prompts, max_tokens, self.sampling, on_prompt)
                 finally:
                     self.last_log_tail, self.last_log_errors = server.log_tail(), server.error_lines()
         except ServerFailure as exc:
             self.last_log_tail = exc.log_tail
             raise
-        return Measurement(results, startup_ms=startup_ms)
+        measurement.startup_ms = startup_ms
+        return measurement
 
     def tie_evidence(
         self, target: Path, prompt: Prompt, generated: Sequence[int], token_a: int, token_b: int
@@ -206,18 +226,83 @@ def generate_mix(
     max_tokens: int,
     sampling: Sampling = GREEDY,
     on_prompt: ProgressCallback | None = None,
-) -> list[GenerationResult]:
+) -> Measurement:
     """Warm up with one short request, then generate each (prompt, tokens) on a running server and read
-    its own timings; the verify steps come from `/metrics` around each request."""
+    its own timings; the verify steps come from `/metrics` around each request. The busy period is
+    the sum of the requests' wall times (the `/metrics` reads between them left out)."""
     _complete(server, prompts[0][1], min(WARMUP_TOKENS, max_tokens), what="the warm-up request", sampling=sampling)
     results = []
+    busy_s = 0.0
     for index, (prompt, tokens) in enumerate(prompts):
         steps_before = _verify_steps(server)
+        sent = time.perf_counter()
         answer = _complete(server, tokens, max_tokens, what=f"prompt {prompt.id}", sampling=sampling)
+        busy_s += time.perf_counter() - sent
         results.append(_result(prompt, answer, _verify_steps(server) - steps_before))
         if on_prompt is not None:
             on_prompt(index, results[-1])
-    return results
+    return Measurement(results, busy_ms=busy_s * 1000)
+
+
+def stream_order(n_prompts: int, n_streams: int, stream: int) -> list[int]:
+    """The prompt indices stream `stream` generates: the whole mix, rotated to start at its own share."""
+    start = (stream * n_prompts) // n_streams
+    return [(start + k) % n_prompts for k in range(n_prompts)]
+
+
+def generate_concurrent(
+    server: ServerProcess,
+    prompts: list[tuple[Prompt, list[int]]],
+    max_tokens: int,
+    n_streams: int,
+    sampling: Sampling = GREEDY,
+    on_prompt: ProgressCallback | None = None,
+) -> Measurement:
+    """N streams at once on a server with N slots: each sends the whole mix, rotated (`stream_order`),
+    one request after the other. Warm-up: one short request per stream, all at once. `on_prompt` sees
+    stream 0's results in mix order once the busy period is over (never during it)."""
+    def run_streams(orders: list[list[tuple[Prompt, list[int]]]], n_predict: int) -> list[list[tuple]]:
+        finished: list[list[tuple]] = [[] for _ in orders]
+        errors: list[BaseException] = []
+        start = threading.Barrier(len(orders))
+
+        def stream(index: int) -> None:
+            try:
+                start.wait()
+                for prompt, tokens in orders[index]:
+                    answer = _complete(server, tokens, n_predict, what=f"prompt {prompt.id} (stream {index + 1})",
+                                       sampling=sampling)
+                    finished[index].append((prompt, answer))
+            except BaseException as exc:  # noqa: BLE001 - re-raised in the calling thread
+                errors.append(exc)
+                start.abort()
+
+        threads = [threading.Thread(target=stream, args=(i,), daemon=True) for i in range(len(orders))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        if errors:
+            failure = next((e for e in errors if not isinstance(e, threading.BrokenBarrierError)), errors[0])
+            raise failure
+        return finished
+
+    run_streams([[prompts[i % len(prompts)]] for i in range(n_streams)], min(WARMUP_TOKENS, max_tokens))
+    orders = [[prompts[i] for i in stream_order(len(prompts), n_streams, s)] for s in range(n_streams)]
+    steps_before = _verify_steps(server)
+    began = time.perf_counter()
+    finished = run_streams(orders, max_tokens)
+    busy_ms = (time.perf_counter() - began) * 1000
+    steps = max(_verify_steps(server) - steps_before, 0)
+    results = [replace(_result(prompt, answer, 0), stream=s) for s, done in enumerate(finished) for prompt, answer in done]
+    if on_prompt is not None:
+        first = {r.prompt_id: r for r in results if r.stream == 0}
+        for index, (prompt, _) in enumerate(prompts):
+            on_prompt(index, first[prompt.id])
+    # stream 0's results first, in mix order: they are what the lossless check compares
+    order = {prompt.id: i for i, (prompt, _) in enumerate(prompts)}
+    results.sort(key=lambda r: (r.stream, order[r.prompt_id] if r.stream == 0 else 0))
+    return Measurement(results, concurrency=n_streams, busy_ms=busy_ms, n_verify_steps_total=steps)
 
 
 def _complete(server: ServerProcess, tokens: list[int], n_predict: int, *, what: str, n_probs: int = 0,

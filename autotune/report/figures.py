@@ -14,6 +14,7 @@ import optuna
 import plotly.graph_objects as go
 
 from autotune.report.data import StudyView, TrialState, short_path
+from autotune.report.load import load_curve, plotly_load
 
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
 FAILED_COLOR = "#d62728"
@@ -77,6 +78,12 @@ def plan(view: StudyView) -> list[Panel]:
         panels.append(Panel(slug, f"Parameter importance ({scope})",
                             f"Optuna's importance (its default evaluator) of each parameter for {view.metric}, over {scope}.",
                             "importance", index, note))
+    curve = load_curve(view.study)
+    if curve is not None:
+        panels.append(Panel("concurrency", "tok/s against concurrency",
+                            "Aggregate tok/s of all streams (solid) and per-stream decode tok/s (dotted) of each spec "
+                            "type's best trial at each --concurrency level studied, and in black the best "
+                            "configuration of each level and its baseline. " + curve.verdict(), "concurrency", curve))
     if view.is_pareto:
         panels.append(Panel("pareto", "Decode vs prompt tok/s: the pareto front",
                             "Every completed trial; the front is highlighted, the star is the chosen configuration.",
@@ -319,4 +326,5 @@ _DRAW = {
     "acceptance": _acceptance,
     "importance": _importance,
     "pareto": _pareto,
+    "concurrency": lambda view, curve: plotly_load(curve, spec_type_colors(view)),
 }

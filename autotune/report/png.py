@@ -18,6 +18,7 @@ from mpl_toolkits.axes_grid1 import make_axes_locatable  # noqa: E402
 
 from autotune.report import figures as f  # noqa: E402
 from autotune.report.data import StudyView, short_path  # noqa: E402
+from autotune.report.load import matplotlib_load  # noqa: E402
 
 SIZE_IN = (9.0, 5.0)
 DPI = 120
@@ -187,4 +188,5 @@ _DRAW = {
     "acceptance": _acceptance,
     "importance": _importance,
     "pareto": _pareto,
+    "concurrency": lambda view, curve: matplotlib_load(curve, f.spec_type_colors(view)),
 }
