@@ -6,7 +6,7 @@ baseline, then counts the outputs that restate their prompt or loop on their own
 (autotune.testing.echo: a run of 8 words found in the prompt, or twice in the output). That is what
 n-gram lookup drafts for free, so it inflates the demo's speedups.
 
-    python examples/benchmarks/demo_mix.py [--max-tokens 64] [--per-category 4] [--show]
+    python examples/benchmarks/demo_mix.py [--mix both|instruction|continuation] [--max-tokens 64] [--per-category 4] [--show]
 """
 
 from __future__ import annotations
@@ -44,14 +44,16 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--per-category", type=int, default=4)
     parser.add_argument("--show", action="store_true", help="print every output")
+    parser.add_argument("--mix", choices=["both", "instruction", "continuation"], default="both")
     args = parser.parse_args()
     target = gemma_path()
-    for name, path in (("instruction mix", bundled_mix_path()), ("continuation mix", continuation_mix_path())):
+    mixes = [("instruction", bundled_mix_path()), ("continuation", continuation_mix_path())]
+    for name, path in [(f"{kind} mix", path) for kind, path in mixes if args.mix in ("both", kind)]:
         rows = generate(target, path, max_tokens=args.max_tokens, per_category=args.per_category)
         print(f"== {name} ({path.name}), {len(rows)} prompts, {args.max_tokens} tokens each")
         for prompt_id, prompt, output in rows:
             flag = "RESTATES" if restates(prompt, output) else "LOOPS" if loops(output) else "ok"
-            print(f"{prompt_id:<16} {flag}" + (f"\n    {output!r}" if args.show else ""))
+            print(f"{prompt_id:<16} {flag}" + (f"\n    {output!r}" if args.show else ""), flush=True)
         print(f"{name}: {count_echoes([(p, o) for _, p, o in rows])}")
         first = [(p, o) for i, p, o in rows if i.endswith("-1")]
         print(f"{name}, first prompt of each category (the demo's --per-category 1): {count_echoes(first)}")
