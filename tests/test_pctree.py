@@ -108,4 +108,6 @@ def test_leading_ids_are_the_largest_entries(n):
     rng = np.random.default_rng(n)
     row = rng.standard_normal(n).astype(np.float32)
     count = min(256, n)
-    assert sorted(leading_ids(row, 256).tolist()) == sorted(np.argsort(-row)[:count].tolist())
+    rows = np.stack([row, -row, np.roll(row, 7)])
+    for found, each in zip(leading_ids(rows, 256), rows):
+        assert sorted(found.tolist()) == sorted(np.argsort(-each)[:count].tolist())

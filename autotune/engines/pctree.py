@@ -11,7 +11,7 @@ log-probability, each node taking at most k children, up to n drafted nodes, the
 
 Host cost per step (it runs between two decodes): up to a vocabulary of `_EXACT_VOCAB` every token is
 a candidate child and scores are exact. Above it each depth's candidates are the `_CANDIDATES` leading
-tokens of its block row, found without sorting the vocabulary; every score (chain or not) is a
+tokens of its block row, found without sorting the vocabulary (`leading_ids`); every score (chain or not) is a
 log-probability among those candidates, and the Markov bias is computed for candidate tokens only
 (markov_w2's candidate rows), once per expanded node. Nothing else touches the whole vocabulary.
 """
@@ -125,45 +125,60 @@ class Tree:
         return seqs
 
 
-def leading_ids(row: np.ndarray, count: int) -> np.ndarray:
-    """Ids of the `count` largest entries of `row` (in no order), without partitioning all of it.
+def leading_ids(rows: np.ndarray, count: int) -> np.ndarray:
+    """Ids of the `count` largest entries of each row of `rows` (in no order), shape (rows, count),
+    without partitioning whole rows.
 
-    The row is cut into `_GROUPS` interleaved groups; the maxima of its columns are distinct entries,
-    so the count-th largest of them is at most the row's count-th largest, and only entries at or above
-    it are partitioned (a few hundred of Qwen3's 151,936)."""
-    n = row.shape[0]
-    if n <= count:
-        return np.arange(n)
+    Each row is cut into `_GROUPS` interleaved groups (a matrix of `_GROUPS` rows): the maxima of its
+    columns are distinct entries, so the count-th largest of them is at most the row's count-th largest,
+    and every entry at or above it lies in the `count` columns with the largest maxima, or in the few
+    entries past the matrix. Only those are partitioned: about 300 of Qwen3's 151,936."""
+    n_rows, n = rows.shape
     width = n // _GROUPS
-    if width >= count:
-        maxima = row[: _GROUPS * width].reshape(_GROUPS, width).max(axis=0)
-        near = np.flatnonzero(row >= np.partition(maxima, -count)[-count])
-    else:
-        near = np.arange(n)
-    return near[np.argpartition(row[near], -count)[-count:]]
+    if n <= count:
+        return np.broadcast_to(np.arange(n), (n_rows, n))
+    if width < count:
+        return np.argpartition(rows, -count, axis=1)[:, -count:]
+    maxima = rows[:, : _GROUPS * width].reshape(n_rows, _GROUPS, width).max(axis=1)
+    all_columns = np.argpartition(maxima, -count, axis=1)[:, -count:]
+    tail = np.arange(_GROUPS * width, n)
+    out = np.empty((n_rows, count), dtype=np.int64)
+    for i, (row, columns) in enumerate(zip(rows, all_columns)):
+        block = row[: _GROUPS * width].reshape(_GROUPS, width)[:, columns]
+        group, column = np.nonzero(block >= maxima[i, columns].min())
+        ids = np.concatenate([group * width + columns[column], tail])
+        values = np.concatenate([block[group, column], row[tail]])
+        out[i] = ids[np.argpartition(values, -count)[-count:]]
+    return out
 
 
 def _log_softmax(z: np.ndarray) -> np.ndarray:
+    """log-softmax over the last axis, in float64."""
     z = z.astype(np.float64)
-    top = z.max()
-    return z - (top + np.log(np.exp(z - top).sum()))
+    top = z.max(axis=-1, keepdims=True)
+    return z - (top + np.log(np.exp(z - top).sum(axis=-1, keepdims=True)))
 
 
-class _Depth:
-    """One block row, as tree building needs it: the candidate tokens of a child at this depth
-    (`ids`; None: the whole vocabulary), their markov_w2 rows, the chain parent's log-probabilities
-    over them, and the row without the chain parent's Markov bias."""
+class _Rows:
+    """The block rows a tree reads, prepared for all its depths at once: the candidate tokens of a
+    child at each depth (`ids`, one row per depth; None: the whole vocabulary), their markov_w2 rows,
+    the chain parent's log-probabilities over them, and the rows without the chain parent's Markov bias."""
 
-    __slots__ = ("ids", "w2", "chain_logp", "base")
-
-    def __init__(self, row: np.ndarray, greedy_parent: int, markov: MarkovHead):
-        if row.shape[0] <= _EXACT_VOCAB:
-            self.ids, self.w2, values = None, None, row
+    def __init__(self, rows: np.ndarray, greedy_parents: list[int], markov: MarkovHead):
+        w1 = markov.w1[greedy_parents]  # (depths, R)
+        if rows.shape[1] <= _EXACT_VOCAB:
+            self.ids, self.w2, values = None, None, rows
+            bias = w1 @ markov.w2.T
         else:
-            self.ids = leading_ids(row, _CANDIDATES)
-            self.w2, values = markov.w2[self.ids], row[self.ids]
+            self.ids = leading_ids(rows, _CANDIDATES)
+            self.w2, values = markov.w2[self.ids], np.take_along_axis(rows, self.ids, 1)
+            bias = np.matmul(self.w2, w1[:, :, None])[:, :, 0]
         self.chain_logp = _log_softmax(values)
-        self.base = values.astype(np.float32) - markov.bias(greedy_parent, self.w2)
+        self.base = values.astype(np.float32) - (bias * markov.scale if markov.scale != 1.0 else bias)
+
+    def child_logp(self, depth: int, parent: int, markov: MarkovHead) -> np.ndarray:
+        """Log-probabilities of the candidates at `depth` after an off-chain `parent`."""
+        return _log_softmax(self.base[depth] + markov.bias(parent, None if self.ids is None else self.w2[depth]))
 
 
 def build_tree(last: int, chain: list[int], rows: np.ndarray, markov: MarkovHead, *, k: int, n: int,
@@ -174,20 +189,16 @@ def build_tree(last: int, chain: list[int], rows: np.ndarray, markov: MarkovHead
     draft read from them (possibly shorter than `rows`: p-min, n-max, room). The tree holds the
     first `n` tokens of the chain, then the best of the top-`k` children of its nodes by path
     log-probability, children scored with the Markov bias of their own parent. Expansion is lazy
-    (a child never scores above its parent), so only nodes that can still win are expanded, and a
-    depth's row is prepared only once a node there needs it.
+    (a child never scores above its parent), so only nodes that can still win are expanded.
     """
     depth_max = min(len(chain), len(rows))
     tokens, parents, depths, scores = [last], [-1], [0], [0.0]
     on_chain = [True]
     kids: list[set[int]] = [set()]
     n_leaves = 1
-    prepared: dict[int, _Depth] = {}
-
-    def row_at(d: int) -> _Depth:
-        if d not in prepared:
-            prepared[d] = _Depth(rows[d], last if d == 0 else chain[d - 1], markov)
-        return prepared[d]
+    # the rows the chain reaches (with a budget below the draft's depth nothing else is expanded)
+    depth_used = min(depth_max, n)
+    prepared = _Rows(rows[:depth_used], [last] + chain[: depth_used - 1], markov) if depth_used else None
 
     def add(parent: int, token: int, score: float, chain_node: bool) -> int:
         nonlocal n_leaves
@@ -204,22 +215,21 @@ def build_tree(last: int, chain: list[int], rows: np.ndarray, markov: MarkovHead
 
     def children(node: int) -> list[tuple[int, float]]:
         """The node's best k children not in the tree yet: (token, log-probability)."""
-        row = row_at(depths[node])
-        logp = row.chain_logp if on_chain[node] else _log_softmax(row.base + markov.bias(tokens[node], row.w2))
+        d = depths[node]
+        logp = prepared.chain_logp[d] if on_chain[node] else prepared.child_logp(d, tokens[node], markov)
         m = min(k + len(kids[node]), logp.size)
         top = np.argpartition(logp, -m)[-m:]
         out = []
         for j in top[np.argsort(-logp[top])]:
-            token = int(j if row.ids is None else row.ids[j])
+            token = int(j if prepared.ids is None else prepared.ids[d, j])
             if token not in kids[node]:
                 out.append((token, float(logp[j])))
         return out[:k]
 
     node = 0
-    for d, token in enumerate(chain[: min(depth_max, n)]):
-        row = row_at(d)
-        j = token if row.ids is None else int(np.flatnonzero(row.ids == token)[0])
-        node = add(node, token, scores[node] + float(row.chain_logp[j]), True)
+    for d, token in enumerate(chain[:depth_used]):
+        j = token if prepared.ids is None else int(np.flatnonzero(prepared.ids[d] == token)[0])
+        node = add(node, token, scores[node] + float(prepared.chain_logp[d, j]), True)
     # entries: (-score, order, parent, token); token -1 = "expand parent" (its children score below it)
     heap: list[tuple[float, int, int, int]] = [(-scores[i], i, i, -1) for i in range(len(tokens)) if depths[i] < depth_max]
     heapq.heapify(heap)

@@ -13,6 +13,7 @@ Models load once and stay loaded across trials; only the (target, draft) pair in
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Callable, Sequence
@@ -33,12 +34,14 @@ from autotune.engines.ngram_drafters import (
 )
 from autotune.engines.dflash import DFLASH_TYPES, DFlashDrafter
 from autotune.engines.dflash_contexts import DFlashPair, dflash_available
+from autotune.engines import memory
+from autotune.engines.memory import ContextShape
 from autotune.lossless import TieEvidence
 from autotune.measurement import GenerationResult, Measurement, extend_until_stop, timed_result
 from autotune.prompts import Prompt, PromptMix
 from autotune.runtime import Runtime, runtime_from_flags
 from autotune.sampling import GREEDY, Sampling
-from autotune.errors import EngineError
+from autotune.errors import EngineError, ModelFileError, TrialFailure
 from autotune.spec import SpecConfig, SpecParam, combinations_of, spec_members
 
 #: Spec types this engine's generation loop runs, alone or combined (ChainDrafter).
@@ -58,8 +61,12 @@ class PythonEngine(Engine):
     name = "python"
 
     def __init__(self, *, context_size: int = 4096, threads: int | None = None, base_flags: Sequence[str] = (),
-                 sampling: Sampling = GREEDY):
+                 sampling: Sampling = GREEDY, memory_budget_gib: float | None = None):
+        """`memory_budget_gib` (else `AUTOTUNE_MEMORY_BUDGET_GIB`): count at most this much device memory
+        as free, for a device shared with other work (and tests); see `load`."""
         self.context_size = context_size
+        budget = memory_budget_gib if memory_budget_gib is not None else os.environ.get("AUTOTUNE_MEMORY_BUDGET_GIB")
+        self.memory_budget = None if budget is None else int(float(budget) * memory.GIB)
         self.base_runtime: Runtime = runtime_from_flags(base_flags, threads=threads, source="the search space's base_flags")
         self.runtime = self.base_runtime  # the contexts' settings: base_flags with the configuration's [runtime]
         self.sampling = sampling
@@ -90,7 +97,11 @@ class PythonEngine(Engine):
         return param.name not in SERVER_ONLY_PARAMS
 
     def load(self, config: SpecConfig) -> None:
-        """Load the models `config` needs (and free the others), so a bad file fails before any trial."""
+        """Load the models `config` needs (and free the others), so a bad file fails before any trial.
+
+        Only the pair in use stays resident, models and contexts. What is still to load must fit the
+        device's free memory (on a GPU, or within the memory budget), or the trial fails with `out of GPU
+        memory: needs X GiB, free Y GiB` before llama.cpp allocates anything."""
         needed = {config.target} | ({config.draft} if config.draft else set())
         runtime = self.base_runtime.with_values(dict(config.runtime))
         if runtime != self.runtime:  # threads, batch sizes, flash attention, KV types: new contexts
@@ -105,9 +116,40 @@ class PythonEngine(Engine):
                 self._samplers.pop(key).free()
             self._models.pop(path).free()
             self._replays = {k: v for k, v in self._replays.items() if k[0] != path}
+        shapes = self._context_shapes(config)
+        for key in [k for k in self._contexts if k not in shapes]:
+            self._contexts.pop(key).free()
+        self._check_fits([p for p in needed if p not in self._models],
+                         [shape for key, group in shapes.items() if key not in self._contexts for shape in group])
         for path in needed:
             if path not in self._models:
-                self._models[path] = LoadedModel(path)
+                self._models[path] = _load_model(path)
+
+    def _check_fits(self, models: list[Path], contexts: list[ContextShape]) -> None:
+        if not (models or contexts):
+            return
+        free, on_gpu = memory.free_bytes()
+        if not on_gpu and self.memory_budget is None:
+            return  # a CPU build maps its weights from the file: the OS, not this estimate, decides
+        needs = memory.estimate(models, contexts)
+        if self.memory_budget is not None:
+            free = min(free, self.memory_budget)
+        if needs > free:
+            raise TrialFailure(f"out of {'GPU' if on_gpu else 'host'} memory: needs {needs / memory.GIB:.3g} GiB, "
+                               f"free {free / memory.GIB:.3g} GiB")
+
+    def _context_shapes(self, config: SpecConfig) -> dict[tuple, list[ContextShape]]:
+        """The contexts `config` runs on, by key in `_contexts`, as memory.estimate sees them."""
+        rt = self.runtime
+        target = ContextShape(config.target, self.context_size, rt.ubatch_size, rt.cache_type_k, rt.cache_type_v)
+        if config.spec_type in DFLASH_TYPES:  # the draft decodes its block as one ubatch of n_batch
+            draft = ContextShape(config.draft, self.context_size, rt.batch_size, rt.cache_type_k, rt.cache_type_v)
+            return {("dflash", config.target, config.draft): [target, draft]}
+        shapes = {("target", config.target): [target]}
+        if config.draft is not None:
+            d = rt.for_draft()
+            shapes[("draft", config.draft)] = [ContextShape(config.draft, self.context_size, d.ubatch_size, d.cache_type_k, d.cache_type_v)]
+        return shapes
 
     def prepare(self, config: SpecConfig, mix: PromptMix, *, max_tokens: int) -> None:
         self.load(config)
@@ -282,3 +324,13 @@ class PythonEngine(Engine):
             last = generated[-1]
         return timed_result(prompt.id, prompt.category, len(tokens), start, first_token_at, time.perf_counter(),
                             generated, drafted, accepted, verify_steps)
+
+
+def _load_model(path: Path) -> LoadedModel:
+    """A model llama.cpp could not allocate (the estimate missed) fails its trial, not the study as bad input."""
+    try:
+        return LoadedModel(path)
+    except ModelFileError as exc:
+        if "unable to allocate" in str(exc) or "out of memory" in str(exc):
+            raise TrialFailure(f"out of GPU memory: {exc}") from exc
+        raise
