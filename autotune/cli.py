@@ -230,6 +230,11 @@ def _best_text(result) -> str:
             f"p={confirmed.p_value if confirmed.p_value is not None else float('nan'):.3g} ({verdict}; "
             f"{confirmation.repeats} interleaved rounds)"
         )
+        reference = confirmation.spec_default_of(confirmed)
+        if reference is not None:
+            lines.append(f"# over llama.cpp's --spec-default ({reference.mean_tok_s:.1f} tok/s "
+                         f"[{reference.ci95[0]:.1f}-{reference.ci95[1]:.1f}], same rounds): "
+                         f"{confirmation.speedup_vs_spec_default(confirmed):.2f}x")
     serving = result.serving()
     if serving["concurrency"] > 1 and serving["aggregate_tok_s"] is not None:
         source = "confirmed" if confirmed is not None and confirmed.figures else "in the search"
@@ -253,6 +258,8 @@ def _best_text(result) -> str:
                f"{_ENGINE_LABELS.get(engine, engine)}, one measurement)"
     if result.baseline_tok_s:
         measured += f", baseline {result.baseline_tok_s:.1f}, speedup {result.speedup:.2f}x"
+    if result.speedup_vs_spec_default is not None:
+        measured += f", {result.speedup_vs_spec_default:.2f}x over --spec-default ({result.spec_default_tok_s:.1f})"
     lines.append("# " + measured if confirmed is not None else "# " + measured + " — not confirmed")
     return "\n".join(lines)
 

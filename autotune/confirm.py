@@ -1,5 +1,6 @@
-"""Confirm a study's winners on another engine: re-measure the top configurations and the baseline,
-interleaved (baseline, A, B, baseline, A, B, ...) so drift hits all alike, and test each against the
+"""Confirm a study's winners on another engine: re-measure the top configurations and the references
+(the baseline and, where the study measured it, llama.cpp's `--spec-default`), interleaved (baseline,
+default, A, B, baseline, default, A, B, ...) so drift hits all alike, and test each against the
 baseline with Welch's t-test.
 """
 
@@ -20,7 +21,8 @@ from autotune.engines.base import Engine
 from autotune.errors import StudyNotFoundError, TrialFailure
 from autotune.prompts import PromptMix, load_prompt_mix
 from autotune.spec import SpecConfig
-from autotune.trials import config_from_attrs, drift_corrected, is_baseline
+from autotune.spec_default import SPEC_DEFAULT_FLAG
+from autotune.trials import SPEC_DEFAULT_ROLE, baselines_of, config_from_attrs, drift_corrected, is_reference
 
 CONFIRMATION_ATTR = "confirmation"
 #: figures every confirmation round keeps besides the one compared (serving load: `--concurrency N`)
@@ -32,7 +34,8 @@ class ConfirmedConfig:
     """One configuration's repeated measurements on the confirming engine."""
 
     label: str
-    role: str  # "baseline", "trial" (one of the study's best) or "preset" (the configuration in use)
+    role: str  # "baseline", "spec-default" (llama.cpp's default), "trial" (one of the study's best) or "preset"
+    #            (the configuration in use)
     trial: int | None  # the study trial it came from
     target: str
     argv: list[str]
@@ -59,6 +62,7 @@ class Confirmation:
     date: str
     baselines: list[ConfirmedConfig]
     configs: list[ConfirmedConfig]
+    spec_defaults: list[ConfirmedConfig] = field(default_factory=list)  # empty: the study has no such reference
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -69,14 +73,25 @@ class Confirmation:
             return ConfirmedConfig(**{**row, "ci95": tuple(row["ci95"])})
 
         return cls(**{**data, "baselines": [config(c) for c in data["baselines"]],
-                      "configs": [config(c) for c in data["configs"]]})
+                      "configs": [config(c) for c in data["configs"]],
+                      "spec_defaults": [config(c) for c in data.get("spec_defaults", [])]})
 
     def baseline_of(self, row: ConfirmedConfig) -> ConfirmedConfig:
         return next(b for b in self.baselines if b.target == row.target)
 
+    def spec_default_of(self, row: ConfirmedConfig) -> ConfirmedConfig | None:
+        """llama.cpp's default on `row`'s target, as measured in the same rounds (None: not measured)."""
+        return next((d for d in self.spec_defaults if d.target == row.target and d.failure is None), None)
+
+    def speedup_vs_spec_default(self, row: ConfirmedConfig) -> float | None:
+        reference = self.spec_default_of(row)
+        return round(row.mean_tok_s / reference.mean_tok_s, 4) if reference and reference.mean_tok_s else None
+
     @property
     def winner(self) -> ConfirmedConfig | None:
-        measured = [c for c in self.configs if c.failure is None and c.role == "trial"]
+        """The fastest of the study's finalists, or llama.cpp's default where it measured faster than all
+        of them: the command a user should run is the fastest one, whoever found it."""
+        measured = [c for c in self.configs + self.spec_defaults if c.failure is None and c.role != "preset"]
         return max(measured, key=lambda c: c.mean_tok_s) if measured else None
 
     @property
@@ -101,7 +116,7 @@ def top_trials(study: optuna.Study, top: int) -> list[optuna.trial.FrozenTrial]:
     chosen = []
     for trial in sorted(complete, key=lambda t: drift_corrected(t, complete), reverse=True):
         label = trial.user_attrs["config"]["label"]
-        if (is_baseline(trial) or trial.user_attrs.get("lossless") is False or label in seen
+        if (is_reference(trial) or trial.user_attrs.get("lossless") is False or label in seen
                 or trial.user_attrs.get("feasible") is False):  # below --min-stream-tok-s
             continue
         seen.add(label)
@@ -130,9 +145,10 @@ def confirm(
     on_measured: Callable[[int, str, float | None], None] = lambda r, label, tok_s: None,
     figure: str = "mix_tok_s",
 ) -> Confirmation:
-    """Measure the baselines (one per target involved) and the top configurations `repeats` times,
-    interleaved, and store the result with the study. `preset`, the configuration in use, is measured
-    alongside so a new winner can be tested against it; `command` spells each one's printed argv."""
+    """Measure the references (the baseline and, where the study has it, llama.cpp's default, one each per
+    target involved) and the top configurations `repeats` times, interleaved, and store the result with
+    the study. `preset`, the configuration in use, is measured alongside so a new winner can be tested
+    against it; `command` spells each one's printed argv."""
     trials = top_trials(study, top)
     if not trials:
         raise StudyNotFoundError(f"study {study.study_name!r} has no completed speculative trial to confirm")
@@ -140,8 +156,11 @@ def confirm(
     configs = [("trial", t.number, config_from_attrs(t.user_attrs["config"])) for t in trials]
     if preset is not None:
         configs.append(("preset", None, preset))
-    baselines = [("baseline", None, SpecConfig(target)) for target in dict.fromkeys(c.target for *_, c in configs)]
-    entries = baselines + configs
+    targets = list(dict.fromkeys(c.target for *_, c in configs))
+    baselines = [("baseline", None, SpecConfig(target)) for target in targets]
+    defaults = [(SPEC_DEFAULT_ROLE, measured[-1].number, config_from_attrs(measured[-1].user_attrs["config"]))
+                for measured in (baselines_of(study, target, SPEC_DEFAULT_ROLE) for target in targets) if measured]
+    entries = baselines + defaults + configs
     for *_, baseline in baselines:
         engine.prepare(baseline, mix, max_tokens=max_tokens)
     samples: dict[int, list[float]] = {index: [] for index in range(len(entries))}
@@ -149,7 +168,7 @@ def confirm(
     concurrency = getattr(command, "parallel", 1)
     failures: dict[int, str] = {}
     for round_ in range(repeats):
-        for index, (*_, config) in enumerate(entries):
+        for index, (role, _, config) in enumerate(entries):
             if index in failures:
                 continue
             try:
@@ -160,10 +179,10 @@ def confirm(
                     serving[index].setdefault(name, []).append(round(getattr(measurement, name), 3))
             except TrialFailure as exc:
                 failures[index] = str(exc)
-                on_measured(round_, config.describe(), None)
+                on_measured(round_, _label(role, config), None)
                 continue
             samples[index].append(tok_s)
-            on_measured(round_, config.describe(), tok_s)
+            on_measured(round_, _label(role, config), tok_s)
     for index in range(len(baselines)):
         if index in failures:
             raise TrialFailure(f"the baseline could not be measured on the {engine.name} engine: {failures[index]}")
@@ -174,13 +193,13 @@ def confirm(
         values = samples[index]
         argv = command.argv(config)
         if index in failures or not values:
-            return ConfirmedConfig(config.describe(), role, number, str(config.target), argv, values, 0.0,
+            return ConfirmedConfig(_label(role, config), role, number, str(config.target), argv, values, 0.0,
                                    (0.0, 0.0), None, None, failures.get(index), serving[index], concurrency)
         base = baseline_samples[config.target]
         mean = float(np.mean(values))
         p_value = None if config.is_baseline else _welch_p(values, base)
         speedup = None if config.is_baseline else round(mean / float(np.mean(base)), 4)
-        return ConfirmedConfig(config.describe(), role, number, str(config.target), argv, values, round(mean, 3),
+        return ConfirmedConfig(_label(role, config), role, number, str(config.target), argv, values, round(mean, 3),
                                _ci95(values), p_value, speedup, figures=serving[index], concurrency=concurrency)
 
     confirmation = Confirmation(
@@ -189,10 +208,15 @@ def confirm(
         repeats=repeats,
         date=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         baselines=[summarize(i) for i in range(len(baselines))],
-        configs=[summarize(i) for i in range(len(baselines), len(entries))],
+        spec_defaults=[summarize(i) for i in range(len(baselines), len(baselines) + len(defaults))],
+        configs=[summarize(i) for i in range(len(baselines) + len(defaults), len(entries))],
     )
     study.set_user_attr(CONFIRMATION_ATTR, confirmation.as_dict())
     return confirmation
+
+
+def _label(role: str, config: SpecConfig) -> str:
+    return f"{SPEC_DEFAULT_FLAG} ({config.describe()})" if role == SPEC_DEFAULT_ROLE else config.describe()
 
 
 def _ci95(values: list[float]) -> tuple[float, float]:

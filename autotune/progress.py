@@ -10,6 +10,8 @@ import optuna
 
 from autotune.measurement import GenerationResult
 from autotune.spec import SpecConfig
+from autotune.spec_default import SPEC_DEFAULT_FLAG
+from autotune.trials import SPEC_DEFAULT_ROLE
 
 _BAR_WIDTH = 20
 
@@ -50,6 +52,8 @@ class TerminalReporter:
         self._clear()
         attrs = trial.user_attrs
         label = attrs.get("config", {}).get("label", "?")
+        if attrs.get("role") == SPEC_DEFAULT_ROLE:
+            label = f"{SPEC_DEFAULT_FLAG} ({label})"
         if attrs.get("drift_check"):
             label += " (drift check)"
         head = f"[{self.index}/{self.total}] trial {trial.number:>3} {label}"

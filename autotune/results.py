@@ -11,7 +11,7 @@ from autotune.commandline import format_command
 from autotune.confirm import Confirmation, ConfirmedConfig, stored_confirmation
 from autotune.errors import AutotuneError, StudyNotFoundError
 from autotune.objectives import OBJECTIVES
-from autotune.trials import baseline_trial, decode_tok_s, drift_corrected, is_baseline
+from autotune.trials import baseline_trial, decode_tok_s, drift_corrected, is_baseline, spec_default_near
 from storage.presets import Preset
 
 COMPLETE = optuna.trial.TrialState.COMPLETE
@@ -19,20 +19,22 @@ COMPLETE = optuna.trial.TrialState.COMPLETE
 
 @dataclass(frozen=True)
 class BestResult:
-    """The fastest lossless configuration of a study, against the study's baseline."""
+    """The fastest lossless configuration of a study, against the study's baseline and llama.cpp's default."""
 
     study: str
     trial: optuna.trial.FrozenTrial
     baseline: optuna.trial.FrozenTrial | None
     confirmation: Confirmation | None = None
     front: tuple[optuna.trial.FrozenTrial, ...] = ()  # a pareto study's front (lossless members)
+    spec_default: optuna.trial.FrozenTrial | None = None  # `--spec-default` measured nearest the trial
 
     @property
     def confirmed(self) -> ConfirmedConfig | None:
         """The re-measured figures of this trial's configuration, when `autotune confirm` ran."""
         if self.confirmation is None:
             return None
-        return next((c for c in self.confirmation.configs if c.trial == self.trial.number), None)
+        rows = self.confirmation.configs + self.confirmation.spec_defaults
+        return next((c for c in rows if c.trial == self.trial.number), None)
 
     @property
     def argv(self) -> list[str]:
@@ -52,6 +54,16 @@ class BestResult:
         if "speedup" in self.trial.user_attrs:
             return self.trial.user_attrs["speedup"]
         return 1.0 if is_baseline(self.trial) else None
+
+    @property
+    def spec_default_tok_s(self) -> float | None:
+        return None if self.spec_default is None else decode_tok_s(self.spec_default)
+
+    @property
+    def speedup_vs_spec_default(self) -> float | None:
+        """The trial's speedup over llama.cpp's default, each over the baseline nearest before it."""
+        reference = None if self.spec_default is None else self.spec_default.user_attrs.get("speedup")
+        return round(self.speedup / reference, 4) if self.speedup is not None and reference else None
 
     def serving(self) -> dict:
         """The load figures: concurrent streams, aggregate tok/s of all streams, per-stream decode tok/s
@@ -75,6 +87,8 @@ class BestResult:
             "tok_s": round(self.tok_s, 3),
             "baseline_tok_s": None if self.baseline_tok_s is None else round(self.baseline_tok_s, 3),
             "speedup": None if self.speedup is None else round(self.speedup, 4),
+            "spec_default_tok_s": None if self.spec_default_tok_s is None else round(self.spec_default_tok_s, 3),
+            "speedup_vs_spec_default": self.speedup_vs_spec_default,
             "params": {"spec_type": config["spec_type"], **config["params"]},
             "runtime": dict(config.get("runtime", {})),
             **self.serving(),
@@ -98,7 +112,17 @@ class BestResult:
                 "speedup": self.confirmed.speedup,
                 "p_value": self.confirmed.p_value,
                 "significantly_faster": self.confirmed.significantly_faster,
+                **self._confirmed_vs_spec_default(),
             },
+        }
+
+
+    def _confirmed_vs_spec_default(self) -> dict:
+        reference = self.confirmation.spec_default_of(self.confirmed)
+        return {
+            "spec_default_tok_s": None if reference is None else reference.mean_tok_s,
+            "speedup_vs_spec_default": self.confirmation.speedup_vs_spec_default(self.confirmed),
+            "p_value_vs_spec_default": None if reference is None else self.confirmation.welch_p(self.confirmed, reference),
         }
 
 
@@ -130,7 +154,7 @@ def best_result(study: optuna.Study) -> BestResult:
     reference = best.user_attrs.get("speedup_baseline_trial")  # the baseline its speedup divides by
     baseline = (next(t for t in complete if t.number == reference) if reference is not None
                 else baseline_trial(study, Path(best.user_attrs["config"]["target"])))
-    return BestResult(study.study_name, best, baseline, confirmation, front)
+    return BestResult(study.study_name, best, baseline, confirmation, front, spec_default_near(study, best))
 
 
 def trial_rows(study: optuna.Study) -> list[dict]:

@@ -27,7 +27,7 @@ from autotune.spec import DRAFT_SAMPLING, SpecConfig
 from autotune.study import latest_version, load_study, study_kinds, study_levels, study_name
 from autotune.nightly import NightlyOutcome, decide, unchanged_files
 from autotune.objectives import DEFAULT_OBJECTIVE, OBJECTIVES
-from autotune.trials import config_from_attrs
+from autotune.trials import config_from_attrs, is_spec_default
 from autotune.tuner import SearchReporter, SearchSettings, Tuner, requeue_stale_trial
 from storage import open_storage, resolve_storage_url
 from storage.presets import Preset, PresetStore
@@ -157,7 +157,8 @@ def run_search(model: str, options: SearchOptions, *, reporter: SearchReporter, 
     finalists = top_trials(study, confirm_options.top)
     if confirm_options.enabled and not multi_objective and finalists:
         engine_name = "server" if server_binary_available(server_bin) else "python"
-        reporter.note(f"confirming the top {len(finalists)} with the baseline on the {engine_name} engine, "
+        references = "the baseline and --spec-default" if any(map(is_spec_default, study.trials)) else "the baseline"
+        reporter.note(f"confirming the top {len(finalists)} with {references} on the {engine_name} engine, "
                       f"{confirm_options.repeats} interleaved rounds")
         _confirm(study, confirm_options.top, confirm_options.repeats, engine_name, server_bin, None,
                  lambda r, label, tok_s: reporter.note(

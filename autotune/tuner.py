@@ -1,10 +1,12 @@
 """The Optuna study: sample a SpecConfig, measure it for real, record everything about the trial.
 
 Trial 0 of every study is the baseline (`none`) of each target, enqueued, so every result has a
-reference measured on the same engine; every `baseline_every` search trials the baselines are
-measured again, and speedups divide by the latest one, so drift (heat, other load) cancels and is
-recorded. The baseline is a reference, not a search point: the sampler only picks speculative
-types. A configuration that cannot be measured is told to Optuna as FAIL with its reason, never as
+reference measured on the same engine; trial 1 is llama.cpp's own default (`--spec-default`,
+autotune.spec_default), the second reference a winner is reported against. Every `baseline_every`
+search trials both are measured again, and speedups divide by the latest baseline, so drift (heat,
+other load) cancels and is recorded. References are not search points: the sampler only picks
+speculative types, and a reference is neither pruned nor failed for drafting nothing. A
+configuration that cannot be measured is told to Optuna as FAIL with its reason, never as
 a score of 0. With one objective, each prompt's score (its decode or end-to-end tok/s) is one instance for
 Optuna's WilcoxonPruner, which stops a trial once it is significantly slower, prompt by prompt,
 than the best trial.
@@ -40,10 +42,11 @@ from autotune.prompts import PromptMix
 from autotune.sampling import GREEDY, Sampling
 from autotune.space import SearchSpace
 from autotune.spec import BASELINE, DRAFT_MODEL_TYPES, SPEC_TYPE_PARAMS, SpecConfig
+from autotune.spec_default import SPEC_DEFAULT_FLAG, SPEC_DEFAULT_PARAMS, SPEC_DEFAULT_TYPE, spec_default_config
 from autotune.study import study_name
 from autotune.trials import (
-    BASELINE_ROLE, WARM_START_ROLE, baseline_trial, config_attrs, counted_trials, is_baseline, is_drift_check,
-    latest_baseline,
+    BASELINE_ROLE, SPEC_DEFAULT_ROLE, WARM_START_ROLE, baseline_trial, baselines_of, config_attrs, counted_trials,
+    is_counted, is_reference, latest_baseline,
 )
 
 WILCOXON_P_THRESHOLD = 0.1
@@ -111,9 +114,21 @@ class Tuner:
     def objective(self):
         return OBJECTIVES[self.settings.objective]
 
-    def baseline_configs(self) -> list[SpecConfig]:
-        """One baseline per target file: every speedup compares against its own target."""
-        return [SpecConfig(target=target) for target in self.candidates.targets]
+    @property
+    def measures_spec_default(self) -> bool:
+        """Whether the engine runs llama.cpp's default: ngram-mod, with every parameter it sets."""
+        params = SPEC_TYPE_PARAMS[SPEC_DEFAULT_TYPE]
+        return SPEC_DEFAULT_TYPE in self.engine.runnable_spec_types and all(
+            self.engine.supports_param(params[name]) for name in SPEC_DEFAULT_PARAMS)
+
+    def reference_configs(self) -> list[tuple[str, SpecConfig]]:
+        """(role, configuration) of each reference: one baseline per target file (every speedup compares
+        against its own target), then llama.cpp's default on each where the engine runs it."""
+        targets = self.candidates.targets
+        references = [(BASELINE_ROLE, SpecConfig(target=target)) for target in targets]
+        if self.measures_spec_default:
+            references += [(SPEC_DEFAULT_ROLE, spec_default_config(target)) for target in targets]
+        return references
 
     def warm_start(self, study: optuna.Study, earlier: list[optuna.trial.FrozenTrial]) -> int:
         """Enqueue earlier winners' parameters so a new study version measures them first and its
@@ -162,9 +177,12 @@ class Tuner:
         if is_new:
             for key, value in (study_attrs or {}).items():
                 study.set_user_attr(key, value)
-        for config in self.baseline_configs():
-            if baseline_trial(study, config.target) is None and not _baseline_waiting(study, config.target):
-                study.enqueue_trial({}, user_attrs={"role": BASELINE_ROLE, "target": str(config.target)})
+        if is_new and not self.measures_spec_default:
+            self.reporter.note(f"the {self.engine.name} engine cannot run {SPEC_DEFAULT_TYPE}, what llama.cpp's "
+                               f"{SPEC_DEFAULT_FLAG} turns on: this study has no {SPEC_DEFAULT_FLAG} reference")
+        for role, config in self.reference_configs():
+            if not baselines_of(study, config.target, role) and not _reference_waiting(study, config.target, role):
+                study.enqueue_trial({}, user_attrs={"role": role, "target": str(config.target)})
         if is_new and warm_start:
             self.reporter.note(f"warm start: {self.warm_start(study, list(warm_start))} earlier winners measured first")
         self._done_before = counted_trials(study)
@@ -185,15 +203,15 @@ class Tuner:
             study.stop()
             return
         every = self.settings.baseline_every
-        if every and not is_baseline(trial) and self._search_trials_since_baseline(study) >= every:
-            for config in self.baseline_configs():
-                study.enqueue_trial({}, user_attrs={"role": BASELINE_ROLE, "target": str(config.target), "drift_check": True})
+        if every and not is_reference(trial) and self._search_trials_since_reference(study) >= every:
+            for role, config in self.reference_configs():
+                study.enqueue_trial({}, user_attrs={"role": role, "target": str(config.target), "drift_check": True})
 
     @staticmethod
-    def _search_trials_since_baseline(study: optuna.Study) -> int:
+    def _search_trials_since_reference(study: optuna.Study) -> int:
         count = 0
         for trial in reversed(study.get_trials(deepcopy=False)):
-            if is_baseline(trial):
+            if is_reference(trial):
                 break
             count += trial.state.is_finished()
         return count
@@ -231,6 +249,8 @@ class Tuner:
         role = trial.user_attrs.get("role")
         if role == BASELINE_ROLE:
             return SpecConfig(target=Path(trial.user_attrs["target"]))
+        if role == SPEC_DEFAULT_ROLE:
+            return spec_default_config(Path(trial.user_attrs["target"]))
         choices = self.candidates.spec_types([t for t in self.space.spec_types if t != BASELINE])
         spec_type = trial.suggest_categorical("spec_type", choices)
         target, draft = self._suggest_files(trial, spec_type)
@@ -282,7 +302,7 @@ class Tuner:
                                     self.settings.trials, config)
         try:
             measurements = self._measure(trial, config)
-            if not config.is_baseline and sum(m.n_drafted for m in measurements) == 0:
+            if not is_reference(trial) and sum(m.n_drafted for m in measurements) == 0:
                 raise SpeculationInactiveError(config.spec_type)
             values = self._record(trial, config, measurements)
         except optuna.TrialPruned:
@@ -301,7 +321,7 @@ class Tuner:
             self._fail(trial, exc, f"{type(exc).__name__}: {exc}")
         finally:
             trial.set_user_attr("wall_s", round(time.perf_counter() - started, 3))
-            if not is_drift_check(trial):
+            if is_counted(trial):
                 self._done_before += 1
         return values
 
@@ -321,7 +341,8 @@ class Tuner:
         that can stop in the middle of a prompt (the python engine's worker)."""
         total = len(self.mix)
         deadline = None if self.settings.trial_timeout_s is None else time.monotonic() + self.settings.trial_timeout_s
-        reported = not self.objective.is_multi  # baselines report too: the best trial may be one
+        reported = not self.objective.is_multi  # references report too: the best trial may be one
+        prunable = not is_reference(trial)
         reference = baseline_prompt_scores(trial.study, config.target, self.objective.prompt_score)
 
         def on_prompt(index: int, result: GenerationResult, first: bool) -> None:
@@ -331,7 +352,7 @@ class Tuner:
             if first and reported:
                 score = self.objective.prompt_score(result)
                 trial.report(drift_corrected_score(score, index, reference, config.is_baseline), step=index)
-                if not config.is_baseline and trial.should_prune():
+                if prunable and trial.should_prune():
                     reason = f"significantly slower than the best trial after {index + 1} prompts"
                     trial.set_user_attr("prune_reason", reason)
                     raise optuna.TrialPruned(reason)
@@ -484,6 +505,6 @@ def _ci95(samples: list[float]) -> list[float] | None:
     return [round(float(low), 3), round(float(high), 3)]
 
 
-def _baseline_waiting(study: optuna.Study, target: Path) -> bool:
+def _reference_waiting(study: optuna.Study, target: Path, role: str) -> bool:
     waiting = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))
-    return any(is_baseline(t) and t.user_attrs.get("target") == str(target) for t in waiting)
+    return any(t.user_attrs.get("role") == role and t.user_attrs.get("target") == str(target) for t in waiting)

@@ -44,6 +44,11 @@ def trials_of(home, engine: str) -> list[optuna.trial.FrozenTrial]:
     return study_of(home, engine).trials
 
 
+def searched(trials: list[optuna.trial.FrozenTrial]) -> list[optuna.trial.FrozenTrial]:
+    """The trials the sampler proposed: not the references (the baseline, llama.cpp's --spec-default)."""
+    return [t for t in trials if t.user_attrs.get("role") not in ("baseline", "spec-default")]
+
+
 def search(space, models_dir, *extra, ok: bool = True):
     return run("search", "--model", "tiny", "--space", str(space), "--models-dir", str(models_dir),
                "--max-tokens", "12", "--per-category", "1", "--no-pruning", *extra, ok=ok)
@@ -56,8 +61,9 @@ def test_server_search_on_dspark_measures_and_prints_the_launched_command(tmp_pa
     """)
     result = search(space, models_dir, "--engine", "server", "--trials", "3", "--seed", "0")
     trials = trials_of(autotune_home, "server")
-    assert [t.state.name for t in trials] == ["COMPLETE"] * 3
-    for trial in trials[1:]:
+    assert [t.user_attrs.get("role") for t in trials[:2]] == ["baseline", "spec-default"]
+    assert [t.state.name for t in trials] == ["COMPLETE"] * 4  # 3 counted and the uncounted --spec-default
+    for trial in searched(trials):
         assert trial.user_attrs["figures"]["n_drafted"] > 0
         assert trial.user_attrs["lossless"] is True
     # search confirms its speculative winners and prints the command that launched the winning trial's server
@@ -96,8 +102,9 @@ def test_a_config_that_never_drafts_fails_as_speculation_inactive(tmp_path, mode
         ngram_simple_size_m = 48
     """)
     search(space, models_dir, "--engine", "server", "--trials", "2")
-    baseline, ngram = trials_of(autotune_home, "server")
+    baseline, spec_default, ngram = trials_of(autotune_home, "server")
     assert baseline.state.name == "COMPLETE"
+    assert spec_default.state.name == "COMPLETE"  # a reference that drafts nothing is still measured
     assert ngram.state.name == "FAIL"
     assert ngram.user_attrs["fail_reason"].startswith("speculation inactive")
 
@@ -122,7 +129,7 @@ def test_a_server_that_will_not_start_fails_every_trial_and_the_study_goes_on(tm
     result = search(space, models_dir, "--engine", "server", "--trials", "2", ok=False)
     assert result.exit_code == 1 and "every trial failed" in result.output and "invalid argument" in result.output
     trials = trials_of(autotune_home, "server")
-    assert [t.state.name for t in trials] == ["FAIL", "FAIL"]
+    assert [t.state.name for t in trials] == ["FAIL"] * 3  # baseline, --spec-default, one search trial
     assert all(t.user_attrs["server_log_tail"] for t in trials)
 
 

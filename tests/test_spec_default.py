@@ -1,0 +1,133 @@
+"""llama.cpp's `--spec-default` is the second reference of every study: measured beside the baseline,
+re-measured at each drift check, confirmed with the finalists, and reported against by `best`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import optuna
+import pytest
+from click.testing import CliRunner
+
+from autotune.cli import cli
+from autotune.confirm import Confirmation, ConfirmedConfig
+from autotune.engines.python import PythonEngine
+from autotune.hardware import hardware_key
+from autotune.results import best_result
+from autotune.runner import SearchOptions, check_inputs, runnable_space
+from autotune.spec_default import SPEC_DEFAULT_PARAMS
+from storage import open_storage, resolve_storage_url
+from autotune.tuner import Tuner
+
+SPEC_DEFAULT_FLAGS = ["--spec-type", "ngram-mod", "--spec-ngram-mod-n-match", "24", "--spec-ngram-mod-n-max", "64",
+                      "--spec-ngram-mod-n-min", "48"]
+
+
+def run(*args: str):
+    result = CliRunner().invoke(cli, list(args))
+    assert result.exit_code == 0, result.output
+    return result
+
+
+def server_study(tiny_space, models_dir, autotune_home, *extra) -> optuna.Study:
+    run("search", "--model", "tiny", "--space", str(tiny_space), "--models-dir", str(models_dir), "--engine", "server",
+        "--max-tokens", "8", "--per-category", "1", "--no-confirm", *extra)
+    storage = f"sqlite:///{autotune_home / 'autotune.db'}"
+    return optuna.load_study(study_name=f"tiny@{hardware_key()}:server", storage=storage)
+
+
+@pytest.mark.slow
+def test_spec_default_is_measured_after_the_baseline_again_at_each_drift_check_and_reported_by_best(
+        tiny_space, models_dir, autotune_home):
+    study = server_study(tiny_space, models_dir, autotune_home, "--trials", "5", "--baseline-every", "2", "--seed", "1")
+    trials = study.get_trials()
+    roles = [t.user_attrs.get("role") for t in trials]
+    assert roles[:2] == ["baseline", "spec-default"]
+    spec_defaults = [t for t in trials if t.user_attrs.get("role") == "spec-default"]
+    assert len(spec_defaults) >= 2 and all(t.user_attrs.get("drift_check") for t in spec_defaults[1:])
+    for trial in spec_defaults:
+        # a reference is never pruned nor failed for drafting nothing (random weights draft nothing here)
+        assert trial.state == optuna.trial.TrialState.COMPLETE, trial.user_attrs.get("fail_reason")
+        assert trial.user_attrs["argv"][-len(SPEC_DEFAULT_FLAGS):] == SPEC_DEFAULT_FLAGS
+        assert trial.user_attrs["config"]["params"] == SPEC_DEFAULT_PARAMS
+        assert trial.user_attrs["speedup"] > 0
+    # neither drift checks nor the --spec-default reference count against --trials
+    counted = [t for t in trials if not t.user_attrs.get("drift_check") and t.user_attrs.get("role") != "spec-default"]
+    assert len(counted) == 5 and counted[0].user_attrs["role"] == "baseline"
+
+    best = json.loads(run("best", "--model", "tiny", "--json").stdout)
+    chosen = next(t for t in trials if t.number == best["trial"])
+    nearest = [t for t in spec_defaults if t.number <= chosen.number] or spec_defaults
+    assert best["spec_default_tok_s"] == pytest.approx(nearest[-1].user_attrs["figures"]["mix_tok_s"], abs=1e-3)
+    assert best["speedup_vs_spec_default"] == pytest.approx(best["speedup"] / nearest[-1].user_attrs["speedup"],
+                                                            rel=1e-3)
+    assert "--spec-default" in run("best", "--model", "tiny").stdout
+
+
+@pytest.mark.slow
+def test_the_confirmation_measures_spec_default_in_the_same_rounds(tiny_space, models_dir, autotune_home):
+    server_study(tiny_space, models_dir, autotune_home, "--trials", "4", "--seed", "2")
+    result = run("confirm", "--model", "tiny", "--top", "1", "--repeats", "2")
+    assert "--spec-default" in result.output
+    best = json.loads(run("best", "--model", "tiny", "--json").stdout)
+    confirmed = best["confirmed"]
+    assert confirmed["spec_default_tok_s"] > 0
+    assert confirmed["speedup_vs_spec_default"] == pytest.approx(confirmed["tok_s"] / confirmed["spec_default_tok_s"],
+                                                                 rel=1e-3)
+
+
+def _row(role: str, trial: int, mean: float) -> ConfirmedConfig:
+    return ConfirmedConfig(role, role, trial, "/m/t.gguf", ["llama-server"], [mean, mean + 1], mean, (mean - 1, mean + 1),
+                           None, None)
+
+
+def test_spec_default_is_the_winner_when_it_measured_fastest():
+    confirmation = Confirmation("server", "b1", 2, "2026-12-03", [_row("baseline", 0, 50.0)],
+                                [_row("trial", 5, 60.0)], [_row("spec-default", 1, 70.0)])
+    assert confirmation.winner.role == "spec-default"
+    assert confirmation.speedup_vs_spec_default(confirmation.configs[0]) == pytest.approx(60 / 70, rel=1e-3)
+    restored = Confirmation.from_dict(confirmation.as_dict())
+    assert restored == confirmation
+    older = {k: v for k, v in confirmation.as_dict().items() if k != "spec_defaults"}  # stored before this reference
+    assert Confirmation.from_dict(older).spec_defaults == []
+
+
+class _EngineWithoutNgramMod(PythonEngine):
+    """The real in-process engine, told it cannot run ngram-mod (as an engine or binary without it)."""
+
+    @property
+    def runnable_spec_types(self) -> frozenset[str]:
+        return super().runnable_spec_types - {"ngram-mod"}
+
+
+class _Notes:
+    def __init__(self):
+        self.lines: list[str] = []
+
+    def note(self, text: str) -> None:
+        self.lines.append(text)
+
+    def trial_started(self, *args) -> None: ...
+
+    def prompt_done(self, *args) -> None: ...
+
+    def trial_finished(self, trial) -> None: ...
+
+
+def test_an_engine_without_ngram_mod_says_once_that_the_study_has_no_spec_default(tiny_space, models_dir):
+    options = SearchOptions(trials=2, engine_name="python", prompts_file=None, per_category=1, max_tokens=4,
+                            storage_url=None, models_dir=models_dir, space_file=tiny_space, seed=0, threads=None)
+    notes = _Notes()
+    inputs = check_inputs("tiny", options, notes)
+    storage = open_storage(resolve_storage_url(None))
+    with _EngineWithoutNgramMod(context_size=512) as engine:
+        space = runnable_space(inputs.space, engine, inputs.candidates, notes)
+        for _ in range(2):  # a resumed study does not say it again
+            study = Tuner(space, inputs.candidates, inputs.mix.take(per_category=1), engine,
+                          options.settings("tiny"), notes).run(storage)
+    assert [line for line in notes.lines if "--spec-default" in line] == [
+        "the python engine cannot run ngram-mod, what llama.cpp's --spec-default turns on: this study has no "
+        "--spec-default reference"]
+    assert not [t for t in study.trials if t.user_attrs.get("role") == "spec-default"]
+    assert best_result(study).spec_default is None
