@@ -90,7 +90,7 @@ def test_pctree_is_left_out_when_the_binary_lacks_the_fork_flags(tmp_path, model
     """)
     result = search(space, models_dir, "--engine", "server", "--trials", "2")
     assert "has no --spec-dspark-pctree" in result.stderr
-    (_, trial) = trials_of(autotune_home, "server")
+    (trial,) = searched(trials_of(autotune_home, "server"))
     assert not any(arg.startswith("--spec-dspark-pctree") for arg in trial.user_attrs["argv"])
     assert "dspark_pctree" not in trial.params
 
