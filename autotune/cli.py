@@ -14,7 +14,7 @@ import click
 
 from autotune import __version__
 from autotune.cli_options import (
-    ConcurrencyLevels, json_option, measurement_options, model_option, sampling_options, server_bin_option, storage_option,
+    ConcurrencyLevels, json_option, measured_model_option, measurement_options, model_option, sampling_options, server_bin_option, storage_option,
     study_engine_option, study_objective_option, study_options, with_options,
 )
 from autotune.errors import AutotuneError
@@ -51,7 +51,7 @@ def cli() -> None:
 
 
 @cli.command()
-@model_option
+@measured_model_option
 @measurement_options
 @server_bin_option
 @click.option("--confirm/--no-confirm", "confirm_enabled", default=True, show_default=True,

@@ -7,11 +7,11 @@ import sys
 
 import click
 
-from autotune.cli_options import measurement_options, model_option, server_bin_option, storage_option
+from autotune.cli_options import measured_model_option, measurement_options, model_option, server_bin_option, storage_option
 
 
 @click.command()
-@model_option
+@measured_model_option
 @measurement_options
 @click.option("--top", type=click.IntRange(min=1), default=3, show_default=True, help="Configurations confirmed on llama-server.")
 @click.option("--confirm-repeats", type=click.IntRange(min=2), default=3, show_default=True,

@@ -14,6 +14,10 @@ from autotune.sampling import SERVER_MIN_P, SERVER_TOP_K, SERVER_TOP_P
 from autotune.settings import MODELS_DIR_ENV, STORAGE_ENV, default_models_dir
 
 model_option = click.option("--model", "-m", required=True, help="Model name: a search_spaces/<name>.toml file.")
+#: search and nightly: a bundled model, or an ad-hoc one named after its --target file
+measured_model_option = click.option(
+    "--model", "-m", help="Model name: a search_spaces/<name>.toml file (with --target: the study's name, "
+                          "default the target's general.name).")
 storage_option = click.option(
     "--storage", envvar=STORAGE_ENV,
     help=f"SQLAlchemy URL of the study database [env {STORAGE_ENV}; default: SQLite in autotune's data dir].",
@@ -131,6 +135,11 @@ _MEASUREMENT_OPTIONS = [
     *sampling_options(defaults=True),
     concurrency_option("Concurrent streams on one llama-server (-np N), one study per level: 1,2,4 tunes "
                        "each load. Above 1 the server engine measures."),
+    click.option("--target", "target_file", type=click.Path(path_type=Path, dir_okay=False),
+                 help="A target GGUF to tune without a search-space file: the space is inferred from its header "
+                      "and the --draft files."),
+    click.option("--draft", "draft_files", type=click.Path(path_type=Path, dir_okay=False), multiple=True,
+                 help="With --target: a draft GGUF (repeatable); its spec type follows from its architecture."),
     click.option("--min-stream-tok-s", type=click.FloatRange(min=0, min_open=True),
                  help="Service level: a configuration whose per-stream decode tok/s (10th percentile) falls "
                       "below this is infeasible."),
@@ -148,9 +157,28 @@ def measurement_options(command):
     def with_values(**kwargs):
         values = {name: kwargs.pop(name) for name in names}
         values["models_dir"] = values["models_dir"] or default_models_dir()
-        return command(options=SearchOptions(**values), **kwargs)
+        options = SearchOptions(**values)
+        return command(options=options, **{**kwargs, "model": _measured_model(kwargs.get("model"), options)})
 
     return with_options(_MEASUREMENT_OPTIONS)(with_values)
+
+
+def _measured_model(model: str | None, options) -> str:
+    """--model, or the ad-hoc model's name from its --target file."""
+    from autotune.adhoc import adhoc_name
+    from autotune.errors import UsageError
+    from autotune.models import check_gguf
+
+    if options.target_file is None:
+        if options.draft_files:
+            raise UsageError("--draft needs --target: name the target GGUF it drafts for")
+        if model is None:
+            raise UsageError("name a model: --model NAME (autotune models lists them) or --target FILE")
+        return model
+    if options.space_file is not None:
+        raise UsageError("--target infers the search space: drop --space, or drop --target and use --model")
+    check_gguf(options.target_file)
+    return model or adhoc_name(options.target_file)
 
 
 def study_options(command):

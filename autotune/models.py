@@ -83,7 +83,9 @@ def _find_each(models_dir: Path, files: FilePattern, missing: list[str]) -> list
     found = []
     for _, pattern in files.patterns():
         match = cached_file(files.source, pattern) if files.source is not None else None
-        if match is None:
+        if match is None and Path(pattern).is_absolute():  # an ad-hoc model's file (autotune.adhoc)
+            match = Path(pattern) if Path(pattern).is_file() else None
+        elif match is None:
             match = next((p for p in candidates if fnmatch.fnmatch(p.relative_to(models_dir).as_posix().lower(),
                                                                   pattern.lower())), None)
         if match is None:

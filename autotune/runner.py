@@ -11,6 +11,7 @@ from pathlib import Path
 
 import optuna
 
+from autotune.adhoc import adhoc_space
 from autotune.candidates import Candidates, find_candidates
 from autotune.confirm import Confirmation, ConfirmedConfig, confirm, top_trials
 from autotune.engines import DEFAULT_ENGINE, Engine, create_engine
@@ -76,6 +77,8 @@ class SearchOptions:
     min_p: float = SERVER_MIN_P
     concurrency: tuple[int, ...] = (1,)  # --concurrency: a study per level
     min_stream_tok_s: float | None = None
+    target_file: Path | None = None  # --target: an ad-hoc model, its space inferred (autotune.adhoc)
+    draft_files: tuple[Path, ...] = ()  # --draft, with --target
 
     @property
     def sampling(self) -> Sampling:
@@ -103,7 +106,8 @@ class ConfirmOptions:
 def check_inputs(model: str, options: SearchOptions, reporter: SearchReporter) -> SearchInputs:
     """Load and check everything the user named; a draft type none of whose pairs can run is an error.
     What is only left out (a missing quant, one refused pair among good ones) is reported as a note."""
-    space = load_model_space(model, options.space_file)
+    space = (adhoc_space(options.target_file, options.draft_files, name=model) if options.target_file
+             else load_model_space(model, options.space_file))
     if options.threads and any(r.param.name == "threads" for r in space.runtime):
         raise SearchSpaceError(f"{space.path}: [runtime] searches threads, and --threads {options.threads} fixes them: "
                                "drop one of the two")

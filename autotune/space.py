@@ -173,6 +173,11 @@ def load_space(path: Path) -> SearchSpace:
     except OSError as exc:
         raise SearchSpaceError(f"{path}: cannot read: {exc.strerror or exc}") from exc
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+    return parse_space(path, data)
+
+
+def parse_space(path: Path, data: dict[str, Any]) -> SearchSpace:
+    """Validate the tables of a search space (read from `path`, or built for an ad-hoc model)."""
         raise SearchSpaceError(f"{path}: not valid TOML: {exc}") from exc
     return _SpaceParser(path).parse(data)
 
