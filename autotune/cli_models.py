@@ -50,6 +50,11 @@ def models(model, models_dir, server_bin, as_json):
             click.echo(f"  runs     {row['spec_type']}: {pair}")
         for row in report["refused"]:
             click.echo(f"  refused  {row['spec_type']}: {row['target']} + {row['draft']}: {row['reason']}")
+        for spec_type, engines in report["engines"].items():
+            runs = [name for name, verdict in engines.items() if verdict == "runs"]
+            why = "; ".join(f"{name}: {verdict}" for name, verdict in engines.items() if verdict != "runs")
+            shown = f"{' and '.join(f'--engine {name}' for name in runs) or 'no engine'}" + (f" ({why})" if why else "")
+            click.echo(f"  engines  {spec_type}: {shown}")
         for note in report["notes"]:
             click.echo(f"  note     {note}")
 

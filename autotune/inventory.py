@@ -6,6 +6,7 @@ from pathlib import Path
 
 from autotune.candidates import find_candidates
 from autotune.capabilities import ServerCapabilities
+from autotune.engine_coverage import engine_coverage
 from autotune.errors import ModelFileError
 from autotune.gguf_info import read_gguf_info
 from autotune.models import resolve_model_files
@@ -16,8 +17,10 @@ from autotune.spec import DRAFT_MODEL_TYPES
 def model_inventory(space: SearchSpace, models_dir: Path, server: ServerCapabilities | None) -> dict:
     """A JSON-ready report of one model: files (arch, quant), runnable combinations, refusals, notes."""
     model = space.model
+    coverage = engine_coverage(server)
     report: dict = {"model": model.name, "description": model.description, "models_dir": str(models_dir),
-                    "files": [], "missing": [], "runnable": [], "refused": [], "notes": []}
+                    "files": [], "missing": [], "runnable": [], "refused": [], "notes": [],
+                    "engines": {t: coverage[t] for t in space.spec_types if t in coverage}}
     try:
         files = resolve_model_files(space, models_dir, write_demo=False)
     except ModelFileError as exc:

@@ -103,3 +103,34 @@ def test_quantize_writes_a_cheaper_gemma_draft_the_next_study_uses(tmp_path, gem
 def test_unknown_quant_is_a_usage_error(tmp_path, models_dir):
     result = run("quantize", "--model", "gemma3-270m", "--quant", "Q9_Z", "--models-dir", str(models_dir), ok=False)
     assert result.exit_code == 2 and "unknown quantization 'Q9_Z'" in result.output
+
+
+def test_models_says_which_engine_runs_mtp_and_refuses_an_mtp_less_target(tmp_path, models_dir):
+    """draft-mtp drafts with the target's own NextN layers; the tiny qwen3 target has none, so llama.cpp's
+    verdict refuses it, and the in-process engine leaves MTP and EAGLE-3 to llama-server, saying why."""
+    from autotune import inventory, runner
+    from autotune.capabilities import read_capabilities
+    from autotune.server_binary import resolve_server_binary
+
+    space = tmp_path / "tiny.toml"
+    space.write_text(textwrap.dedent("""
+        [model]
+        name = "tiny"
+        target = "tiny-target.gguf"
+        context_size = 512
+        [drafts.draft-mtp]
+        file = "target"
+        [spec_types.draft-mtp]
+        draft_n_max = [1, 3]
+        [spec_types.ngram-simple]
+        ngram_simple_size_n = [1, 3]
+    """))
+    server = read_capabilities(resolve_server_binary(None))
+    report = inventory.model_inventory(runner.load_model_space("tiny", space), models_dir, server)
+    (refused,) = report["refused"]
+    assert refused["spec_type"] == "draft-mtp"
+    assert refused["reason"] == "tiny-target.gguf has no MTP (NextN) layers, so draft-mtp cannot run"
+    assert not [r for r in report["runnable"] if r["spec_type"] == "draft-mtp"]
+    mtp = report["engines"]["draft-mtp"]
+    assert mtp["python"].startswith("no in-process MTP loop") and mtp["server"] == "runs"
+    assert report["engines"]["ngram-simple"] == {"python": "runs", "server": "runs"}
