@@ -341,3 +341,19 @@ def test_the_sh_launcher_refuses_a_bad_concurrency(tmp_path):
     script.write_text(export_presets([_preset(1, "one")], "sh"))
     done = subprocess.run(["sh", str(script), "--concurrency", "0"], capture_output=True, text=True, timeout=30)
     assert done.returncode == 2 and "--concurrency" in done.stderr and not done.stdout
+
+
+def test_nightly_tunes_each_load_into_its_own_preset(tiny_space, models_dir, autotune_home):
+    args = ["nightly", "--model", "tiny", "--space", str(tiny_space), "--models-dir", str(models_dir), "--trials", "3",
+            "--top", "1", "--confirm-repeats", "2", "--max-tokens", "8", "--seed", "0", "--no-pruning",
+            "--threads", "1", "--concurrency", "1,2"]
+    first = CliRunner().invoke(cli, args)
+    assert first.exit_code == 0, first.output
+    assert "--concurrency 1: improved: tiny: first preset" in first.output
+    assert "--concurrency 2: improved: tiny: first preset" in first.output
+    presets = json.loads(run("presets", "list", "--json").output)
+    assert sorted((p["model"], p["concurrency"]) for p in presets) == [("tiny", 1), ("tiny", 2)]
+    two = next(p for p in presets if p["concurrency"] == 2)["argv"]
+    assert two[two.index("-np") + 1] == "2"
+    again = CliRunner().invoke(cli, args)
+    assert again.exit_code == 3 and again.output.count("no new or changed model files") == 2, again.output
