@@ -42,6 +42,11 @@ class ServerCapabilities:
     def has_flag(self, flag: str) -> bool:
         return flag in self.flags
 
+    def runs(self, spec_type: str) -> bool:
+        """Whether `--spec-type spec_type` works: every member known, and a list only where the binary takes one."""
+        members = spec_type.split(",")
+        return all(m in self.spec_types for m in members) and (len(members) == 1 or self.combines_spec_types)
+
 
 _cache: dict[tuple[str, int, int], ServerCapabilities] = {}
 

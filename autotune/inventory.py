@@ -51,7 +51,7 @@ def _server_notes(space: SearchSpace, server: ServerCapabilities | None) -> list
     if server is None:
         return ["no llama-server found: --engine server and `autotune confirm` need one (pip install 'autotune[server]')"]
     notes = []
-    missing_types = sorted(set(space.spec_types) - server.spec_types - {"none"})
+    missing_types = sorted(t for t in space.spec_types if not server.runs(t))
     if missing_types:
         notes.append(f"this llama-server cannot run {', '.join(missing_types)}")
     wants_pctree = any(r.param.name.startswith("dspark_pctree") for r in space.spec_types.get("draft-dspark", ()))

@@ -86,7 +86,9 @@ def test_engines_list_the_combinations_they_run():
     listing = "--spec-type none,draft-simple,ngram-simple,ngram-mod\n   comma-separated list of types of speculative decoding"
     server = parse_capabilities(listing, "version: 1")
     assert server.combines_spec_types
-    assert not parse_capabilities("--spec-type none,ngram-mod   type of speculative decoding", "").combines_spec_types
+    older = parse_capabilities("--spec-type none,ngram-mod   type of speculative decoding", "")
+    assert not older.combines_spec_types and older.runs("ngram-mod") and not older.runs("ngram-mod,ngram-mod")
+    assert server.runs("ngram-mod,draft-simple") and not server.runs("ngram-cache,draft-simple")
     assert combinations_of(server.spec_types) == {
         "ngram-simple,ngram-mod", "ngram-simple,draft-simple", "ngram-mod,draft-simple", "ngram-simple,ngram-mod,draft-simple"}
 
