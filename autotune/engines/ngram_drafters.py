@@ -27,6 +27,13 @@ The ports keep llama.cpp's quirks, because the counts must equal llama-server's:
 
 A drafter's `draft` may return more than `n_max` tokens: like `common_speculative_draft`, the caller
 cuts the draft to the room left (ngram-mod's acceptance statistics see the uncut length).
+
+Not modelled: a target whose memory cannot drop part of a sequence (recurrent or hybrid models:
+llama-server's `COMMON_CONTEXT_SEQ_RM_TYPE_FULL`, or `_RS` past its bound) makes llama-server restore a
+checkpoint after a partial acceptance and replay the accepted tokens, and only the replay calls
+`common_speculative_accept`, with one token more (the bonus token is replayed as a draft token). Its
+ngram-map draft lengths and ngram-mod streaks then differ from these. Attention-only targets (Gemma 3,
+Qwen3, Llama 3.1) remove the rejected tail in place, as the python engine does.
 """
 
 from __future__ import annotations
