@@ -1,4 +1,4 @@
-"""What the Gemma 3 270M benchmarks share: the bundled mix, one prompt per category, checked inputs."""
+"""What the Gemma 3 270M benchmarks share: the mix a study of it measures, one prompt per category, checked inputs."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import tempfile
 from pathlib import Path
 
 from autotune.progress import SilentReporter
-from autotune.prompts import PromptMix, load_prompt_mix
+from autotune.prompts import PromptMix
 from autotune.runner import SearchInputs, SearchOptions, check_inputs
 
 MODELS_DIR = Path(tempfile.gettempdir()) / "autotune-bench-models"
@@ -18,4 +18,4 @@ def gemma_inputs(*, trials: int, max_tokens: int, seed: int) -> tuple[SearchOpti
                             max_tokens=max_tokens, storage_url=None, models_dir=MODELS_DIR, space_file=None,
                             seed=seed, threads=None, baseline_every=0)
     inputs = check_inputs("gemma3-270m", options, SilentReporter())
-    return options, inputs, load_prompt_mix().take(per_category=1)
+    return options, inputs, inputs.mix  # the mix a study of Gemma measures: continuations, for a base model
