@@ -120,10 +120,6 @@ def test_a_study_fails_the_trials_that_do_not_fit_and_goes_on(tmp_path, models_d
 
         [spec_types.draft-simple]
         draft_n_max = [1, 6]
-
-        [spec_types.ngram-simple]
-        ngram_simple_size_n = [1, 3]
-        ngram_simple_size_m = [2, 8]
     """))
     with PythonEngine(context_size=512, threads=1) as probe:
         monkeypatch.setenv("AUTOTUNE_MEMORY_BUDGET_GIB", str(fitting_budget_gib(probe, target, models_dir / big_draft.name)))
@@ -133,6 +129,6 @@ def test_a_study_fails_the_trials_that_do_not_fit_and_goes_on(tmp_path, models_d
     assert result.exit_code == 0, result.output
     trials = json.loads(CliRunner().invoke(cli, ["trials", "--model", "tiny", "--json"]).output)
     draft_trials = [t for t in trials if t["spec_type"] == "draft-simple"]
-    assert draft_trials and all(t["state"] == "FAIL" and OUT_OF_MEMORY.search(t["fail_reason"]) for t in draft_trials), draft_trials
-    completed = {t["spec_type"] for t in trials if t["state"] == "COMPLETE"}
-    assert "none" in completed and len(completed) > 1, trials  # the study went on past the pair that did not fit
+    assert len(draft_trials) >= 2, trials  # the study went on past the first pair that did not fit
+    assert all(t["state"] == "FAIL" and OUT_OF_MEMORY.search(t["fail_reason"]) for t in draft_trials), draft_trials
+    assert any(t["spec_type"] == "none" and t["state"] == "COMPLETE" for t in trials), trials

@@ -2,7 +2,8 @@
 
 The engine's build_tree is lazy and touches only candidate tokens; the reference here scores every
 node's children from scratch in float64 over the whole vocabulary (the Markov bias of every token),
-then restricts them to the documented candidates, and compares every frontier child at once. On
+then restricts them to the documented candidates (a row's 256 leading tokens: all of them at vocabulary
+64, exact scores), and compares every frontier child at once. On
 random logits the two must give the same tree, node for node, in the same batch order.
 """
 
@@ -11,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from autotune.engines.pctree import _CANDIDATES, _EXACT_VOCAB, MarkovHead, Tree, build_tree, leading_ids
+from autotune.engines.pctree import _CANDIDATES, MarkovHead, Tree, build_tree, leading_ids
 
 
 def reference_tree(last: int, chain: list[int], rows: np.ndarray, markov: MarkovHead, *, k: int, n: int,
@@ -27,7 +28,7 @@ def reference_tree(last: int, chain: list[int], rows: np.ndarray, markov: Markov
         z = rows[depth].astype(np.float64)
         if not on_chain:  # the row as the graph would have made it after `token` instead of the greedy parent
             z = z - bias(last if depth == 0 else chain[depth - 1]) + bias(token)
-        ids = np.arange(vocab) if vocab <= _EXACT_VOCAB else np.argsort(-rows[depth])[:_CANDIDATES]
+        ids = np.argsort(-rows[depth])[:_CANDIDATES]  # every token of a small vocabulary
         z = z[ids]
         logp = z - (z.max() + np.log(np.exp(z - z.max()).sum()))
         return dict(zip(ids.tolist(), logp.tolist()))

@@ -9,9 +9,9 @@ chain, so from any state it accepts at least what linear DSpark would, then grow
 log-probability, each node taking at most k children, up to n drafted nodes, the draft's depth and
 `MAX_TREE_LEAVES` leaves.
 
-Host cost per step (it runs between two decodes): up to a vocabulary of `_EXACT_VOCAB` every token is
-a candidate child and scores are exact. Above it each depth's candidates are the `_CANDIDATES` leading
-tokens of its block row, found without sorting the vocabulary (`leading_ids`); every score (chain or not) is a
+Host cost per step (it runs between two decodes): each depth's candidate children are the
+`_CANDIDATES` leading tokens of its block row (every token of a vocabulary that small), found for all
+depths at once without sorting the vocabulary (`leading_ids`); every score, chain or not, is a
 log-probability among those candidates, and the Markov bias is computed for candidate tokens only
 (markov_w2's candidate rows), once per expanded node. Nothing else touches the whole vocabulary.
 """
@@ -32,10 +32,8 @@ __all__ = ["MAX_TREE_LEAVES", "MarkovHead", "Tree", "build_tree", "leading_ids"]
 #: Sequence ids of the DSpark target context: a PCTree verify step uses one per leaf.
 MAX_TREE_LEAVES = 64
 
-#: Vocabularies up to this size get exact parent-conditioned scores over every token; larger ones
-#: score children among the leading `_CANDIDATES` tokens of each block row (a tree is a guess either
-#: way: verification keeps the output exact).
-_EXACT_VOCAB = 4096
+#: Children are scored among the leading `_CANDIDATES` tokens of each block row (a tree is a guess
+#: either way: verification keeps the output exact); a vocabulary up to that size is scored exactly.
 _CANDIDATES = 256
 _GROUPS = 64  # leading_ids: a row is cut into this many interleaved groups
 
@@ -161,24 +159,19 @@ def _log_softmax(z: np.ndarray) -> np.ndarray:
 
 class _Rows:
     """The block rows a tree reads, prepared for all its depths at once: the candidate tokens of a
-    child at each depth (`ids`, one row per depth; None: the whole vocabulary), their markov_w2 rows,
-    the chain parent's log-probabilities over them, and the rows without the chain parent's Markov bias."""
+    child at each depth (`ids`, one row per depth), their markov_w2 rows, the chain parent's
+    log-probabilities over them, and the rows at them without the chain parent's Markov bias."""
 
     def __init__(self, rows: np.ndarray, greedy_parents: list[int], markov: MarkovHead):
-        w1 = markov.w1[greedy_parents]  # (depths, R)
-        if rows.shape[1] <= _EXACT_VOCAB:
-            self.ids, self.w2, values = None, None, rows
-            bias = w1 @ markov.w2.T
-        else:
-            self.ids = leading_ids(rows, _CANDIDATES)
-            self.w2, values = markov.w2[self.ids], np.take_along_axis(rows, self.ids, 1)
-            bias = np.matmul(self.w2, w1[:, :, None])[:, :, 0]
+        self.ids = leading_ids(rows, _CANDIDATES)
+        self.w2, values = markov.w2[self.ids], np.take_along_axis(rows, self.ids, 1)
+        bias = np.matmul(self.w2, markov.w1[greedy_parents][:, :, None])[:, :, 0]
         self.chain_logp = _log_softmax(values)
         self.base = values.astype(np.float32) - (bias * markov.scale if markov.scale != 1.0 else bias)
 
     def child_logp(self, depth: int, parent: int, markov: MarkovHead) -> np.ndarray:
         """Log-probabilities of the candidates at `depth` after an off-chain `parent`."""
-        return _log_softmax(self.base[depth] + markov.bias(parent, None if self.ids is None else self.w2[depth]))
+        return _log_softmax(self.base[depth] + markov.bias(parent, self.w2[depth]))
 
 
 def build_tree(last: int, chain: list[int], rows: np.ndarray, markov: MarkovHead, *, k: int, n: int,
@@ -221,14 +214,14 @@ def build_tree(last: int, chain: list[int], rows: np.ndarray, markov: MarkovHead
         top = np.argpartition(logp, -m)[-m:]
         out = []
         for j in top[np.argsort(-logp[top])]:
-            token = int(j if prepared.ids is None else prepared.ids[d, j])
+            token = int(prepared.ids[d, j])
             if token not in kids[node]:
                 out.append((token, float(logp[j])))
         return out[:k]
 
     node = 0
     for d, token in enumerate(chain[:depth_used]):
-        j = token if prepared.ids is None else int(np.flatnonzero(prepared.ids[d] == token)[0])
+        j = int(np.flatnonzero(prepared.ids[d] == token)[0])
         node = add(node, token, scores[node] + float(prepared.chain_logp[d, j]), True)
     # entries: (-score, order, parent, token); token -1 = "expand parent" (its children score below it)
     heap: list[tuple[float, int, int, int]] = [(-scores[i], i, i, -1) for i in range(len(tokens)) if depths[i] < depth_max]

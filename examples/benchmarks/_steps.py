@@ -2,7 +2,8 @@
 sampler chain, or in autotune's own host code, and how many bytes each step copies off the device.
 
 `StepProfile` wraps, for as long as it is entered, the few libllama calls the engine's loops make
-(`llama_decode`, `llama_process`, `llama_sampler_sample`, and the batch calls that mark output rows),
+(`llama_decode`, `llama_process`, `llama_sampler_sample`, the KV cache's `llama_memory_seq_*`, and the
+batch calls that mark output rows),
 looked up as module attributes by the engine, so nothing in autotune changes to be measured. A decode
 is followed by `llama_synchronize`, so on a GPU the device's work lands inside the decode's time
 instead of in whatever reads the logits next. Bytes copied off the device per decode are counted from
@@ -23,6 +24,9 @@ import llama_cpp
 from autotune.engines import _dflash_ctypes as dfc
 
 
+_KV_CALLS = ("llama_memory_seq_rm", "llama_memory_seq_cp", "llama_memory_seq_keep")
+
+
 @dataclass
 class Tally:
     """Accumulated over the decode phases of the generations profiled."""
@@ -31,6 +35,7 @@ class Tally:
     wall_s: float = 0.0
     decode_s: float = 0.0  # inside llama_decode/llama_process, device work included
     sampler_s: float = 0.0  # inside llama_sampler_sample (llama-server runs the same chain per position)
+    kv_s: float = 0.0  # inside llama_memory_seq_rm/cp/keep (llama-server rolls its caches back the same way)
     logits_bytes: int = 0
     other_bytes: int = 0  # layer inputs and confidence rows
 
@@ -43,9 +48,13 @@ class Tally:
         return 1000 * self.sampler_s / self.steps if self.steps else 0.0
 
     @property
+    def kv_ms_per_step(self) -> float:
+        return 1000 * self.kv_s / self.steps if self.steps else 0.0
+
+    @property
     def own_ms_per_step(self) -> float:
-        """Host time that is autotune's own (Python, numpy): neither llama.cpp's decode nor its sampler."""
-        return self.host_ms_per_step - self.sampler_ms_per_step
+        """Host time that is autotune's own (Python, numpy): not in llama.cpp's decode, sampler or KV cache."""
+        return self.host_ms_per_step - self.sampler_ms_per_step - self.kv_ms_per_step
 
     @property
     def host_share(self) -> float:
@@ -70,12 +79,14 @@ class StepProfile:
     conf_width: int = 0  # floats per confidence row of the draft (0: none read)
     events: list[tuple[float, float, str, int, int]] = field(default_factory=list)  # start, seconds, kind, ctx, rows
     _saved: dict = field(default_factory=dict)
+    _saved_kv: dict = field(default_factory=dict)
     _ext_outputs: int = 0
 
     def __enter__(self) -> "StepProfile":
         decode, process, sample = llama_cpp.llama_decode, dfc.llama_process, llama_cpp.llama_sampler_sample
         set_output = dfc.llama_batch_ext_set_output_logits
         self._saved = {"decode": decode, "process": process, "sample": sample, "set_output": set_output}
+        self._saved_kv = {name: getattr(llama_cpp, name) for name in _KV_CALLS}
 
         def timed_decode(ctx, batch):
             rows = sum(1 for i in range(batch.n_tokens) if batch.logits[i]) if batch.logits else 1
@@ -103,13 +114,26 @@ class StepProfile:
             self.events.append((start, time.perf_counter() - start, "sample", 0, 0))
             return token
 
+        for name, call in self._saved_kv.items():
+            setattr(llama_cpp, name, self._timed_kv(call))
         llama_cpp.llama_decode = timed_decode
         dfc.llama_process = timed_process
         dfc.llama_batch_ext_set_output_logits = counted_output
         llama_cpp.llama_sampler_sample = timed_sample
         return self
 
+    def _timed_kv(self, call):
+        def timed(*args):
+            start = time.perf_counter()
+            value = call(*args)
+            self.events.append((start, time.perf_counter() - start, "kv", 0, 0))
+            return value
+
+        return timed
+
     def __exit__(self, *exc) -> None:
+        for name, call in self._saved_kv.items():
+            setattr(llama_cpp, name, call)
         llama_cpp.llama_decode = self._saved["decode"]
         dfc.llama_process = self._saved["process"]
         dfc.llama_batch_ext_set_output_logits = self._saved["set_output"]
@@ -123,6 +147,9 @@ class StepProfile:
                 continue
             if kind == "sample":
                 into.sampler_s += seconds
+                continue
+            if kind == "kv":
+                into.kv_s += seconds
                 continue
             into.decode_s += seconds
             rows, n_tokens = divmod(packed, 1000_000)

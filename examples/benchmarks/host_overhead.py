@@ -7,7 +7,8 @@ decode) of the decode phase:
 
 * host ms: wall time outside llama_decode / llama_process (device work included in those: each is
   followed by llama_synchronize), split into llama.cpp's sampler chain (`llama_sampler_sample`, which
-  llama-server runs per position too) and autotune's own Python and numpy work;
+  llama-server runs per position too), its KV cache calls (`llama_memory_seq_*`, llama-server's too) and
+  autotune's own Python and numpy work;
 * host share: host time / step time;
 * bytes copied off the device: logits rows, and layer inputs plus DSpark confidence rows.
 
@@ -101,12 +102,12 @@ def main() -> None:
         print(f"{engine.build_info}")
         print(f"vocab {args.vocab}, n_embd {args.n_embd}, Markov rank {args.markov_rank}, block {args.block_size}, "
               f"{len(mix.prompts)} prompts x {args.max_tokens} tokens")
-        print(f"{'spec type':<22}{'steps':>6}{'host ms':>9}{'sampler':>9}{'own ms':>8}{'host %':>8}"
+        print(f"{'spec type':<22}{'steps':>6}{'host ms':>9}{'sampler':>9}{'kv':>7}{'own ms':>8}{'host %':>8}"
               f"{'logits KiB':>12}{'other KiB':>11}   (per step)")
         for label, config in configs(files, args.block_size).items():
             t, _ = measure_profiled(engine, config, mix, args.max_tokens)
             logits, other = t.bytes_per_step()
-            print(f"{label:<22}{t.steps:>6}{t.host_ms_per_step:>9.3f}{t.sampler_ms_per_step:>9.3f}"
+            print(f"{label:<22}{t.steps:>6}{t.host_ms_per_step:>9.3f}{t.sampler_ms_per_step:>9.3f}{t.kv_ms_per_step:>7.3f}"
                   f"{t.own_ms_per_step:>8.3f}{100 * t.host_share:>7.1f}%{logits / 1024:>12.1f}{other / 1024:>11.1f}",
                   flush=True)
 

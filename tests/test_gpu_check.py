@@ -1,0 +1,40 @@
+"""examples/benchmarks/gpu_check.sh --cpu: the device check runs here as it will on a GPU, and prints
+every line the closing note of the GPU issue reads (tiny settings: it measures nothing worth quoting)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+NUMBER = r"[0-9]+\.[0-9]+"
+
+
+@pytest.mark.slow
+def test_gpu_check_runs_on_the_cpu_and_prints_every_figure(tmp_path):
+    done = subprocess.run(
+        ["bash", "examples/benchmarks/gpu_check.sh", "--cpu", "--max-tokens", "4", "--prompts", "1", "--trials", "3",
+         "--vocab", "4096", "--search-args", "--no-confirm --no-pruning"],
+        cwd=REPO, capture_output=True, text=True, timeout=1800, env={**os.environ, "AUTOTUNE_HOME": str(tmp_path)},
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert any(re.match(r"device: CPU .* GiB free$", line) for line in lines), lines
+    for section, names in {"gemma": ["none", "ngram-simple n4 m16", "draft-simple n_max=4"],
+                           "fixture": ["none", "ngram-simple n2 m8", "draft-simple n_max=4", "draft-dspark n_max=8"]}.items():
+        for name in names:
+            row = next((line for line in lines if line.startswith(f"{section}: {name} ")), None)
+            assert row, (section, name, lines)
+            python_tok_s, server_tok_s, ratio, host, host_ms = re.findall(rf"({NUMBER})%?", row.removeprefix(f"{section}: {name}"))[:5]
+            assert float(ratio) == pytest.approx(float(python_tok_s) / float(server_tok_s), rel=0.2, abs=0.02), row
+            assert 0 <= float(host) < 100 and float(host_ms) > 0, row
+            assert row.endswith(" rss"), row  # memory in use: this process's, there being no GPU
+    pctree = next(line for line in lines if line.startswith("fixture: pctree k=3 n=16 "))
+    assert re.search(rf"{NUMBER}\s+-\s+-\s+{NUMBER}%", pctree), pctree  # llama-server has no PCTree flags
+    command = next(line for line in lines if line.startswith("search: ") and "llama-server" in line and " -m " in line)
+    assert "gemma-3-270m-q4_k_m.gguf" in command and "--temp 0" in command
+    assert lines[-1] == "search: exit 0"
