@@ -24,7 +24,6 @@ from autotune.spec import (
     spec_members,
 )
 
-
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
@@ -173,12 +172,12 @@ def load_space(path: Path) -> SearchSpace:
     except OSError as exc:
         raise SearchSpaceError(f"{path}: cannot read: {exc.strerror or exc}") from exc
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise SearchSpaceError(f"{path}: not valid TOML: {exc}") from exc
     return parse_space(path, data)
 
 
 def parse_space(path: Path, data: dict[str, Any]) -> SearchSpace:
     """Validate the tables of a search space (read from `path`, or built for an ad-hoc model)."""
-        raise SearchSpaceError(f"{path}: not valid TOML: {exc}") from exc
     return _SpaceParser(path).parse(data)
 
 
