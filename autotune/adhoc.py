@@ -25,8 +25,10 @@ from autotune.space import DRAFT_IS_TARGET, SearchSpace, parse_space
 #: Ranges each inferred spec type is searched over (TOML values of a [spec_types.<type>] table).
 SPEC_TYPE_RANGES: dict[str, dict[str, list]] = {
     "ngram-simple": {"ngram_simple_size_n": [1, 6], "ngram_simple_size_m": [2, 32]},
-    "ngram-map-k": {"ngram_map_k_size_n": [2, 8], "ngram_map_k_size_m": [4, 32], "ngram_map_k_min_hits": [1, 3]},
-    "ngram-mod": {"ngram_mod_n_match": [4, 32], "ngram_mod_n_max": [8, 64], "ngram_mod_n_min": [0, 4]},
+    "ngram-map-k": {"ngram_map_k_size_n": [2, 8], "ngram_map_k_size_m": [4, 32]},  # it never reads min_hits
+    "ngram-map-k4v": {"ngram_map_k4v_size_n": [2, 8], "ngram_map_k4v_size_m": [4, 24], "ngram_map_k4v_min_hits": [1, 3]},
+    "ngram-mod": {"ngram_mod_n_match": [4, 32], "ngram_mod_n_max": [8, 64], "ngram_mod_n_min": [0, 8]},
+    "ngram-cache": {},
     "draft-simple": {"draft_n_max": [1, 8], "draft_n_min": [0, 2], "draft_p_min": [0.0, 0.9, 0.1]},
     "draft-dspark": {"draft_n_max": [1, 8], "dspark_pctree": [False, True], "dspark_pctree_k": [2, 4],
                      "dspark_pctree_n": [8, 32]},
@@ -34,7 +36,7 @@ SPEC_TYPE_RANGES: dict[str, dict[str, list]] = {
     "draft-eagle3": {"draft_n_max": [1, 8]},
     "draft-mtp": {"draft_n_max": [1, 4]},
 }
-NGRAM_TYPES = ("ngram-simple", "ngram-map-k", "ngram-mod")
+NGRAM_TYPES = ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")
 DEFAULT_CONTEXT = 4096
 
 

@@ -24,7 +24,7 @@ from autotune.results import BestResult, best_result
 from autotune.space import SearchSpace, find_space_file, load_space
 from autotune.sampling import GREEDY, SERVER_MIN_P, SERVER_TOP_K, SERVER_TOP_P, Sampling
 from autotune.server_binary import command_binary, server_binary_available
-from autotune.spec import DRAFT_SAMPLING, SpecConfig
+from autotune.spec import DRAFT_SAMPLING, SpecConfig, is_combination
 from autotune.study import latest_version, load_study, study_kinds, study_levels, study_name
 from autotune.nightly import NightlyOutcome, decide, unchanged_files
 from autotune.objectives import DEFAULT_OBJECTIVE, OBJECTIVES
@@ -240,7 +240,8 @@ def runnable_space(space: SearchSpace, engine: Engine, candidates: Candidates, r
     if not [t for t in runnable.spec_types if t != "none"]:
         raise SearchSpaceError(
             f"{space.path}: nothing speculative to search: the {engine.name} engine runs "
-            f"{', '.join(sorted(engine.runnable_spec_types))}, and no draft type has a runnable file pair"
+            f"{', '.join(sorted(t for t in engine.runnable_spec_types if not is_combination(t)))} (and their "
+            "combinations), and no draft type has a runnable file pair"
         )
     return runnable_runtime(runnable, engine, reporter)
 

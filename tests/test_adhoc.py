@@ -24,7 +24,8 @@ def test_the_space_follows_from_the_headers_and_the_name_from_general_name(model
     target = models_dir / "tiny-target.gguf"
     space = adhoc_space(target, [models_dir / "tiny-draft.gguf", models_dir / "tiny-dspark.gguf"])
     assert space.model.name == "tiny-qwen3-a-s0"  # general.name, as a slug
-    assert set(space.spec_types) == {"ngram-simple", "ngram-map-k", "ngram-mod", "draft-simple", "draft-dspark"}
+    assert set(space.spec_types) == {"ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache",
+                                     "draft-simple", "draft-dspark"}
     assert space.drafts["draft-dspark"].pattern == str((models_dir / "tiny-dspark.gguf").resolve())
     assert draft_type_of(read_gguf_info(models_dir / "tiny-dspark.gguf")) == "draft-dspark"
     pctree = {r.param.name for r in space.spec_types["draft-dspark"]}
