@@ -251,6 +251,9 @@ def runnable_runtime(space: SearchSpace, engine: Engine, reporter: SearchReporte
     apply is refused (bad input, before any trial); one this llama-server lacks (`-bs` on an older
     build) is left out and said so."""
     missing = [r.param for r in space.runtime if not engine.supports_runtime(r.param)]
+    if engine.name != "server" and any("draft-dflash" in t or "draft-dspark" in t for t in space.spec_types):
+        # the in-process DFlash/DSpark pair builds its draft context from the target's settings
+        missing += [r.param for r in space.runtime if r.param.name.startswith("draft_cache_type")]
     if not missing:
         return space
     flags = ", ".join(f"{p.name} ({p.flag})" for p in missing)
