@@ -30,6 +30,7 @@ from autotune.space import load_space
 from autotune.spec import SpecConfig
 from autotune.study import study_name
 from autotune.testing import tiny_gguf
+from autotune.testing.processes import our_llama_servers
 from storage.presets import Preset, PresetStore
 
 MIX = PromptMix("test", (
@@ -38,20 +39,6 @@ MIX = PromptMix("test", (
     Prompt("c", "code", "def f(x): return x + 1\ndef g(x): return f(x) * 2\n"),
 ))
 NGRAM = {"ngram_simple_size_n": 2, "ngram_simple_size_m": 8}
-
-
-def our_llama_servers() -> set[int]:
-    pids = set()
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                comm = Path(f"/proc/{entry}/comm").read_text().strip()
-                ppid = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-            if comm == "llama-server" and ppid == os.getpid():
-                pids.add(int(entry))
-    return pids
 
 
 @pytest.fixture(scope="module", autouse=True)

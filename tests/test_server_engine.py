@@ -24,6 +24,7 @@ from autotune.errors import ServerBinaryError
 from autotune.server_binary import SERVER_BINARY_ENV, resolve_server_binary
 from autotune.spec import SpecConfig
 from autotune.testing import tiny_gguf
+from autotune.testing.processes import our_llama_servers
 
 TINY_MIX = PromptMix(
     "test",
@@ -32,23 +33,6 @@ TINY_MIX = PromptMix(
         Prompt("b", "rag", "Hello, world! This is a test prompt. Hello, world! This is a test prompt."),
     ),
 )
-
-
-def our_llama_servers() -> set[int]:
-    """llama-server processes this test process started and has not reaped (a /proc scan like
-    `pgrep -x llama-server -P <pid>`, so servers other programs run on this machine do not count)."""
-    pids = set()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            comm = Path(f"/proc/{entry}/comm").read_text().strip()
-            ppid = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        if comm == "llama-server" and ppid == os.getpid():
-            pids.add(int(entry))
-    return pids
 
 
 @pytest.fixture(scope="module", autouse=True)
