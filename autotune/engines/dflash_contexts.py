@@ -58,7 +58,7 @@ class _Views:
         self._cache: dict[tuple[int, int, int], np.ndarray] = {}
 
     def rows(self, ptr, n_rows: int, width: int) -> np.ndarray:
-        key = (ctypes.cast(ptr, ctypes.c_void_p).value, n_rows, width)
+        key = (ctypes.addressof(ptr.contents), n_rows, width)  # a sixth of what a cast costs
         view = self._cache.get(key)
         if view is None:
             if len(self._cache) > 16:
@@ -86,7 +86,13 @@ class TargetContext(Context):
         self._tokens = np.ctypeslib.as_array(self.batch.token, shape=(n_batch,))
         self._positions = np.ctypeslib.as_array(self.batch.pos, shape=(n_batch,))
         self._outputs = np.ctypeslib.as_array(self.batch.logits, shape=(n_batch,))
-        self.tree_batch = llama_cpp.llama_batch_init(n_batch, 0, n_seq_max)
+        self.tree_batch = tree = llama_cpp.llama_batch_init(n_batch, 0, n_seq_max)
+        self._tree_tokens = np.ctypeslib.as_array(tree.token, shape=(n_batch,))
+        self._tree_positions = np.ctypeslib.as_array(tree.pos, shape=(n_batch,))
+        self._tree_n_seq_ids = np.ctypeslib.as_array(tree.n_seq_id, shape=(n_batch,))
+        np.ctypeslib.as_array(tree.logits, shape=(n_batch,))[:] = 1  # a tree batch outputs every token
+        # llama_batch_init allocates each token's sequence-id array on its own
+        self._tree_seq_ids = [np.ctypeslib.as_array(tree.seq_id[i], shape=(n_seq_max,)) for i in range(n_batch)]
         self.n_embd = llama_cpp.llama_model_n_embd(model.ptr)
         self.layer_ids = list(layer_ids)
         for lid in self.layer_ids:
@@ -131,15 +137,11 @@ class TargetContext(Context):
         if max(positions) >= self.n_ctx:
             raise EngineError(f"context of {self.n_ctx} tokens is too small (raise context_size in the search space)")
         batch = self.tree_batch
-        for i in range(n):
-            batch.token[i] = tokens[i]
-            batch.pos[i] = positions[i]
-            ids = seq_ids[i]
-            batch.n_seq_id[i] = len(ids)
-            row = batch.seq_id[i]
-            for j, s in enumerate(ids):
-                row[j] = s
-            batch.logits[i] = True
+        self._tree_tokens[:n] = tokens
+        self._tree_positions[:n] = positions
+        self._tree_n_seq_ids[:n] = [len(ids) for ids in seq_ids]
+        for row, ids in zip(self._tree_seq_ids, seq_ids):
+            row[: len(ids)] = ids
         batch.n_tokens = n
         status = llama_cpp.llama_decode(self.ptr, batch)
         if status != 0:

@@ -13,7 +13,8 @@ Host cost per step (it runs between two decodes): each depth's candidate childre
 `_CANDIDATES` leading tokens of its block row (every token of a vocabulary that small), found for all
 depths at once without sorting the vocabulary (`leading_ids`); every score, chain or not, is a
 log-probability among those candidates, and the Markov bias is computed for candidate tokens only
-(markov_w2's candidate rows), once per expanded node. Nothing else touches the whole vocabulary.
+(markov_w2's candidate rows), once per expanded node. Nothing else touches the whole vocabulary,
+and a budget the chain fills alone (n no more than its length) scores nothing.
 """
 
 from __future__ import annotations
@@ -137,15 +138,17 @@ def leading_ids(rows: np.ndarray, count: int) -> np.ndarray:
         return np.broadcast_to(np.arange(n), (n_rows, n))
     if width < count:
         return np.argpartition(rows, -count, axis=1)[:, -count:]
-    maxima = rows[:, : _GROUPS * width].reshape(n_rows, _GROUPS, width).max(axis=1)
+    cut = _GROUPS * width
+    maxima = rows[:, :cut].reshape(n_rows, _GROUPS, width).max(axis=1)
     all_columns = np.argpartition(maxima, -count, axis=1)[:, -count:]
-    tail = np.arange(_GROUPS * width, n)
+    floors = np.take_along_axis(maxima, all_columns, axis=1).min(axis=1)
     out = np.empty((n_rows, count), dtype=np.int64)
     for i, (row, columns) in enumerate(zip(rows, all_columns)):
-        block = row[: _GROUPS * width].reshape(_GROUPS, width)[:, columns]
-        group, column = np.nonzero(block >= maxima[i, columns].min())
-        ids = np.concatenate([group * width + columns[column], tail])
-        values = np.concatenate([block[group, column], row[tail]])
+        block = row[:cut].reshape(_GROUPS, width)[:, columns].reshape(-1)  # group-major, as np.nonzero of the matrix
+        hits = np.flatnonzero(block >= floors[i])
+        ids, values = hits // count * width + columns[hits % count], block[hits]
+        if cut < n:
+            ids, values = np.concatenate([ids, np.arange(cut, n)]), np.concatenate([values, row[cut:]])
         out[i] = ids[np.argpartition(values, -count)[-count:]]
     return out
 
@@ -185,13 +188,13 @@ def build_tree(last: int, chain: list[int], rows: np.ndarray, markov: MarkovHead
     (a child never scores above its parent), so only nodes that can still win are expanded.
     """
     depth_max = min(len(chain), len(rows))
+    if depth_max >= n:  # the chain alone fills the budget: nothing to score
+        return Tree(tokens=[last] + chain[:n], parents=list(range(-1, n)), depths=list(range(n + 1)))
     tokens, parents, depths, scores = [last], [-1], [0], [0.0]
     on_chain = [True]
     kids: list[set[int]] = [set()]
     n_leaves = 1
-    # the rows the chain reaches (with a budget below the draft's depth nothing else is expanded)
-    depth_used = min(depth_max, n)
-    prepared = _Rows(rows[:depth_used], [last] + chain[: depth_used - 1], markov) if depth_used else None
+    prepared = _Rows(rows[:depth_max], [last] + chain[: depth_max - 1], markov) if depth_max else None
 
     def add(parent: int, token: int, score: float, chain_node: bool) -> int:
         nonlocal n_leaves
@@ -210,17 +213,15 @@ def build_tree(last: int, chain: list[int], rows: np.ndarray, markov: MarkovHead
         """The node's best k children not in the tree yet: (token, log-probability)."""
         d = depths[node]
         logp = prepared.chain_logp[d] if on_chain[node] else prepared.child_logp(d, tokens[node], markov)
-        m = min(k + len(kids[node]), logp.size)
+        taken = kids[node]
+        m = min(k + len(taken), logp.size)
         top = np.argpartition(logp, -m)[-m:]
-        out = []
-        for j in top[np.argsort(-logp[top])]:
-            token = int(prepared.ids[d, j])
-            if token not in kids[node]:
-                out.append((token, float(logp[j])))
-        return out[:k]
+        top = top[np.argsort(-logp[top])]
+        ranked = zip(prepared.ids[d, top].tolist(), logp[top].tolist())
+        return [(token, lp) for token, lp in ranked if token not in taken][:k]
 
     node = 0
-    for d, token in enumerate(chain[:depth_used]):
+    for d, token in enumerate(chain[:depth_max]):
         j = int(np.flatnonzero(prepared.ids[d] == token)[0])
         node = add(node, token, scores[node] + float(prepared.chain_logp[d, j]), True)
     # entries: (-score, order, parent, token); token -1 = "expand parent" (its children score below it)
