@@ -79,7 +79,7 @@ class TargetContext(Context):
         super().__init__(model, n_ctx=n_ctx, runtime=runtime, n_seq_max=n_seq_max)
         n_batch = self.n_batch
         self.n_seq_max = n_seq_max
-        # the one-sequence batch (every token in sequence 0) is filled through numpy views; a tree batch
+        # both batches are filled through numpy views of their arrays; the one-sequence batch puts every token in sequence 0
         for i in range(n_batch):
             self.batch.n_seq_id[i] = 1
             self.batch.seq_id[i][0] = 0
