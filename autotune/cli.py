@@ -138,6 +138,8 @@ def trials(model, hardware, engine, objective, concurrency, storage, as_json):
         label = row["label"] or "-"
         if row["role"] == "baseline":
             label += " (baseline" + (f", drift {row['drift']:.3f})" if row["drift"] is not None else ")")
+        elif row["role"] == "spec-default":
+            label += " (llama.cpp's --spec-default" + (", drift check)" if row.get("drift_check") else ")")
         if row["lossless"] is False:
             label += f" [output differs, excluded: {row['lossless_reason']}]"
         if row["fail_reason"]:

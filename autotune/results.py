@@ -176,6 +176,7 @@ def trial_rows(study: optuna.Study) -> list[dict]:
                 "ci95": trial.user_attrs.get("ci95"),
                 "cv": trial.user_attrs.get("cv"),
                 "drift": trial.user_attrs.get("drift"),
+                "drift_check": bool(trial.user_attrs.get("drift_check")),
                 "e2e_tok_s": figures.get("e2e_tok_s"),
                 "lossless_reason": trial.user_attrs.get("lossless_reason"),
                 "speedup": attrs.get("speedup"),

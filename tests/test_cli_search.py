@@ -18,6 +18,7 @@ from click.testing import CliRunner
 from autotune.cli import cli
 from autotune.hardware import hardware_key
 from autotune.server_binary import command_binary
+from autotune.trials import is_reference
 
 
 def run(*args: str, ok: bool = True):
@@ -43,9 +44,10 @@ def test_tiny_search_stores_baseline_first_and_every_attr(tiny_space, models_dir
     assert argv[0] == command_binary()[0] and argv[1] == "-m"  # the llama-server that resolves here
     study = load(autotune_home, "tiny")
     trials = study.get_trials()
-    assert len(trials) == 5
-    baseline = trials[0]
+    assert len(trials) == 6  # 5 counted, and llama.cpp's --spec-default, a reference that is not
+    baseline, spec_default = trials[:2]
     assert baseline.user_attrs["role"] == "baseline" and baseline.user_attrs["config"]["spec_type"] == "none"
+    assert spec_default.user_attrs["role"] == "spec-default" and spec_default.state == optuna.trial.TrialState.COMPLETE
     assert baseline.state == optuna.trial.TrialState.COMPLETE
     for trial in trials:
         attrs = trial.user_attrs
@@ -57,7 +59,7 @@ def test_tiny_search_stores_baseline_first_and_every_attr(tiny_space, models_dir
             for key in ("per_prompt", "per_category", "figures", "output_tokens", "decode_samples"):
                 assert key in attrs, key
             assert len(attrs["per_prompt"]) == 11
-    for trial in trials[1:]:
+    for trial in [t for t in trials if not is_reference(t)]:
         assert trial.user_attrs["config"]["spec_type"] in ("draft-simple", "ngram-simple")
         if trial.state == optuna.trial.TrialState.COMPLETE:
             assert trial.user_attrs["lossless"] is True
@@ -72,11 +74,12 @@ def test_tiny_search_stores_baseline_first_and_every_attr(tiny_space, models_dir
 def test_rerun_resumes_the_same_study(tiny_space, models_dir, autotune_home):
     tiny_search(tiny_space, models_dir, "--trials", "3")
     tiny_search(tiny_space, models_dir, "--trials", "3")
-    assert len(load(autotune_home, "tiny").trials) == 3
+    assert len(load(autotune_home, "tiny").trials) == 4  # 3 counted and --spec-default
     tiny_search(tiny_space, models_dir, "--trials", "4")
     trials = load(autotune_home, "tiny").trials
-    assert len(trials) == 4
+    assert len(trials) == 5
     assert sum(t.user_attrs.get("role") == "baseline" for t in trials) == 1
+    assert sum(t.user_attrs.get("role") == "spec-default" for t in trials) == 1
 
 
 def test_changed_measurement_settings_are_refused(tiny_space, models_dir):
@@ -87,29 +90,31 @@ def test_changed_measurement_settings_are_refused(tiny_space, models_dir):
 
 
 def test_best_and_trials_read_the_study(tiny_space, models_dir, autotune_home):
-    tiny_search(tiny_space, models_dir, "--trials", "4", "--seed", "1")
+    # no pruning: on a loaded machine every search trial could be pruned, and the baseline be the best
+    tiny_search(tiny_space, models_dir, "--trials", "4", "--seed", "1", "--no-pruning")
     study = load(autotune_home, "tiny")
     best = json.loads(run("best", "--model", "tiny", "--json").stdout)
     assert set(best) >= {"command", "argv", "tok_s", "baseline_tok_s", "speedup", "params", "engine"}
     assert shlex.split(best["command"]) == best["argv"]
     assert Path(best["argv"][best["argv"].index("-m") + 1]).is_file()
-    # the best is the study's confirmed winner: a completed speculative trial, with its own figures
+    # the best is the study's confirmed winner (a finalist or --spec-default): a completed speculative trial
     trial = study.trials[best["trial"]]
     assert trial.state == optuna.trial.TrialState.COMPLETE and trial.user_attrs["lossless"] is True
     assert best["params"]["spec_type"] == trial.user_attrs["config"]["spec_type"] != "none"
     assert best["argv"] == trial.user_attrs["argv"]
     assert best["tok_s"] == round(trial.user_attrs["figures"]["mix_tok_s"], 3)
     assert best["speedup"] == round(trial.user_attrs["speedup"], 4)
-    confirmed = [c for c in study.user_attrs["confirmation"]["configs"] if c["role"] == "trial" and not c["failure"]]
+    confirmation = study.user_attrs["confirmation"]
+    confirmed = [c for c in confirmation["configs"] + confirmation["spec_defaults"] if not c["failure"]]
     assert best["trial"] == max(confirmed, key=lambda c: c["mean_tok_s"])["trial"]
     baseline = study.trials[trial.user_attrs["speedup_baseline_trial"]]
     assert best["baseline_tok_s"] == round(baseline.user_attrs["figures"]["mix_tok_s"], 3)
     rows = json.loads(run("trials", "--model", "tiny", "--json").stdout)
     assert [(r["number"], r["state"]) for r in rows] == [(t.number, t.state.name) for t in study.trials]
-    assert [r["number"] for r in rows] == [0, 1, 2, 3]
-    assert rows[0]["role"] == "baseline"
+    assert [r["number"] for r in rows] == [0, 1, 2, 3, 4]
+    assert [rows[0]["role"], rows[1]["role"]] == ["baseline", "spec-default"]
     text = run("trials", "--model", "tiny").output
-    assert "(baseline)" in text
+    assert "(baseline)" in text and "(llama.cpp's --spec-default)" in text
 
 
 @pytest.mark.slow
@@ -130,7 +135,7 @@ def test_gemma_search_end_to_end_in_a_real_process(tmp_path, gemma_path, autotun
 
     db = sqlite3.connect(autotune_home / "autotune.db")
     (count,) = db.execute("select count(*) from trials").fetchone()
-    assert count == 4
+    assert count == 5  # 4 counted and --spec-default
     study = load(autotune_home, "gemma3-270m")
     baseline_tokens = study.trials[0].user_attrs["output_tokens"]
     for trial in study.trials[1:]:
@@ -145,7 +150,7 @@ def test_the_sampler_never_measures_a_combination_that_cannot_draft(tmp_path, mo
                      'context_size = 512\n[spec_types.draft-simple]\ndraft_n_max = [1, 2]\ndraft_n_min = [0, 6]\n'
                      '[spec_types.ngram-simple]\nngram_simple_size_n = [2, 6]\nngram_simple_size_m = [1, 3]\n')
     tiny_search(space, models_dir, "--trials", "8", "--seed", "4", "--no-pruning", "--no-confirm")
-    configs = [t.user_attrs["config"] for t in load(autotune_home, "tiny").trials if t.user_attrs.get("role") != "baseline"]
+    configs = [t.user_attrs["config"] for t in load(autotune_home, "tiny").trials if not is_reference(t)]
     assert len(configs) == 7
     for config in configs:
         params = config["params"]

@@ -70,7 +70,8 @@ def test_ctrl_c_closes_the_running_trial_kills_the_server_and_the_study_resumes(
     done = subprocess.run(argv, env=env_for(autotune_home), capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     trials = study(autotune_home, engine="server").trials
-    assert sum(t.state.is_finished() for t in trials) == len(trials) == 6  # 5 counted + the interrupted one
+    # 5 counted, the interrupted --spec-default and the one measured on resuming
+    assert sum(t.state.is_finished() for t in trials) == len(trials) == 7
     assert not llama_servers_for(models_dir)
 
 
@@ -96,8 +97,9 @@ def test_repeats_give_intervals_and_drift_checks_are_recorded_not_counted(tiny_s
     assert result.exit_code == 0, result.output
     trials = study(autotune_home).trials
     checks = [t for t in trials if t.user_attrs.get("drift_check")]
-    assert len(checks) == 1 and len(trials) == 6  # baseline, 2 trials, drift check, 2 trials
-    assert all(t.user_attrs["drift"] > 0 for t in checks)
+    # baseline, --spec-default, 2 trials, the drift check of both references, 2 trials
+    assert [t.user_attrs["role"] for t in checks] == ["baseline", "spec-default"] and len(trials) == 8
+    assert checks[0].user_attrs["drift"] > 0
     for trial in trials:
         if trial.state == optuna.trial.TrialState.COMPLETE:
             assert len(trial.user_attrs["decode_samples"]) == 3
@@ -175,5 +177,5 @@ def test_a_trial_past_its_timeout_fails_and_the_study_goes_on(tmp_path, gemma_pa
     assert result.exit_code == 1 and "every trial failed" in result.output
     trials = optuna.load_study(study_name=f"gemma3-270m@{hardware_key()}:python",
                                storage=f"sqlite:///{autotune_home / 'autotune.db'}").trials
-    assert [t.state.name for t in trials] == ["FAIL", "FAIL"]
+    assert [t.state.name for t in trials] == ["FAIL", "FAIL", "FAIL"]  # baseline, --spec-default, one search trial
     assert all(t.user_attrs["fail_reason"].startswith("timeout") for t in trials)

@@ -81,16 +81,18 @@ def test_search_ends_with_a_confirmation_on_llama_server_that_best_leads_with(ti
                          "--confirm-repeats", "2")
     lines = result.stdout.splitlines()
     assert " on llama-server, baseline " in lines[1] and "2 interleaved rounds" in lines[1]
-    assert "in the search (trial" in lines[2] and "the in-process engine" in lines[2]
+    assert lines[2].startswith("# over llama.cpp's --spec-default (") and "same rounds" in lines[2]
+    assert "in the search (trial" in lines[3] and "the in-process engine" in lines[3]
     study = optuna.load_study(study_name=f"tiny@{hardware_key()}:python",
                               storage=f"sqlite:///{autotune_home / 'autotune.db'}")
     confirmation = study.user_attrs["confirmation"]
     assert confirmation["engine"] == "server" and confirmation["repeats"] == 2
     assert len(confirmation["configs"]) == 2 and all(len(c["samples"]) == 2 for c in confirmation["configs"])
+    assert [len(c["samples"]) for c in confirmation["spec_defaults"]] == [2]
     best = json.loads(run("best", "--model", "tiny", "--json").stdout)
     assert best["confirmed"]["engine"] == "server"
-    assert best["trial"] == max((c for c in confirmation["configs"] if not c["failure"]),
-                                key=lambda c: c["mean_tok_s"])["trial"]
+    rows = confirmation["configs"] + confirmation["spec_defaults"]  # --spec-default wins where it is fastest
+    assert best["trial"] == max((c for c in rows if not c["failure"]), key=lambda c: c["mean_tok_s"])["trial"]
     assert run("best", "--model", "tiny").stdout.splitlines()[1] == lines[1]
 
 

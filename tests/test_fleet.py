@@ -87,14 +87,14 @@ def test_a_killed_worker_trial_is_failed_by_the_heartbeat_and_requeued(tiny_spac
         doomed.kill()
     (running,) = [t for t in trials_of(fresh_postgres) if t.state == optuna.trial.TrialState.RUNNING]
     time.sleep(3.5)  # past the grace period of 3 heartbeats
-    survivor = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
+    survivor = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
     assert survivor.returncode == 0, survivor.stderr
     trials = trials_of(fresh_postgres)
     assert trials[running.number].state == optuna.trial.TrialState.FAIL
     (requeued,) = [t for t in trials if t.user_attrs.get("requeued_from") == running.number]
     assert requeued.state.is_finished() and requeued.params == running.params
     assert all(t.state.is_finished() for t in trials)
-    assert len(trials) == 5  # 4 counted trials and the dead worker's one
+    assert len(trials) == 6  # 4 counted trials, --spec-default and the dead worker's one
 
 
 def test_each_hardware_has_its_own_study_and_presets_of_every_machine_are_listed(

@@ -67,7 +67,7 @@ def test_spec_default_is_measured_after_the_baseline_again_at_each_drift_check_a
 
 @pytest.mark.slow
 def test_the_confirmation_measures_spec_default_in_the_same_rounds(tiny_space, models_dir, autotune_home):
-    server_study(tiny_space, models_dir, autotune_home, "--trials", "4", "--seed", "2")
+    server_study(tiny_space, models_dir, autotune_home, "--trials", "4", "--seed", "2", "--no-pruning")
     result = run("confirm", "--model", "tiny", "--top", "1", "--repeats", "2")
     assert "--spec-default" in result.output
     best = json.loads(run("best", "--model", "tiny", "--json").stdout)
