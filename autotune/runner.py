@@ -105,7 +105,8 @@ class ConfirmOptions:
 
 def check_inputs(model: str, options: SearchOptions, reporter: SearchReporter) -> SearchInputs:
     """Load and check everything the user named; a draft type none of whose pairs can run is an error.
-    What is only left out (a missing quant, one refused pair among good ones) is reported as a note."""
+    What is only left out (a missing quant, one refused pair among good ones) is reported as a note,
+    once the storage has opened too: an unusable --storage is then the one line a user sees."""
     space = (adhoc_space(options.target_file, options.draft_files, name=model) if options.target_file
              else load_model_space(model, options.space_file))
     if options.threads and any(r.param.name == "threads" for r in space.runtime):
@@ -120,16 +121,18 @@ def check_inputs(model: str, options: SearchOptions, reporter: SearchReporter) -
             raise ModelFileError(
                 f"{refused[0].describe()}; fix the drafts of {spec_type} in {space.path} or remove [spec_types.{spec_type}]"
             )
+    notes = []
     for pattern in files.missing:
         hint = "" if pattern.endswith(f"({PULL_HINT})") else " (`autotune quantize` writes a missing quant)"
-        reporter.note(f"no file matches {pattern}: left out{hint}")
-    for refused in candidates.refused:
-        reporter.note(f"not runnable: {refused.describe()}")
+        notes.append(f"no file matches {pattern}: left out{hint}")
+    notes += [f"not runnable: {refused.describe()}" for refused in candidates.refused]
     if mix is None:  # the bundled mix that suits the targets: continuations for a base model
-        prompts_file, note = default_mix_path(candidates.targets)
+        prompts_file, mix_note = default_mix_path(candidates.targets)
         mix = load_prompt_mix(prompts_file)
-        if note:
-            reporter.note(note)
+        notes += [mix_note] if mix_note else []
+    open_storage(resolve_storage_url(options.storage_url))
+    for note in notes:
+        reporter.note(note)
     return SearchInputs(space, mix.take(per_category=options.per_category), files, candidates)
 
 

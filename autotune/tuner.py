@@ -181,7 +181,7 @@ class Tuner:
             self.reporter.note(f"the {self.engine.name} engine cannot run {SPEC_DEFAULT_TYPE}, what llama.cpp's "
                                f"{SPEC_DEFAULT_FLAG} turns on: this study has no {SPEC_DEFAULT_FLAG} reference")
         for role, config in self.reference_configs():
-            if not baselines_of(study, config.target, role) and not _reference_waiting(study, config.target, role):
+            if not baselines_of(study, config.target, role) and not _reference_pending(study, config.target, role):
                 study.enqueue_trial({}, user_attrs={"role": role, "target": str(config.target)})
         if is_new and warm_start:
             self.reporter.note(f"warm start: {self.warm_start(study, list(warm_start))} earlier winners measured first")
@@ -505,6 +505,8 @@ def _ci95(samples: list[float]) -> list[float] | None:
     return [round(float(low), 3), round(float(high), 3)]
 
 
-def _reference_waiting(study: optuna.Study, target: Path, role: str) -> bool:
-    waiting = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))
-    return any(t.user_attrs.get("role") == role and t.user_attrs.get("target") == str(target) for t in waiting)
+def _reference_pending(study: optuna.Study, target: Path, role: str) -> bool:
+    """Whether a `role` reference of `target` waits or runs: a running one is another worker's, or a dead
+    worker's that the heartbeat re-queues (requeue_stale_trial); enqueuing it again would measure it twice."""
+    pending = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING, optuna.trial.TrialState.RUNNING))
+    return any(t.user_attrs.get("role") == role and t.user_attrs.get("target") == str(target) for t in pending)

@@ -18,8 +18,13 @@ def autotune_home(tmp_path, monkeypatch) -> Path:
     monkeypatch.setenv("AUTOTUNE_HOME", str(home))
     monkeypatch.setenv("AUTOTUNE_LOCK_DIR", str(tmp_path / "device-locks"))  # this test's workers only
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-hub-cache"))  # never the user's hub cache
-    for var in ("AUTOTUNE_STORAGE", "AUTOTUNE_MODELS_DIR", "AUTOTUNE_DEBUG"):
+    for var in ("AUTOTUNE_STORAGE", "AUTOTUNE_MODELS_DIR", "AUTOTUNE_DEBUG", "HF_HUB_OFFLINE"):
         monkeypatch.delenv(var, raising=False)
+    # huggingface_hub reads HF_HUB_OFFLINE once, at import: a test that set it must not leave later
+    # tests' downloads (from LocalHubEndpoint) offline; autotune itself reads the variable each time.
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
     return home
 
 

@@ -58,7 +58,9 @@ def test_optuna_dashboard_serves_the_study_and_its_user_attrs(tiny_space, models
         assert [s["study_name"] for s in studies] == [name]
         (study,) = studies
         detail = get_json(f"{base}/api/studies/{study['study_id']}")
-        assert [t["number"] for t in detail["trials"]] == [0, 1]
+        assert [t["number"] for t in detail["trials"]] == [0, 1, 2]  # and the uncounted --spec-default, trial 1
+        roles = [{a["key"]: a["value"] for a in t["user_attrs"]}.get("role") for t in detail["trials"]]
+        assert roles == ["baseline", "spec-default", None]
         baseline_attrs = {a["key"]: a["value"] for a in detail["trials"][0]["user_attrs"]}
         assert baseline_attrs["role"] == "baseline"
         assert baseline_attrs["engine"] == "python"

@@ -79,7 +79,7 @@ def test_a_killed_worker_trial_is_failed_by_the_heartbeat_and_requeued(tiny_spac
     env = worker_env(autotune_home, fresh_postgres)
     doomed = subprocess.Popen(argv, env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
     try:
-        assert any(line.startswith("[1/4]") for line in doomed.stderr)  # the baseline finished; trial 1 runs
+        assert any(line.startswith("[1/4]") for line in doomed.stderr)  # the baseline finished; trial 1 (a reference) runs
         time.sleep(0.5)
         doomed.send_signal(signal.SIGKILL)
         doomed.wait(timeout=30)
@@ -95,6 +95,9 @@ def test_a_killed_worker_trial_is_failed_by_the_heartbeat_and_requeued(tiny_spac
     assert requeued.state.is_finished() and requeued.params == running.params
     assert all(t.state.is_finished() for t in trials)
     assert len(trials) == 6  # 4 counted trials, --spec-default and the dead worker's one
+    # each reference measured once, though the survivor started while the dead worker's trial still ran
+    for role in ("baseline", "spec-default"):
+        assert sum(t.user_attrs.get("role") == role and t.state.name == "COMPLETE" for t in trials) == 1, role
 
 
 def test_each_hardware_has_its_own_study_and_presets_of_every_machine_are_listed(
@@ -109,8 +112,8 @@ def test_each_hardware_has_its_own_study_and_presets_of_every_machine_are_listed
     gpu_env = worker_env(autotune_home, fresh_postgres, PATH=f"{fake_bin}{os.pathsep}{os.environ['PATH']}")
     there = subprocess.run(argv, env=gpu_env, capture_output=True, text=True, timeout=300)
     assert here.returncode == 0 and there.returncode == 0, (here.stderr, there.stderr)
-    assert len(trials_of(fresh_postgres)) == 2
-    assert len(trials_of(fresh_postgres, "NVIDIA FakeGPU 24GiB")) == 2
+    assert len(trials_of(fresh_postgres)) == 3  # 2 counted and the --spec-default reference
+    assert len(trials_of(fresh_postgres, "NVIDIA FakeGPU 24GiB")) == 3
 
     with PresetStore(fresh_postgres) as store:
         for hardware in (hardware_key(), "NVIDIA FakeGPU 24GiB"):

@@ -357,12 +357,25 @@ def test_the_nightly_examples_pull_dspark_drafts_for_qwen3_8b_with_real_options(
         assert context.params["model"] == "qwen3-8b" and Path(context.params["space_file"]).name == "qwen3-8b-hub.toml"
 
 
+def assert_revision_recorded(revision: str) -> None:
+    """The night's draft-simple trials carry the hub draft's revision, and its preset the revisions of the
+    files its command runs: the draft's where draft-simple won, none where --spec-default (target only) did."""
+    url = resolve_storage_url(None)
+    (summary,) = optuna.get_all_study_summaries(url, include_best_trial=False)
+    trials = optuna.load_study(study_name=summary.study_name, storage=url).trials
+    drafted = [t for t in trials if t.user_attrs.get("config", {}).get("spec_type") == "draft-simple"]
+    recorded = {"draft-A.gguf": {"repo": REPO, "revision": revision}}
+    assert drafted and all(t.user_attrs["model_revisions"] == recorded for t in drafted)
+    (preset,) = json.loads(invoke("presets", "list", "--json").stdout)
+    assert preset["file_revisions"] == (recorded if preset["params"]["spec_type"] == "draft-simple" else {})
+
+
 @pytest.mark.slow
 def test_an_offline_night_says_so_once_tunes_on_the_cached_release_and_records_it(
         tmp_path, tiny_dir, target_only, cache_dir, autotune_home, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     write_hub_cache(cache_dir, REPO, C1, {"draft-A.gguf": draft_bytes(tiny_dir)})
-    space = write_space(tmp_path)  # draft-simple only: the winner runs the hub's draft
+    space = write_space(tmp_path)  # draft-simple only, beside the --spec-default reference
     args = ["nightly", "--model", "tiny", "--space", str(space), "--models-dir", str(target_only), "--trials", "4",
             "--top", "2", "--confirm-repeats", "2", "--max-tokens", "10", "--seed", "0", "--no-pruning"]
     first = invoke(*args)
@@ -371,9 +384,7 @@ def test_an_offline_night_says_so_once_tunes_on_the_cached_release_and_records_i
     hub_lines = [line for line in first.stderr.splitlines() if "hub" in line]
     assert hub_lines == ["autotune: hub not asked for new revisions: offline mode (HF_HUB_OFFLINE=1); "
                          "going on with the files on disk"]
-    (preset,) = json.loads(invoke("presets", "list", "--json").stdout)
-    assert preset["params"]["spec_type"] == "draft-simple"
-    assert preset["file_revisions"] == {"draft-A.gguf": {"repo": REPO, "revision": C1}}
+    assert_revision_recorded(C1)
     second = invoke(*args)
     assert second.exit_code == 3 and "no new or changed model files" in second.stdout
 
@@ -391,8 +402,7 @@ def test_nightly_notices_a_new_release_on_the_hub(tmp_path, tiny_dir, target_onl
         first = invoke(*args)
         assert first.exit_code == 0, first.output
         assert f"downloading {REPO}/draft-A.gguf: not in the cache" in first.stderr
-        assert json.loads(invoke("presets", "list", "--json").stdout)[0]["file_revisions"] == {
-            "draft-A.gguf": {"repo": REPO, "revision": C1}}
+        assert_revision_recorded(C1)
 
         downloads = len([r for r in hub.requests if r.startswith("GET /org")])
         second = invoke(*args)
@@ -408,5 +418,8 @@ def test_nightly_notices_a_new_release_on_the_hub(tmp_path, tiny_dir, target_onl
     v2 = optuna.load_study(study_name=names[1], storage=url)
     assert f"draft-simple:tiny-target.gguf + draft-A.gguf@{C2}" in v2.user_attrs["files"]
     assert {t.user_attrs["role"] for t in v2.trials if "role" in t.user_attrs} >= {"baseline", "warm-start"}
-    preset = json.loads(invoke("presets", "list", "--json").stdout)[0]
-    assert preset["file_revisions"]["draft-A.gguf"]["revision"] == (C2 if third.exit_code == 0 else C1)
+    (preset,) = json.loads(invoke("presets", "list", "--json").stdout)
+    if preset["params"]["spec_type"] == "draft-simple":  # else --spec-default won: its command runs no hub file
+        assert preset["file_revisions"]["draft-A.gguf"]["revision"] == (C2 if third.exit_code == 0 else C1)
+    else:
+        assert preset["file_revisions"] == {}
