@@ -25,7 +25,7 @@ from autotune.space import SearchSpace, find_space_file, load_space
 from autotune.sampling import GREEDY, SERVER_MIN_P, SERVER_TOP_K, SERVER_TOP_P, Sampling
 from autotune.server_binary import command_binary, server_binary_available
 from autotune.spec import DRAFT_SAMPLING, SpecConfig, is_combination
-from autotune.study import latest_version, load_study, study_kinds, study_levels, study_name
+from autotune.study import latest_version, load_study, study_levels, study_name
 from autotune.nightly import NightlyOutcome, decide, unchanged_files
 from autotune.objectives import DEFAULT_OBJECTIVE, OBJECTIVES
 from autotune.trials import config_from_attrs, is_spec_default
@@ -49,6 +49,7 @@ class SearchInputs:
     mix: PromptMix
     files: ModelFiles
     candidates: Candidates
+    notes: tuple[str, ...] = ()  # what was left out, and which bundled mix: said once the storage opened
 
 
 @dataclass(frozen=True)
@@ -103,10 +104,10 @@ class ConfirmOptions:
     repeats: int = 3
 
 
-def check_inputs(model: str, options: SearchOptions, reporter: SearchReporter) -> SearchInputs:
+def check_inputs(model: str, options: SearchOptions) -> SearchInputs:
     """Load and check everything the user named; a draft type none of whose pairs can run is an error.
-    What is only left out (a missing quant, one refused pair among good ones) is reported as a note,
-    once the storage has opened too: an unusable --storage is then the one line a user sees."""
+    What is only left out (a missing quant, one refused pair among good ones) becomes a note, said once
+    the storage has opened (_search): bad input found later is then the one line a user sees."""
     space = (adhoc_space(options.target_file, options.draft_files, name=model) if options.target_file
              else load_model_space(model, options.space_file))
     if options.threads and any(r.param.name == "threads" for r in space.runtime):
@@ -130,10 +131,7 @@ def check_inputs(model: str, options: SearchOptions, reporter: SearchReporter) -
         prompts_file, mix_note = default_mix_path(candidates.targets)
         mix = load_prompt_mix(prompts_file)
         notes += [mix_note] if mix_note else []
-    open_storage(resolve_storage_url(options.storage_url))
-    for note in notes:
-        reporter.note(note)
-    return SearchInputs(space, mix.take(per_category=options.per_category), files, candidates)
+    return SearchInputs(space, mix.take(per_category=options.per_category), files, candidates, tuple(notes))
 
 
 def level_engine(engine_name: str, concurrency: int, server_bin: str | None, reporter: SearchReporter | None) -> str:
@@ -156,7 +154,7 @@ def run_search(model: str, options: SearchOptions, *, reporter: SearchReporter, 
     """Run the study of `concurrency` streams, then (unless disabled) re-measure its top configurations with the baseline,
     interleaved and repeated, on llama-server when a binary resolves, else in-process: the figures
     printed are those, not the best of many noisy single measurements."""
-    inputs = check_inputs(model, options, reporter)
+    inputs = check_inputs(model, options)
     engine_name = level_engine(options.engine_name, concurrency, server_bin, reporter)
     study = _search(inputs, options.settings(model, concurrency), engine_name, server_bin, options.storage_url,
                     reporter, heartbeat_s=options.heartbeat_s)
@@ -207,6 +205,8 @@ def _search(
             engine.prepare(SpecConfig(target), inputs.mix, max_tokens=settings.max_tokens)
         storage = open_storage(resolve_storage_url(storage_url), heartbeat_interval_s=heartbeat_s,
                                stale_trial_callback=requeue_stale_trial)
+        for note in inputs.notes:
+            reporter.note(note)
         name, version = latest_version(
             storage, study_name(settings.model, hardware_key(), engine.name, objective=settings.objective,
                                 concurrency=settings.concurrency))
@@ -328,7 +328,7 @@ def run_nightly(
     if options.prompts_file:
         load_prompt_mix(options.prompts_file)  # a bad prompt file is found before a long download
     pull_latest(load_model_space(model, options.space_file), reporter)
-    inputs = check_inputs(model, options, reporter)
+    inputs = check_inputs(model, options)
     url = resolve_storage_url(options.storage_url)
     with PresetStore(url) as store:
         hashes = {path.name: store.cached_sha256(path) for path in inputs.files.paths}

@@ -18,7 +18,6 @@ from autotune.engines.pctree import _CANDIDATES, MarkovHead, Tree, build_tree, l
 def reference_tree(last: int, chain: list[int], rows: np.ndarray, markov: MarkovHead, *, k: int, n: int,
                    max_leaves: int) -> Tree:
     depth_max = min(len(chain), len(rows))
-    vocab = rows.shape[1]
     w1, w2 = markov.w1.astype(np.float64), markov.w2.astype(np.float64)
 
     def bias(token: int) -> np.ndarray:

@@ -4,7 +4,6 @@ re-measured at each drift check, confirmed with the finalists, and reported agai
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import optuna
 import pytest
@@ -119,7 +118,7 @@ def test_an_engine_without_ngram_mod_says_once_that_the_study_has_no_spec_defaul
     options = SearchOptions(trials=2, engine_name="python", prompts_file=None, per_category=1, max_tokens=4,
                             storage_url=None, models_dir=models_dir, space_file=tiny_space, seed=0, threads=None)
     notes = _Notes()
-    inputs = check_inputs("tiny", options, notes)
+    inputs = check_inputs("tiny", options)
     storage = open_storage(resolve_storage_url(None))
     with _EngineWithoutNgramMod(context_size=512) as engine:
         space = runnable_space(inputs.space, engine, inputs.candidates, notes)

@@ -38,7 +38,6 @@ Qwen3, Llama 3.1) remove the rejected tail in place, as the python engine does.
 
 from __future__ import annotations
 
-from array import array
 from typing import Iterable, Sequence
 
 from autotune.engines.drafters import Drafter

@@ -5,7 +5,6 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from autotune.progress import SilentReporter
 from autotune.prompts import PromptMix
 from autotune.runner import SearchInputs, SearchOptions, check_inputs
 
@@ -17,5 +16,5 @@ def gemma_inputs(*, trials: int, max_tokens: int, seed: int) -> tuple[SearchOpti
     options = SearchOptions(trials=trials, engine_name="python", prompts_file=None, per_category=1,
                             max_tokens=max_tokens, storage_url=None, models_dir=MODELS_DIR, space_file=None,
                             seed=seed, threads=None, baseline_every=0)
-    inputs = check_inputs("gemma3-270m", options, SilentReporter())
+    inputs = check_inputs("gemma3-270m", options)
     return options, inputs, inputs.mix  # the mix a study of Gemma measures: continuations, for a base model

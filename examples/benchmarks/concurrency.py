@@ -37,7 +37,6 @@ from scipy import stats
 from autotune.engines.server import ServerEngine
 from autotune.progress import SilentReporter
 from autotune.prompts import PromptMix, load_prompt_mix
-from autotune.results import best_result
 from autotune.runner import ConfirmOptions, SearchOptions, check_inputs, run_search
 from autotune.space import find_space_file
 from autotune.spec import SpecConfig
@@ -145,7 +144,7 @@ def joint_part(args, workdir: Path) -> None:
         winners[name] = config_from_attrs(best.trial.user_attrs["config"])
         print(f"  {name:<13} winner: {best.trial.user_attrs['config']['label']} "
               f"({best.tok_s:.1f} tok/s decode in its study, {time.perf_counter() - started:.0f} s)")
-    inputs = check_inputs(MODEL, options_for(args, None, trials=1, objective=args.joint_objective), SilentReporter())
+    inputs = check_inputs(MODEL, options_for(args, None, trials=1, objective=args.joint_objective))
     mix = inputs.mix
     figure = "aggregate_tok_s" if args.joint_objective == "throughput" else "mix_tok_s"
     entries = [("baseline", SpecConfig(inputs.candidates.targets[0]))] + list(winners.items())
