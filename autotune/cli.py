@@ -216,6 +216,7 @@ def _best_text(result) -> str:
     """The command line, then its figures: the confirmed ones first, each naming the engine that measured it."""
     from autotune.commandline import format_command
     from autotune.results import PresetResult
+    from autotune.trials import is_spec_default
 
     lines = [format_command(result.argv)]
     if isinstance(result, PresetResult):
@@ -233,7 +234,13 @@ def _best_text(result) -> str:
             f"{confirmation.repeats} interleaved rounds)"
         )
         reference = confirmation.spec_default_of(confirmed)
-        if reference is not None:
+        finalists = [c for c in confirmation.configs if c.role == "trial" and c.failure is None]
+        if confirmed.role == "spec-default" and finalists:
+            fastest = max(finalists, key=lambda c: c.mean_tok_s)
+            lines.append(f"# this is llama.cpp's --spec-default: the fastest searched configuration ({fastest.label}) "
+                         f"ran {fastest.mean_tok_s:.1f} tok/s [{fastest.ci95[0]:.1f}-{fastest.ci95[1]:.1f}] in the "
+                         f"same rounds, {fastest.mean_tok_s / confirmed.mean_tok_s:.2f}x of it")
+        elif reference is not None and confirmed.role != "spec-default":
             lines.append(f"# over llama.cpp's --spec-default ({reference.mean_tok_s:.1f} tok/s "
                          f"[{reference.ci95[0]:.1f}-{reference.ci95[1]:.1f}], same rounds): "
                          f"{confirmation.speedup_vs_spec_default(confirmed):.2f}x")
@@ -260,7 +267,7 @@ def _best_text(result) -> str:
                f"{_ENGINE_LABELS.get(engine, engine)}, one measurement)"
     if result.baseline_tok_s:
         measured += f", baseline {result.baseline_tok_s:.1f}, speedup {result.speedup:.2f}x"
-    if result.speedup_vs_spec_default is not None:
+    if result.speedup_vs_spec_default is not None and not is_spec_default(result.trial):
         measured += f", {result.speedup_vs_spec_default:.2f}x over --spec-default ({result.spec_default_tok_s:.1f})"
     lines.append("# " + measured if confirmed is not None else "# " + measured + " — not confirmed")
     return "\n".join(lines)

@@ -72,7 +72,7 @@ def resolve_model_files(space: SearchSpace, models_dir: Path, *, write_demo: boo
         drafts[spec_type] = tuple(dict.fromkeys(found))
     for path in {*targets, *(p for found in drafts.values() for p in found)}:
         check_gguf(path)
-    return ModelFiles(tuple(targets), drafts, tuple(missing))
+    return ModelFiles(tuple(targets), drafts, tuple(dict.fromkeys(missing)))  # a combination repeats its draft
 
 
 def _find_each(models_dir: Path, files: FilePattern, missing: list[str]) -> list[Path]:

@@ -4,6 +4,7 @@ re-measured at each drift check, confirmed with the finalists, and reported agai
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import optuna
 import pytest
@@ -130,3 +131,31 @@ def test_an_engine_without_ngram_mod_says_once_that_the_study_has_no_spec_defaul
         "--spec-default reference"]
     assert not [t for t in study.trials if t.user_attrs.get("role") == "spec-default"]
     assert best_result(study).spec_default is None
+
+
+def _stored_trial(role: str | None, label: str, tok_s: float, speedup: float) -> optuna.trial.FrozenTrial:
+    config = {"target": "/m/t.gguf", "label": label, "spec_type": "ngram-mod" if role != "baseline" else "none",
+              "params": {}}
+    attrs = {"config": config, "argv": ["llama-server", "-m", "/m/t.gguf", label], "figures": {"mix_tok_s": tok_s},
+             "engine": "python", "speedup": speedup, "lossless": True, **({"role": role} if role else {})}
+    return optuna.trial.create_trial(value=tok_s, user_attrs=attrs)
+
+
+def test_a_winning_spec_default_is_named_as_such_with_the_best_searched_configuration_beside_it():
+    from autotune.cli import _best_text
+
+    study = optuna.create_study(direction="maximize")
+    for trial in (_stored_trial("baseline", "none", 50.0, 1.0), _stored_trial("spec-default", "--spec-default", 66.0, 1.32),
+                  _stored_trial(None, "ngram-map-k", 63.0, 1.26)):
+        study.add_trial(trial)
+    def row(role: str, trial: int, mean: float) -> ConfirmedConfig:
+        return replace(_row(role, trial, mean), speedup=None if role == "baseline" else mean / 50.0, p_value=0.01)
+
+    confirmation = Confirmation("server", "b1", 2, "2026-12-03", [row("baseline", 0, 50.0)],
+                                [row("trial", 2, 60.0)], [row("spec-default", 1, 72.0)])
+    study.set_user_attr("confirmation", confirmation.as_dict())
+    lines = _best_text(best_result(study)).splitlines()
+    assert lines[0].endswith("--spec-default")  # trial 1's command
+    assert lines[2] == ("# this is llama.cpp's --spec-default: the fastest searched configuration (trial) ran 60.0 "
+                        "tok/s [59.0-61.0] in the same rounds, 0.83x of it")
+    assert not any("over llama.cpp's --spec-default" in line or "over --spec-default" in line for line in lines)

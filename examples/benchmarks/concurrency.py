@@ -16,8 +16,8 @@ temporary database. Full size is for a quiet machine; a quick check that it runs
     python examples/benchmarks/concurrency.py --levels 1,2 --trials 4 --max-tokens 8 --repeats 2 \\
         --joint-trials 4 --prompts-limit 2 --confirm-top 1
 
-(the baseline and llama.cpp's --spec-default reference count against --trials, so a budget of 2 has no
-search trial left).
+(the baseline counts against --trials, llama.cpp's --spec-default reference does not: a budget of 4 is
+the baseline and 3 searched configurations).
 
 Run: python examples/benchmarks/concurrency.py [--levels 1,2,4] [--trials 12] [--max-tokens 64]
      [--repeats 3] [--joint-trials 12] [--joint-concurrency 1] [--seed 7]
