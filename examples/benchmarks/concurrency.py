@@ -34,6 +34,7 @@ from pathlib import Path
 import numpy as np
 from scipy import stats
 
+from autotune.commandline import format_command
 from autotune.engines.server import ServerEngine
 from autotune.progress import SilentReporter
 from autotune.prompts import PromptMix, load_prompt_mix
@@ -133,7 +134,7 @@ def joint_part(args, workdir: Path) -> None:
     bundled = find_space_file(MODEL)
     joint_space = workdir / f"{MODEL}.toml"
     joint_space.write_text(bundled.read_text() + RUNTIME_TABLE.format(cores=max(1, os.cpu_count() or 1)))
-    winners = {}
+    winners, commands = {}, {}
     for name, space_file in (("spec-only", None), ("spec+runtime", joint_space)):
         storage = f"sqlite:///{workdir / f'joint-{name}.db'}"
         options = options_for(args, storage, trials=args.joint_trials, objective=args.joint_objective,
@@ -142,6 +143,7 @@ def joint_part(args, workdir: Path) -> None:
         best = run_search(MODEL, options, reporter=Notes(), server_bin=args.server_bin, concurrency=level,
                           confirm_options=ConfirmOptions(False))
         winners[name] = config_from_attrs(best.trial.user_attrs["config"])
+        commands[name] = best.argv
         print(f"  {name:<13} winner: {best.trial.user_attrs['config']['label']} "
               f"({best.tok_s:.1f} tok/s decode in its study, {time.perf_counter() - started:.0f} s)")
     inputs = check_inputs(MODEL, options_for(args, None, trials=1, objective=args.joint_objective))
@@ -167,9 +169,9 @@ def joint_part(args, workdir: Path) -> None:
     winner = "spec+runtime" if ratio > 1 else "spec-only"
     print(f"  {winner} wins: spec+runtime / spec-only = {ratio:.3f}x, Welch p = {'n/a' if p is None else f'{p:.3g}'}"
           f" ({'significant' if p is not None and p < 0.05 else 'not significant'} at 0.05)")
-    print("  argv of each winner:")
-    for name, config in winners.items():
-        print(f"    {name}: {json.dumps(engine.argv(config)[1:])}")
+    print("  command of each winner:")
+    for name, argv in commands.items():
+        print(f"    {name}: {format_command(argv)}")
 
 
 def main() -> None:
