@@ -71,7 +71,7 @@ def search(model, options, server_bin, confirm_enabled, confirm_top, confirm_rep
 
     \b
     Example:
-        autotune search --model gemma3-270m --trials 12 --max-tokens 64
+        autotune search --model gemma3-270m --trials 12 --max-tokens 48
     """
     from autotune.runner import ConfirmOptions, level_engine, run_search
     from autotune.progress import TerminalReporter

@@ -113,7 +113,7 @@ _MEASUREMENT_OPTIONS = [
                  help="JSONL prompt file (default: the bundled 11-category mix)."),
     click.option("--per-category", type=click.IntRange(min=1), default=1, show_default=True,
                  help="Prompts taken from each category."),
-    click.option("--max-tokens", type=click.IntRange(min=2), default=64, show_default=True,
+    click.option("--max-tokens", type=click.IntRange(min=2), default=48, show_default=True,
                  help="Tokens generated per prompt."),
     click.option("--storage", "storage_url", envvar=STORAGE_ENV,
                  help=f"SQLAlchemy URL of the study database [env {STORAGE_ENV}; default: SQLite in autotune's data dir]."),
