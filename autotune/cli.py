@@ -216,6 +216,7 @@ def _best_text(result) -> str:
     """The command line, then its figures: the confirmed ones first, each naming the engine that measured it."""
     from autotune.commandline import format_command
     from autotune.results import PresetResult
+    from autotune.spec_default import SPEC_DEFAULT_FLAG
     from autotune.trials import is_spec_default
 
     lines = [format_command(result.argv)]
@@ -263,8 +264,9 @@ def _best_text(result) -> str:
             lines.append(f"# {mark} trial {member.number:>3}: {member.values[0]:7.1f} decode, {member.values[1]:7.1f} prompt, "
                          f"{member.user_attrs['figures']['e2e_tok_s']:7.1f} e2e  {member.user_attrs['config']['label']}")
     engine = result.trial.user_attrs.get("engine")
-    measured = f"{result.tok_s:.1f} tok/s decode in the search (trial {result.trial.number}, " \
-               f"{_ENGINE_LABELS.get(engine, engine)}, one measurement)"
+    which = f"trial {result.trial.number}" + (f" ({SPEC_DEFAULT_FLAG})" if is_spec_default(result.trial) else "")
+    measured = f"{result.tok_s:.1f} tok/s decode in the search ({which}, {_ENGINE_LABELS.get(engine, engine)}, " \
+               "one measurement)"
     if result.baseline_tok_s:
         measured += f", baseline {result.baseline_tok_s:.1f}, speedup {result.speedup:.2f}x"
     if result.speedup_vs_spec_default is not None and not is_spec_default(result.trial):

@@ -181,7 +181,7 @@ class Tuner:
             self.reporter.note(f"the {self.engine.name} engine cannot run {SPEC_DEFAULT_TYPE}, what llama.cpp's "
                                f"{SPEC_DEFAULT_FLAG} turns on: this study has no {SPEC_DEFAULT_FLAG} reference")
         for role, config in self.reference_configs():
-            if not baselines_of(study, config.target, role) and not _reference_pending(study, config.target, role):
+            if not baselines_of(study, config.target, role) and not _reference_waiting(study, config.target, role):
                 study.enqueue_trial({}, user_attrs={"role": role, "target": str(config.target)})
         if is_new and warm_start:
             self.reporter.note(f"warm start: {self.warm_start(study, list(warm_start))} earlier winners measured first")
@@ -483,8 +483,8 @@ def requeue_stale_trial(study: optuna.Study, trial: optuna.trial.FrozenTrial) ->
     unless that configuration already killed a python engine's worker (a trial with `worker_died`) or
     `trial` was itself a re-queue, i.e. the configuration died twice (its process may have died with
     the worker and recorded nothing). Such a trial stays FAIL, once: a crashing configuration is not
-    retried forever."""
-    if "requeued_from" in trial.user_attrs:
+    retried forever. A reference that a worker starting meanwhile enqueued again is not re-queued either."""
+    if "requeued_from" in trial.user_attrs or _reference_replaced(study, trial):
         return
     target = trial.user_attrs.get("target")  # what tells baselines apart: they have no params
     if any(t.user_attrs.get("worker_died") and t.params == trial.params and t.user_attrs.get("target") == target
@@ -505,8 +505,19 @@ def _ci95(samples: list[float]) -> list[float] | None:
     return [round(float(low), 3), round(float(high), 3)]
 
 
-def _reference_pending(study: optuna.Study, target: Path, role: str) -> bool:
-    """Whether a `role` reference of `target` waits or runs: a running one is another worker's, or a dead
-    worker's that the heartbeat re-queues (requeue_stale_trial); enqueuing it again would measure it twice."""
-    pending = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING, optuna.trial.TrialState.RUNNING))
-    return any(t.user_attrs.get("role") == role and t.user_attrs.get("target") == str(target) for t in pending)
+def _reference_waiting(study: optuna.Study, target: Path, role: str) -> bool:
+    waiting = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,))
+    return any(t.user_attrs.get("role") == role and t.user_attrs.get("target") == str(target) for t in waiting)
+
+
+def _reference_replaced(study: optuna.Study, dead: optuna.trial.FrozenTrial) -> bool:
+    """Whether a reference trial of a dead worker was already replaced: a worker that started while it
+    still ran enqueued the same reference (role, target, drift check or not) after it, so re-queuing the
+    dead one would measure the reference twice."""
+    role = dead.user_attrs.get("role")
+    if role not in (BASELINE_ROLE, SPEC_DEFAULT_ROLE):
+        return False
+    same = ("role", "target", "drift_check")
+    return any(t.number > dead.number and t.state != optuna.trial.TrialState.FAIL
+               and all(t.user_attrs.get(key) == dead.user_attrs.get(key) for key in same)
+               for t in study.get_trials(deepcopy=False))

@@ -72,31 +72,36 @@ def test_two_workers_share_one_study(tiny_space, models_dir, autotune_home, stor
     assert sum(err.count("] trial ") for _, err in outputs) == len(trials)  # every trial was some worker's
 
 
+@pytest.mark.parametrize("running_after, killed", [("[1/4]", "reference"), ("[2/4]", "search trial")])
 def test_a_killed_worker_trial_is_failed_by_the_heartbeat_and_requeued(tiny_space, models_dir, autotune_home,
-                                                                       fresh_postgres):
+                                                                       fresh_postgres, running_after, killed):
     argv = worker_argv(tiny_space, models_dir, "--trials", "4", "--max-tokens", "150", "--per-category", "3",
                        "--repeats", "6", "--heartbeat", "1")
     env = worker_env(autotune_home, fresh_postgres)
     doomed = subprocess.Popen(argv, env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
-    try:
-        assert any(line.startswith("[1/4]") for line in doomed.stderr)  # the baseline finished; trial 1 (a reference) runs
+    try:  # "[1/4]": the baseline finished, --spec-default runs; "[2/4]": that too, the first search trial runs
+        assert any(line.startswith(running_after) for line in doomed.stderr)
         time.sleep(0.5)
         doomed.send_signal(signal.SIGKILL)
         doomed.wait(timeout=30)
     finally:
         doomed.kill()
     (running,) = [t for t in trials_of(fresh_postgres) if t.state == optuna.trial.TrialState.RUNNING]
+    assert (running.user_attrs.get("role") == "spec-default") == (killed == "reference")
     time.sleep(3.5)  # past the grace period of 3 heartbeats
     survivor = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
     assert survivor.returncode == 0, survivor.stderr
     trials = trials_of(fresh_postgres)
     assert trials[running.number].state == optuna.trial.TrialState.FAIL
-    (requeued,) = [t for t in trials if t.user_attrs.get("requeued_from") == running.number]
-    assert requeued.state.is_finished() and requeued.params == running.params
+    requeued = [t for t in trials if t.user_attrs.get("requeued_from") == running.number]
+    if killed == "search trial":
+        (copy,) = requeued
+        assert copy.state.is_finished() and copy.params == running.params
+    else:  # the survivor, finding no --spec-default measured, enqueued its own: the dead one is not re-queued
+        assert requeued == []
     assert all(t.state.is_finished() for t in trials)
     assert len(trials) == 6  # 4 counted trials, --spec-default and the dead worker's one
-    # each reference measured once, though the survivor started while the dead worker's trial still ran
-    for role in ("baseline", "spec-default"):
+    for role in ("baseline", "spec-default"):  # each reference measured once
         assert sum(t.user_attrs.get("role") == role and t.state.name == "COMPLETE" for t in trials) == 1, role
 
 

@@ -159,3 +159,4 @@ def test_a_winning_spec_default_is_named_as_such_with_the_best_searched_configur
     assert lines[2] == ("# this is llama.cpp's --spec-default: the fastest searched configuration (trial) ran 60.0 "
                         "tok/s [59.0-61.0] in the same rounds, 0.83x of it")
     assert not any("over llama.cpp's --spec-default" in line or "over --spec-default" in line for line in lines)
+    assert "in the search (trial 1 (--spec-default), " in lines[3]
