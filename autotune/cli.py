@@ -217,7 +217,7 @@ def _best_text(result) -> str:
     from autotune.commandline import format_command
     from autotune.results import PresetResult
     from autotune.spec_default import SPEC_DEFAULT_FLAG
-    from autotune.trials import is_spec_default
+    from autotune.trials import SPEC_DEFAULT_ROLE, is_spec_default
 
     lines = [format_command(result.argv)]
     if isinstance(result, PresetResult):
@@ -235,13 +235,14 @@ def _best_text(result) -> str:
             f"{confirmation.repeats} interleaved rounds)"
         )
         reference = confirmation.spec_default_of(confirmed)
-        finalists = [c for c in confirmation.configs if c.role == "trial" and c.failure is None]
-        if confirmed.role == "spec-default" and finalists:
-            fastest = max(finalists, key=lambda c: c.mean_tok_s)
-            lines.append(f"# this is llama.cpp's --spec-default: the fastest searched configuration ({fastest.label}) "
-                         f"ran {fastest.mean_tok_s:.1f} tok/s [{fastest.ci95[0]:.1f}-{fastest.ci95[1]:.1f}] in the "
-                         f"same rounds, {fastest.mean_tok_s / confirmed.mean_tok_s:.2f}x of it")
-        elif reference is not None and confirmed.role != "spec-default":
+        if confirmed.role == SPEC_DEFAULT_ROLE:  # llama.cpp's default won: the searched best beside it
+            finalists = [c for c in confirmation.configs if c.role == "trial" and c.failure is None]
+            if finalists:
+                fastest = max(finalists, key=lambda c: c.mean_tok_s)
+                lines.append(f"# this is llama.cpp's --spec-default: the fastest searched configuration ({fastest.label}) "
+                             f"ran {fastest.mean_tok_s:.1f} tok/s [{fastest.ci95[0]:.1f}-{fastest.ci95[1]:.1f}] in the "
+                             f"same rounds, {fastest.mean_tok_s / confirmed.mean_tok_s:.2f}x of it")
+        elif reference is not None:
             lines.append(f"# over llama.cpp's --spec-default ({reference.mean_tok_s:.1f} tok/s "
                          f"[{reference.ci95[0]:.1f}-{reference.ci95[1]:.1f}], same rounds): "
                          f"{confirmation.speedup_vs_spec_default(confirmed):.2f}x")
