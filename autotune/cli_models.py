@@ -23,11 +23,11 @@ def models(model, models_dir, server_bin, as_json):
     Example:
         autotune models --json
     """
-    from autotune.capabilities import read_capabilities
+    from autotune.llamacpp.capabilities import read_capabilities
     from autotune.errors import ServerBinaryError
     from autotune.inventory import model_inventory
     from autotune.runner import load_model_space
-    from autotune.server_binary import resolve_server_binary
+    from autotune.llamacpp.server_binary import resolve_server_binary
     from autotune.space import known_models
 
     try:

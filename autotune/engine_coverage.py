@@ -7,7 +7,7 @@ llama-server runs what its `--help` lists. A type only the server runs is still 
 
 from __future__ import annotations
 
-from autotune.capabilities import ServerCapabilities
+from autotune.llamacpp.capabilities import ServerCapabilities
 from autotune.engines.python import PythonEngine
 from autotune.spec import BASELINE, SPEC_TYPE_PARAMS
 

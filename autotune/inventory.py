@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from autotune.candidates import find_candidates
-from autotune.capabilities import ServerCapabilities
+from autotune.llamacpp.capabilities import ServerCapabilities
 from autotune.engine_coverage import engine_coverage
 from autotune.errors import ModelFileError
 from autotune.gguf_info import read_gguf_info

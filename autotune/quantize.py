@@ -14,7 +14,7 @@ from typing import Callable
 
 import llama_cpp
 
-from autotune.engines._llama import last_log_error
+from autotune.llamacpp.bindings import last_log_error
 from autotune.errors import EngineError, UsageError
 from autotune.gguf_info import read_gguf_info
 from autotune.models import check_gguf, resolve_model_files

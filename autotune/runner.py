@@ -23,7 +23,7 @@ from autotune.prompts import PromptMix, default_mix_path, load_prompt_mix
 from autotune.results import BestResult, best_result
 from autotune.space import SearchSpace, find_space_file, load_space
 from autotune.sampling import GREEDY, SERVER_MIN_P, SERVER_TOP_K, SERVER_TOP_P, Sampling
-from autotune.server_binary import command_binary, server_binary_available
+from autotune.llamacpp.server_binary import command_binary, server_binary_available
 from autotune.spec import DRAFT_SAMPLING, SpecConfig, is_combination
 from autotune.study import latest_version, load_study, study_levels, study_name
 from autotune.nightly import NightlyOutcome, decide, unchanged_files

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping
 
-from autotune.runtime import CACHE_TYPES, FLASH_ATTN_VALUES, server_default_threads
+from autotune.llamacpp.runtime import CACHE_TYPES, FLASH_ATTN_VALUES, server_default_threads
 from autotune.spec import SpecParam
 
 #: -ngld takes a layer count or one of these

@@ -17,7 +17,7 @@ from click.testing import CliRunner
 
 from autotune.cli import cli
 from autotune.hardware import hardware_key
-from autotune.server_binary import command_binary
+from autotune.llamacpp.server_binary import command_binary
 from autotune.trials import is_reference
 
 

@@ -11,7 +11,7 @@ import optuna
 import pytest
 from click.testing import CliRunner
 
-from autotune.capabilities import parse_capabilities
+from autotune.llamacpp.capabilities import parse_capabilities
 from autotune.cli import cli
 from autotune.commandline import server_argv
 from autotune.engines.python import PythonEngine

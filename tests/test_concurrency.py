@@ -25,7 +25,7 @@ from autotune.errors import SearchSpaceError
 from autotune.hardware import hardware_key
 from autotune.preset_export import export_presets
 from autotune.prompts import Prompt, PromptMix
-from autotune.runtime import server_default_threads
+from autotune.llamacpp.runtime import server_default_threads
 from autotune.space import load_space
 from autotune.spec import SpecConfig
 from autotune.study import study_name

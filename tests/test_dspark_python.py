@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from autotune.engines import _dflash_ctypes as dfc
-from autotune.engines._llama import Context
-from autotune.runtime import Runtime
+from autotune.llamacpp.bindings import Context
+from autotune.llamacpp.runtime import Runtime
 from autotune.engines.dflash import DFlashDrafter
 from autotune.engines.dflash_contexts import DFlashPair
 from autotune.engines.pctree import MAX_TREE_LEAVES, MarkovHead, Tree, build_tree

@@ -23,9 +23,9 @@ from autotune.engines.server import ServerEngine
 from autotune.errors import UsageError
 from autotune.hardware import hardware_key
 from autotune.prompts import Prompt, PromptMix
-from autotune.runtime import Runtime, runtime_from_flags
+from autotune.llamacpp.runtime import Runtime, runtime_from_flags
 from autotune.sampling import Sampling
-from autotune.server_binary import command_binary, resolve_server_binary
+from autotune.llamacpp.server_binary import command_binary, resolve_server_binary
 from autotune.spec import SpecConfig
 
 pytestmark = pytest.mark.slow

@@ -18,7 +18,7 @@ from click.testing import CliRunner
 
 from autotune.cli import cli
 from autotune.engines import memory
-from autotune.engines._llama import LoadedModel
+from autotune.llamacpp.bindings import LoadedModel
 from autotune.engines.memory import ContextShape
 from autotune.engines.python import PythonEngine
 from autotune.engines.worker import WorkerEngine

@@ -109,8 +109,8 @@ def test_models_says_which_engine_runs_mtp_and_refuses_an_mtp_less_target(tmp_pa
     """draft-mtp drafts with the target's own NextN layers; the tiny qwen3 target has none, so llama.cpp's
     verdict refuses it, and the in-process engine leaves MTP and EAGLE-3 to llama-server, saying why."""
     from autotune import inventory, runner
-    from autotune.capabilities import read_capabilities
-    from autotune.server_binary import resolve_server_binary
+    from autotune.llamacpp.capabilities import read_capabilities
+    from autotune.llamacpp.server_binary import resolve_server_binary
 
     space = tmp_path / "tiny.toml"
     space.write_text(textwrap.dedent("""

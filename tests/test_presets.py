@@ -437,7 +437,7 @@ def test_llama_server_router_runs_the_ini_export(tmp_path, tiny_dir, monkeypatch
     preset's flags, and answers a completion through it."""
     from autotune.commandline import server_argv
     from autotune.engines._server_process import ServerProcess
-    from autotune.server_binary import resolve_server_binary
+    from autotune.llamacpp.server_binary import resolve_server_binary
     from autotune.spec import SpecConfig
 
     binary = resolve_server_binary()

@@ -13,7 +13,7 @@ from pathlib import Path
 import gguf
 import pytest
 
-from autotune.capabilities import parse_capabilities, read_capabilities
+from autotune.llamacpp.capabilities import parse_capabilities, read_capabilities
 from autotune.engines._prompt_tokens import PromptTokens
 from autotune.engines.python import PythonEngine
 from autotune.engines.server import ServerEngine, ServerFailure
@@ -21,7 +21,7 @@ from autotune.errors import ModelFileError, TrialFailure, UsageError
 from autotune.lossless import compare_outputs
 from autotune.prompts import Prompt, PromptMix, load_prompt_mix
 from autotune.errors import ServerBinaryError
-from autotune.server_binary import SERVER_BINARY_ENV, resolve_server_binary
+from autotune.llamacpp.server_binary import SERVER_BINARY_ENV, resolve_server_binary
 from autotune.spec import SpecConfig
 from autotune.testing import tiny_gguf
 from autotune.testing.processes import our_llama_servers

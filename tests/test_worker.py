@@ -88,8 +88,8 @@ def _fail_a_ggml_assert(target: str) -> None:
     """Sample a logits row llama.cpp never computed: `GGML_ASSERT(logits != nullptr)` aborts."""
     import llama_cpp
 
-    from autotune.engines._llama import Context, LoadedModel
-    from autotune.runtime import Runtime
+    from autotune.llamacpp.bindings import Context, LoadedModel
+    from autotune.llamacpp.runtime import Runtime
 
     context = Context(LoadedModel(Path(target)), n_ctx=64, runtime=Runtime(threads=1))
     context.decode([1, 2, 3], 0)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from autotune.engines._llama import LoadedModel
+from autotune.llamacpp.bindings import LoadedModel
 from autotune.errors import UsageError
 from autotune.prompts import Prompt
 

@@ -15,7 +15,7 @@ import ctypes
 
 import llama_cpp
 
-from autotune.engines._llama import Context
+from autotune.llamacpp.bindings import Context
 from autotune.sampling import Sampling
 
 _lib = llama_cpp.llama_cpp._lib

@@ -23,10 +23,10 @@ import llama_cpp
 import numpy as np
 
 from autotune.engines import _dflash_ctypes as dfc
-from autotune.engines._llama import Context, LoadedModel, context_params, last_log_error
+from autotune.llamacpp.bindings import Context, LoadedModel, context_params, last_log_error
 from autotune.engines.pctree import MAX_TREE_LEAVES, MarkovHead
 from autotune.errors import EngineError, ModelFileError
-from autotune.runtime import Runtime
+from autotune.llamacpp.runtime import Runtime
 
 __all__ = ["LAYER_INPUT_ARCHS", "DFlashPair", "DraftContext", "TargetContext", "dflash_available"]
 

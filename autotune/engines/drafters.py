@@ -10,7 +10,7 @@ from abc import ABC, abstractmethod
 
 import numpy as np
 
-from autotune.engines._llama import Context
+from autotune.llamacpp.bindings import Context
 from autotune.engines._sampler import DRAFT_TOP_K, SamplerChain
 from autotune.spec import SpecConfig
 

@@ -59,7 +59,7 @@ def _ggml():
 
 def devices() -> list[DeviceMemory]:
     """Every device ggml has registered, with its free and total memory now."""
-    import autotune.engines._llama  # noqa: F401  (llama_backend_init: the backends are registered)
+    import autotune.llamacpp.bindings  # noqa: F401  (llama_backend_init: the backends are registered)
 
     lib = _ggml()
     out = []

@@ -20,7 +20,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from autotune.engines._llama import Context, LoadedModel, llama_build
+from autotune.llamacpp.bindings import Context, LoadedModel, llama_build
 from autotune.engines._prompt_tokens import PromptTokens
 from autotune.engines._sampler import SamplerChain
 from autotune.engines.base import Engine, ProgressCallback
@@ -39,7 +39,7 @@ from autotune.engines.memory import ContextShape
 from autotune.lossless import TieEvidence
 from autotune.measurement import GenerationResult, Measurement, extend_until_stop, timed_result
 from autotune.prompts import Prompt, PromptMix
-from autotune.runtime import Runtime, runtime_from_flags
+from autotune.llamacpp.runtime import Runtime, runtime_from_flags
 from autotune.sampling import GREEDY, Sampling
 from autotune.errors import EngineError, ModelFileError, TrialFailure
 from autotune.spec import SpecConfig, SpecParam, combinations_of, spec_members

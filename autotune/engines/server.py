@@ -36,7 +36,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
 
-from autotune.capabilities import ServerCapabilities, read_capabilities
+from autotune.llamacpp.capabilities import ServerCapabilities, read_capabilities
 from autotune.commandline import server_argv
 from autotune.engines._prompt_tokens import PromptTokens
 from autotune.engines._server_process import ServerProcess
@@ -47,7 +47,7 @@ from autotune.lossless import TieEvidence
 from autotune.measurement import GenerationResult, Measurement
 from autotune.prompts import Prompt, PromptMix
 from autotune.sampling import GREEDY, Sampling
-from autotune.server_binary import resolve_server_binary
+from autotune.llamacpp.server_binary import resolve_server_binary
 from autotune.spec import SpecConfig, SpecParam, combinations_of
 
 __all__ = ["ServerEngine", "ServerFailure"]

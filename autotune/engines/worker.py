@@ -33,7 +33,7 @@ from autotune.errors import EngineError, TrialFailure, WorkerDied
 from autotune.lossless import TieEvidence
 from autotune.measurement import Measurement
 from autotune.prompts import Prompt, PromptMix
-from autotune.runtime import runtime_from_flags
+from autotune.llamacpp.runtime import runtime_from_flags
 from autotune.sampling import GREEDY, Sampling
 from autotune.spec import SpecConfig, SpecParam
 

@@ -25,8 +25,8 @@ __all__ = ["QWEN3_VOCAB", "greedy_continuations", "bigram_table", "write_bigram_
 
 def greedy_continuations(target_path: str | Path, texts: Iterable[str], n_tokens: int = 64) -> list[list[int]]:
     """The target's greedy continuation (prompt tokens first) of each text, one token at a time."""
-    from autotune.engines._llama import Context, LoadedModel
-    from autotune.runtime import Runtime
+    from autotune.llamacpp.bindings import Context, LoadedModel
+    from autotune.llamacpp.runtime import Runtime
 
     model = LoadedModel(Path(target_path))
     try:

@@ -19,7 +19,7 @@ import optuna
 from llama_cpp import Llama
 
 from autotune.candidates import find_candidates
-from autotune.runtime import server_default_threads
+from autotune.llamacpp.runtime import server_default_threads
 from autotune.engines.python import PythonEngine
 from autotune.measurement import Measurement
 from autotune.models import resolve_model_files

@@ -15,7 +15,7 @@ import llama_cpp
 import numpy as np
 
 from autotune.errors import EngineError, ModelFileError
-from autotune.runtime import Runtime
+from autotune.llamacpp.runtime import Runtime
 
 _log_tail: deque[str] = deque(maxlen=40)
 
