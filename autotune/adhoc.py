@@ -20,7 +20,7 @@ from autotune.errors import ModelFileError
 from autotune.gguf_header import read_header
 from autotune.gguf_info import GGUFInfo, read_gguf_info
 from autotune.models import check_gguf
-from autotune.space import DRAFT_IS_TARGET, SearchSpace, parse_space
+from autotune.spec.space import DRAFT_IS_TARGET, SearchSpace, parse_space
 
 #: Ranges each inferred spec type is searched over (TOML values of a [spec_types.<type>] table).
 SPEC_TYPE_RANGES: dict[str, dict[str, list]] = {

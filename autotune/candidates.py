@@ -13,7 +13,7 @@ from autotune.compat import check_pair
 from autotune.gguf_info import read_gguf_info
 from autotune.hub import file_revision
 from autotune.models import ModelFiles
-from autotune.spec import draft_member
+from autotune.spec.types import draft_member
 
 
 @dataclass(frozen=True)

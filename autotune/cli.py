@@ -214,9 +214,9 @@ _ENGINE_LABELS = {"server": "llama-server", "python": "the in-process engine"}
 
 def _best_text(result) -> str:
     """The command line, then its figures: the confirmed ones first, each naming the engine that measured it."""
-    from autotune.commandline import format_command
+    from autotune.spec.command import format_command
     from autotune.results import PresetResult
-    from autotune.spec_default import SPEC_DEFAULT_FLAG
+    from autotune.spec.default import SPEC_DEFAULT_FLAG
     from autotune.trials import SPEC_DEFAULT_ROLE, is_spec_default
 
     lines = [format_command(result.argv)]

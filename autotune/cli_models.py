@@ -28,7 +28,7 @@ def models(model, models_dir, server_bin, as_json):
     from autotune.inventory import model_inventory
     from autotune.runner import load_model_space
     from autotune.llamacpp.server_binary import resolve_server_binary
-    from autotune.space import known_models
+    from autotune.spec.space import known_models
 
     try:
         server = read_capabilities(resolve_server_binary(server_bin))

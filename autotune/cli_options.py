@@ -10,7 +10,7 @@ import click
 
 from autotune.engines import ENGINE_NAMES
 from autotune.objectives import DEFAULT_OBJECTIVE, OBJECTIVES
-from autotune.sampling import SERVER_MIN_P, SERVER_TOP_K, SERVER_TOP_P
+from autotune.spec.sampling import SERVER_MIN_P, SERVER_TOP_K, SERVER_TOP_P
 from autotune.settings import MODELS_DIR_ENV, STORAGE_ENV, default_models_dir
 
 model_option = click.option("--model", "-m", required=True, help="Model name: a search_spaces/<name>.toml file.")

@@ -15,13 +15,13 @@ import numpy as np
 import optuna
 from scipy import stats
 
-from autotune.commandline import ServerCommand
+from autotune.spec.command import ServerCommand
 from autotune.device_lock import device_lock
 from autotune.engines.base import Engine
 from autotune.errors import StudyNotFoundError, TrialFailure
 from autotune.prompts import PromptMix, load_prompt_mix
-from autotune.spec import SpecConfig
-from autotune.spec_default import SPEC_DEFAULT_FLAG
+from autotune.spec.types import SpecConfig
+from autotune.spec.default import SPEC_DEFAULT_FLAG
 from autotune.trials import SPEC_DEFAULT_ROLE, baselines_of, config_from_attrs, drift_corrected, is_reference
 
 CONFIRMATION_ATTR = "confirmation"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from autotune.llamacpp.capabilities import ServerCapabilities
 from autotune.engines.python import PythonEngine
-from autotune.spec import BASELINE, SPEC_TYPE_PARAMS
+from autotune.spec.types import BASELINE, SPEC_TYPE_PARAMS
 
 #: Why the in-process engine leaves a type to llama-server. llama-cpp-python 0.3.36's llama.cpp does
 #: expose what each needs, so these are ports not yet made, not limits of the library.

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autotune.errors import AutotuneError, HubSourceError
-from autotune.space import HubSource, SearchSpace
-from autotune.spec import DRAFT_MODEL_TYPES
+from autotune.spec.space import HubSource, SearchSpace
+from autotune.spec.types import DRAFT_MODEL_TYPES
 
 
 class HubUnreachable(Exception):

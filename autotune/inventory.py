@@ -10,8 +10,8 @@ from autotune.engine_coverage import engine_coverage
 from autotune.errors import ModelFileError
 from autotune.gguf_info import read_gguf_info
 from autotune.models import resolve_model_files
-from autotune.space import SearchSpace
-from autotune.spec import DRAFT_MODEL_TYPES
+from autotune.spec.space import SearchSpace
+from autotune.spec.types import DRAFT_MODEL_TYPES
 
 
 def model_inventory(space: SearchSpace, models_dir: Path, server: ServerCapabilities | None) -> dict:

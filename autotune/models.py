@@ -13,8 +13,8 @@ from pathlib import Path
 from autotune.errors import ModelFileError
 from autotune.gguf_header import GGUFFormatError, GGUFHeader, read_header
 from autotune.hub import cached_file
-from autotune.space import DRAFT_IS_TARGET, FilePattern, SearchSpace
-from autotune.spec import DRAFT_MODEL_TYPES
+from autotune.spec.space import DRAFT_IS_TARGET, FilePattern, SearchSpace
+from autotune.spec.types import DRAFT_MODEL_TYPES
 
 
 #: How a missing file a hub source names is got (the note that leaves it out says so).

@@ -9,8 +9,8 @@ from typing import TextIO
 import optuna
 
 from autotune.measurement import GenerationResult
-from autotune.spec import SpecConfig
-from autotune.spec_default import SPEC_DEFAULT_FLAG
+from autotune.spec.types import SpecConfig
+from autotune.spec.default import SPEC_DEFAULT_FLAG
 from autotune.trials import SPEC_DEFAULT_ROLE
 
 _BAR_WIDTH = 20

@@ -18,7 +18,7 @@ from autotune.llamacpp.bindings import last_log_error
 from autotune.errors import EngineError, UsageError
 from autotune.gguf_info import read_gguf_info
 from autotune.models import check_gguf, resolve_model_files
-from autotune.space import QUANT_PLACEHOLDER, SearchSpace
+from autotune.spec.space import QUANT_PLACEHOLDER, SearchSpace
 
 #: Approximate bits per weight of the llama.cpp types, for the progress estimate only.
 _BITS_PER_WEIGHT = {

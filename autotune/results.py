@@ -7,7 +7,7 @@ from pathlib import Path
 
 import optuna
 
-from autotune.commandline import format_command
+from autotune.spec.command import format_command
 from autotune.confirm import Confirmation, ConfirmedConfig, stored_confirmation
 from autotune.errors import AutotuneError, StudyNotFoundError
 from autotune.objectives import OBJECTIVES

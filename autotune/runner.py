@@ -15,16 +15,16 @@ from autotune.adhoc import adhoc_space
 from autotune.candidates import Candidates, find_candidates
 from autotune.confirm import Confirmation, ConfirmedConfig, confirm, top_trials
 from autotune.engines import DEFAULT_ENGINE, Engine, create_engine
-from autotune.commandline import ServerCommand
+from autotune.spec.command import ServerCommand
 from autotune.errors import AutotuneError, ModelFileError, SearchSpaceError, ServerBinaryError, UsageError
 from autotune.hardware import hardware_key
 from autotune.models import PULL_HINT, ModelFiles, resolve_model_files
 from autotune.prompts import PromptMix, default_mix_path, load_prompt_mix
 from autotune.results import BestResult, best_result
-from autotune.space import SearchSpace, find_space_file, load_space
-from autotune.sampling import GREEDY, SERVER_MIN_P, SERVER_TOP_K, SERVER_TOP_P, Sampling
+from autotune.spec.space import SearchSpace, find_space_file, load_space
+from autotune.spec.sampling import GREEDY, SERVER_MIN_P, SERVER_TOP_K, SERVER_TOP_P, Sampling
 from autotune.llamacpp.server_binary import command_binary, server_binary_available
-from autotune.spec import DRAFT_SAMPLING, SpecConfig, is_combination
+from autotune.spec.types import DRAFT_SAMPLING, SpecConfig, is_combination
 from autotune.study import latest_version, load_study, study_levels, study_name
 from autotune.nightly import NightlyOutcome, decide, unchanged_files
 from autotune.objectives import DEFAULT_OBJECTIVE, OBJECTIVES

@@ -2,7 +2,7 @@
 
 Trial 0 of every study is the baseline (`none`) of each target, enqueued, so every result has a
 reference measured on the same engine; trial 1 is llama.cpp's own default (`--spec-default`,
-autotune.spec_default), the second reference a winner is reported against. Every `baseline_every`
+autotune.spec.default), the second reference a winner is reported against. Every `baseline_every`
 search trials both are measured again, and speedups divide by the latest baseline, so drift (heat,
 other load) cancels and is recorded. References are not search points: the sampler only picks
 speculative types, and a reference is neither pruned nor failed for drafting nothing. A
@@ -26,7 +26,7 @@ import optuna
 from scipy import stats
 
 from autotune.candidates import Candidates, pair_label
-from autotune.commandline import ServerCommand
+from autotune.spec.command import ServerCommand
 from autotune.device_lock import device_lock
 from autotune.engines.base import Engine
 from autotune.errors import (
@@ -39,10 +39,10 @@ from autotune.hub import file_revisions
 from autotune.models import file_sha256
 from autotune.objectives import DEFAULT_OBJECTIVE, OBJECTIVES
 from autotune.prompts import PromptMix
-from autotune.sampling import GREEDY, Sampling
-from autotune.space import SearchSpace
-from autotune.spec import BASELINE, DRAFT_MODEL_TYPES, SPEC_TYPE_PARAMS, SpecConfig
-from autotune.spec_default import SPEC_DEFAULT_FLAG, SPEC_DEFAULT_PARAMS, SPEC_DEFAULT_TYPE, spec_default_config
+from autotune.spec.sampling import GREEDY, Sampling
+from autotune.spec.space import SearchSpace
+from autotune.spec.types import BASELINE, DRAFT_MODEL_TYPES, SPEC_TYPE_PARAMS, SpecConfig
+from autotune.spec.default import SPEC_DEFAULT_FLAG, SPEC_DEFAULT_PARAMS, SPEC_DEFAULT_TYPE, spec_default_config
 from autotune.study import study_name
 from autotune.trials import (
     BASELINE_ROLE, SPEC_DEFAULT_ROLE, WARM_START_ROLE, baseline_trial, baselines_of, config_attrs, counted_trials,

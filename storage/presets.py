@@ -21,7 +21,7 @@ from sqlalchemy import Engine, create_engine, delete, inspect, select, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
-from autotune.commandline import format_command
+from autotune.spec.command import format_command
 from autotune.errors import ModelFileError, StorageError
 from autotune.models import file_sha256
 from storage import SQLITE_BUSY_TIMEOUT_S, _prepare_sqlite_file

@@ -12,7 +12,7 @@ import optuna
 from click.testing import CliRunner
 
 from autotune.cli import cli
-from autotune.commandline import format_command
+from autotune.spec.command import format_command
 from autotune.hardware import hardware_key
 
 

@@ -13,12 +13,12 @@ from click.testing import CliRunner
 
 from autotune.llamacpp.capabilities import parse_capabilities
 from autotune.cli import cli
-from autotune.commandline import server_argv
+from autotune.spec.command import server_argv
 from autotune.engines.python import PythonEngine
 from autotune.errors import SearchSpaceError
 from autotune.hardware import hardware_key
-from autotune.space import load_space
-from autotune.spec import (
+from autotune.spec.space import load_space
+from autotune.spec.types import (
     DRAFT_MODEL_TYPES,
     SPEC_TYPE_PARAMS,
     SpecConfig,

@@ -3,9 +3,9 @@ from pathlib import Path
 
 import pytest
 
-from autotune.commandline import ServerCommand, format_command, server_argv
-from autotune.sampling import Sampling
-from autotune.spec import SpecConfig
+from autotune.spec.command import ServerCommand, format_command, server_argv
+from autotune.spec.sampling import Sampling
+from autotune.spec.types import SpecConfig
 
 TARGET = Path("/models/Qwen3 8B-Q4_K_M.gguf")
 

@@ -18,7 +18,7 @@ import pytest
 from click.testing import CliRunner
 
 from autotune.cli import cli
-from autotune.commandline import server_argv
+from autotune.spec.command import server_argv
 from autotune.engines.python import PythonEngine
 from autotune.engines.server import ServerEngine, stream_order
 from autotune.errors import SearchSpaceError
@@ -26,8 +26,8 @@ from autotune.hardware import hardware_key
 from autotune.preset_export import export_presets
 from autotune.prompts import Prompt, PromptMix
 from autotune.llamacpp.runtime import server_default_threads
-from autotune.space import load_space
-from autotune.spec import SpecConfig
+from autotune.spec.space import load_space
+from autotune.spec.types import SpecConfig
 from autotune.study import study_name
 from autotune.testing import tiny_gguf
 from autotune.testing.processes import our_llama_servers

@@ -10,7 +10,7 @@ from autotune.engines.ngram_drafters import (
     NgramSimpleDrafter,
     _libstdcxx_order,
 )
-from autotune.spec import SpecConfig
+from autotune.spec.types import SpecConfig
 
 
 def ngram(n, m):

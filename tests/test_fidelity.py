@@ -24,9 +24,9 @@ from autotune.errors import UsageError
 from autotune.hardware import hardware_key
 from autotune.prompts import Prompt, PromptMix
 from autotune.llamacpp.runtime import Runtime, runtime_from_flags
-from autotune.sampling import Sampling
+from autotune.spec.sampling import Sampling
 from autotune.llamacpp.server_binary import command_binary, resolve_server_binary
-from autotune.spec import SpecConfig
+from autotune.spec.types import SpecConfig
 
 pytestmark = pytest.mark.slow
 

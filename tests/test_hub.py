@@ -27,7 +27,7 @@ from autotune.hub import file_revisions, hub_files
 from autotune.models import resolve_model_files
 from autotune.preset_export import export_presets
 from autotune.runner import preset_from, pull_latest
-from autotune.space import HubSource, load_space
+from autotune.spec.space import HubSource, load_space
 from autotune.testing import tiny_gguf
 from autotune.testing.hub_fixtures import HubRepo, LocalHubEndpoint, repo_folder, write_hub_cache
 from storage import resolve_storage_url

@@ -20,7 +20,7 @@ import pytest
 from autotune.engines.python import PythonEngine
 from autotune.engines.server import ServerEngine
 from autotune.prompts import Prompt, PromptMix, load_prompt_mix
-from autotune.spec import SpecConfig
+from autotune.spec.types import SpecConfig
 
 pytestmark = pytest.mark.slow
 

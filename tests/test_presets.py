@@ -435,10 +435,10 @@ def test_presets_export_cli_refuses_an_unwritable_preset_with_one_line(url, tmp_
 def test_llama_server_router_runs_the_ini_export(tmp_path, tiny_dir, monkeypatch):
     """llama-server itself reads the exported file (router mode), starts the preset's model with the
     preset's flags, and answers a completion through it."""
-    from autotune.commandline import server_argv
+    from autotune.spec.command import server_argv
     from autotune.engines._server_process import ServerProcess
     from autotune.llamacpp.server_binary import resolve_server_binary
-    from autotune.spec import SpecConfig
+    from autotune.spec.types import SpecConfig
 
     binary = resolve_server_binary()
     config = SpecConfig(tiny_dir / "tiny-target.gguf", "ngram-simple",

@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from autotune.cli import cli
-from autotune.commandline import ServerCommand
+from autotune.spec.command import ServerCommand
 from autotune.confirm import confirm
 from autotune.engines import create_engine
 from autotune.hardware import hardware_key

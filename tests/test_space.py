@@ -3,7 +3,7 @@ import textwrap
 import pytest
 
 from autotune.errors import SearchSpaceError, UnknownModelError
-from autotune.space import find_space_file, known_models, load_space
+from autotune.spec.space import find_space_file, known_models, load_space
 
 GOOD = """
 [model]

@@ -16,7 +16,7 @@ from autotune.engines.python import PythonEngine
 from autotune.hardware import hardware_key
 from autotune.results import best_result
 from autotune.runner import SearchOptions, check_inputs, runnable_space
-from autotune.spec_default import SPEC_DEFAULT_PARAMS
+from autotune.spec.default import SPEC_DEFAULT_PARAMS
 from storage import open_storage, resolve_storage_url
 from autotune.tuner import Tuner
 

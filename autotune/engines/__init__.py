@@ -1,7 +1,7 @@
 """Measurement engines: each runs a SpecConfig over a PromptMix with real llama.cpp."""
 
 from autotune.engines.base import Engine, ProgressCallback
-from autotune.sampling import GREEDY, Sampling
+from autotune.spec.sampling import GREEDY, Sampling
 
 ENGINE_NAMES = ("python", "server")
 DEFAULT_ENGINE = "python"

@@ -16,7 +16,7 @@ import ctypes
 import llama_cpp
 
 from autotune.llamacpp.bindings import Context
-from autotune.sampling import Sampling
+from autotune.spec.sampling import Sampling
 
 _lib = llama_cpp.llama_cpp._lib
 _lib.llama_vocab_get_suppress_tokens.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int32)]

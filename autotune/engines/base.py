@@ -9,7 +9,7 @@ from typing import Callable, Sequence
 from autotune.lossless import TieEvidence
 from autotune.measurement import GenerationResult, Measurement
 from autotune.prompts import Prompt, PromptMix
-from autotune.spec import SpecConfig, SpecParam
+from autotune.spec.types import SpecConfig, SpecParam
 
 #: Called after each prompt with (index, result) so callers can show progress or report to a pruner.
 ProgressCallback = Callable[[int, GenerationResult], None]
@@ -35,7 +35,7 @@ class Engine(ABC):
         return True
 
     def supports_runtime(self, param: SpecParam) -> bool:
-        """Whether this engine applies a `[runtime]` flag (autotune.runtime_params.RuntimeParam) the way
+        """Whether this engine applies a `[runtime]` flag (autotune.spec.runtime_flags.RuntimeParam) the way
         llama-server does: the in-process engine the ones it sets on its contexts."""
         return bool(getattr(param, "python", False))
 

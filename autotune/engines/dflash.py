@@ -42,7 +42,7 @@ from autotune.engines.pctree import Tree, build_tree
 from autotune.errors import TrialFailure
 from autotune.measurement import GenerationResult, extend_until_stop, timed_result
 from autotune.prompts import Prompt
-from autotune.spec import SpecConfig
+from autotune.spec.types import SpecConfig
 
 __all__ = ["DFLASH_TYPES", "DFlashDrafter"]
 

@@ -40,9 +40,9 @@ from autotune.lossless import TieEvidence
 from autotune.measurement import GenerationResult, Measurement, extend_until_stop, timed_result
 from autotune.prompts import Prompt, PromptMix
 from autotune.llamacpp.runtime import Runtime, runtime_from_flags
-from autotune.sampling import GREEDY, Sampling
+from autotune.spec.sampling import GREEDY, Sampling
 from autotune.errors import EngineError, ModelFileError, TrialFailure
-from autotune.spec import SpecConfig, SpecParam, combinations_of, spec_members
+from autotune.spec.types import SpecConfig, SpecParam, combinations_of, spec_members
 
 #: Spec types this engine's generation loop runs, alone or combined (ChainDrafter).
 CHAINABLE_TYPES = ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache", "draft-simple")

@@ -1,6 +1,6 @@
 """Server engine: each measurement launches a real llama-server with exactly the emitted argv.
 
-`server_argv()` (autotune.commandline) spells every flag that shapes the result; this engine adds
+`server_argv()` (autotune.spec.command) spells every flag that shapes the result; this engine adds
 only where to listen and how to be observed: `--host/--port` and, when the binary has them,
 `--metrics` and `--no-webui`. Per measurement it starts the
 server, waits for `/health`, warms up with one short request, then sends each prompt to
@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Sequence
 
 from autotune.llamacpp.capabilities import ServerCapabilities, read_capabilities
-from autotune.commandline import server_argv
+from autotune.spec.command import server_argv
 from autotune.engines._prompt_tokens import PromptTokens
 from autotune.engines._server_process import ServerProcess
 from autotune.errors import ServerFailure
@@ -46,9 +46,9 @@ from autotune.errors import EngineError, ModelFileError
 from autotune.lossless import TieEvidence
 from autotune.measurement import GenerationResult, Measurement
 from autotune.prompts import Prompt, PromptMix
-from autotune.sampling import GREEDY, Sampling
+from autotune.spec.sampling import GREEDY, Sampling
 from autotune.llamacpp.server_binary import resolve_server_binary
-from autotune.spec import SpecConfig, SpecParam, combinations_of
+from autotune.spec.types import SpecConfig, SpecParam, combinations_of
 
 __all__ = ["ServerEngine", "ServerFailure"]
 

@@ -34,8 +34,8 @@ from autotune.lossless import TieEvidence
 from autotune.measurement import Measurement
 from autotune.prompts import Prompt, PromptMix
 from autotune.llamacpp.runtime import runtime_from_flags
-from autotune.sampling import GREEDY, Sampling
-from autotune.spec import SpecConfig, SpecParam
+from autotune.spec.sampling import GREEDY, Sampling
+from autotune.spec.types import SpecConfig, SpecParam
 
 STDERR_TAIL_LINES = 3  # of the dead worker's stderr, quoted in the failure reason
 CLOSE_TIMEOUT_S = 10  # for the worker to free its models and exit before it is killed

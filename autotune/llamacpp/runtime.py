@@ -56,7 +56,7 @@ class Runtime:
     draft_cache_type_v: str = "f16"  # -ctvd
 
     def with_values(self, values: dict) -> "Runtime":
-        """These settings with a configuration's searched runtime values (autotune.runtime_params) applied;
+        """These settings with a configuration's searched runtime values (autotune.spec.runtime_flags) applied;
         UsageError for one the in-process engine cannot apply. A threads value of 0 means the default."""
         applied = {}
         for name, value in values.items():

@@ -15,7 +15,7 @@ import numpy as np
 import optuna
 from scipy import stats
 
-from autotune.commandline import format_command
+from autotune.spec.command import format_command
 from autotune.confirm import Confirmation, ConfirmedConfig, stored_confirmation
 from autotune.errors import StudyNotFoundError
 from autotune.objectives import DEFAULT_OBJECTIVE

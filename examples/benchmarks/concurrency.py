@@ -34,13 +34,13 @@ from pathlib import Path
 import numpy as np
 from scipy import stats
 
-from autotune.commandline import format_command
+from autotune.spec.command import format_command
 from autotune.engines.server import ServerEngine
 from autotune.progress import SilentReporter
 from autotune.prompts import PromptMix, load_prompt_mix
 from autotune.runner import ConfirmOptions, SearchOptions, check_inputs, run_search
-from autotune.space import find_space_file
-from autotune.spec import SpecConfig
+from autotune.spec.space import find_space_file
+from autotune.spec.types import SpecConfig
 from autotune.trials import config_from_attrs
 
 from _gemma import MODELS_DIR  # noqa: E402  (beside this script)

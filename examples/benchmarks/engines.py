@@ -22,7 +22,7 @@ from autotune.engines.server import ServerEngine
 from autotune.models import resolve_model_files
 from autotune.prompts import load_prompt_mix
 from autotune.runner import load_model_space
-from autotune.spec import SpecConfig
+from autotune.spec.types import SpecConfig
 
 
 def configs(target: Path) -> list[SpecConfig]:

@@ -27,7 +27,7 @@ import optuna
 from autotune.engines.worker import WorkerEngine, descendant_pids
 from autotune.progress import SilentReporter, TerminalReporter
 from autotune.runner import runnable_space
-from autotune.spec import SpecConfig
+from autotune.spec.types import SpecConfig
 from autotune.trials import counted_trials
 from autotune.tuner import Tuner
 

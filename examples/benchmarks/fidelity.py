@@ -29,13 +29,13 @@ import time
 from pathlib import Path
 
 from _interleave import ci95, compare
-from autotune.commandline import ServerCommand
+from autotune.spec.command import ServerCommand
 from autotune.engines._prompt_tokens import PromptTokens
 from autotune.engines._server_process import ServerProcess
 from autotune.engines.server import generate_mix
 from autotune.measurement import Measurement
 from autotune.prompts import load_prompt_mix
-from autotune.spec import SpecConfig
+from autotune.spec.types import SpecConfig
 from autotune.testing import tiny_gguf
 
 BIG_VOCAB = 151_936

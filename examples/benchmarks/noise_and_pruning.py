@@ -21,7 +21,7 @@ from autotune.engines.python import PythonEngine
 from autotune.progress import SilentReporter
 from autotune.results import best_result
 from autotune.runner import runnable_space
-from autotune.spec import SpecConfig
+from autotune.spec.types import SpecConfig
 from autotune.tuner import Tuner
 
 from _gemma import gemma_inputs  # noqa: E402  (beside this script)

@@ -26,7 +26,7 @@ from autotune.models import resolve_model_files
 from autotune.progress import SilentReporter
 from autotune.prompts import load_prompt_mix
 from autotune.runner import load_model_space
-from autotune.spec import SpecConfig
+from autotune.spec.types import SpecConfig
 from autotune.tuner import SearchSettings, Tuner
 
 

@@ -29,8 +29,8 @@ from pathlib import Path
 
 from _interleave import compare
 from autotune.prompts import default_mix_path, load_prompt_mix
-from autotune.spec import SpecConfig
-from autotune.spec_default import spec_default_config
+from autotune.spec.types import SpecConfig
+from autotune.spec.default import spec_default_config
 from autotune.testing import tiny_gguf
 
 

@@ -10,9 +10,9 @@ import shlex
 from dataclasses import asdict, dataclass, field
 from typing import Sequence
 
-from autotune.runtime_params import COMMAND_DEFAULTS, runtime_argv
-from autotune.sampling import GREEDY, Sampling
-from autotune.spec import SPEC_TYPE_PARAMS, SpecConfig
+from autotune.spec.runtime_flags import COMMAND_DEFAULTS, runtime_argv
+from autotune.spec.sampling import GREEDY, Sampling
+from autotune.spec.types import SPEC_TYPE_PARAMS, SpecConfig
 
 DEFAULT_SERVER_BINARY = "llama-server"
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from autotune.errors import SearchSpaceError, UnknownModelError
-from autotune.spec import (
+from autotune.spec.types import (
     DRAFT_MODEL_TYPES,
     SPEC_TYPE_PARAMS,
     SpecParam,
@@ -211,10 +211,10 @@ class _SpaceParser:
         return SearchSpace(self.path, model, parsed, drafts, runtime)
 
     def parse_runtime(self, table: Any, model: ModelSection) -> tuple[ParamRange, ...]:
-        """The `[runtime]` table: llama-server runtime flags (autotune.runtime_params) in the same forms as
+        """The `[runtime]` table: llama-server runtime flags (autotune.spec.runtime_flags) in the same forms as
         spec parameters (a value, [low, high], [low, high, step], or a list of choices). A flag that
         `base_flags` already sets would be set twice: refused."""
-        from autotune.runtime_params import DRAFT_NGL_WORDS, RUNTIME_PARAMS
+        from autotune.spec.runtime_flags import DRAFT_NGL_WORDS, RUNTIME_PARAMS
 
         if not isinstance(table, dict):
             raise self.fail("runtime", "expected a table of runtime settings")

@@ -203,7 +203,7 @@ class SpecConfig:
     spec_type: str = BASELINE
     draft: Path | None = None
     params: Mapping[str, int | float] = field(default_factory=dict)
-    #: searched runtime flags (autotune.runtime_params, the `[runtime]` table): name -> value
+    #: searched runtime flags (autotune.spec.runtime_flags, the `[runtime]` table): name -> value
     runtime: Mapping[str, int | str | bool] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -242,7 +242,7 @@ class SpecConfig:
             else:
                 parts.append(f"{shown}={value:g}" if isinstance(value, float) else f"{shown}={value}")
         if self.runtime:
-            from autotune.runtime_params import describe_runtime  # it builds on SpecParam
+            from autotune.spec.runtime_flags import describe_runtime  # it builds on SpecParam
 
             parts.append(describe_runtime(self.runtime))
         return " ".join(parts)
