@@ -5,7 +5,7 @@ as llama.cpp's `common_speculative_types_from_gguf` reads it: a dflash draft wit
 DSpark, one without is DFlash, an eagle3 draft is EAGLE-3, a file with NextN layers drafts by MTP,
 and anything else is a draft-simple model. A target with NextN layers also drafts for itself by
 MTP. The n-gram types need no draft and are always searched. A draft the target cannot use is
-refused with llama.cpp's reason (autotune.compat), before anything is measured. The ranges are
+refused with llama.cpp's reason (autotune.gguf.compat), before anything is measured. The ranges are
 those of the bundled search spaces, and the strict parser of search-space files checks the result.
 """
 
@@ -15,10 +15,10 @@ import re
 from pathlib import Path
 from typing import Sequence
 
-from autotune.compat import check_pair
+from autotune.gguf.compat import check_pair
 from autotune.errors import ModelFileError
-from autotune.gguf_header import read_header
-from autotune.gguf_info import GGUFInfo, read_gguf_info
+from autotune.gguf.header import read_header
+from autotune.gguf.info import GGUFInfo, read_gguf_info
 from autotune.models import check_gguf
 from autotune.spec.space import DRAFT_IS_TARGET, SearchSpace, parse_space
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from autotune.compat import check_pair
-from autotune.gguf_info import read_gguf_info
+from autotune.gguf.compat import check_pair
+from autotune.gguf.info import read_gguf_info
 from autotune.hub import file_revision
 from autotune.models import ModelFiles
 from autotune.spec.types import draft_member

@@ -8,7 +8,7 @@ from autotune.candidates import find_candidates
 from autotune.llamacpp.capabilities import ServerCapabilities
 from autotune.engine_coverage import engine_coverage
 from autotune.errors import ModelFileError
-from autotune.gguf_info import read_gguf_info
+from autotune.gguf.info import read_gguf_info
 from autotune.models import resolve_model_files
 from autotune.spec.space import SearchSpace
 from autotune.spec.types import DRAFT_MODEL_TYPES

@@ -11,7 +11,7 @@ from pathlib import Path
 
 
 from autotune.errors import ModelFileError
-from autotune.gguf_header import GGUFFormatError, GGUFHeader, read_header
+from autotune.gguf.header import GGUFFormatError, GGUFHeader, read_header
 from autotune.hub import cached_file
 from autotune.spec.space import DRAFT_IS_TARGET, FilePattern, SearchSpace
 from autotune.spec.types import DRAFT_MODEL_TYPES

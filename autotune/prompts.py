@@ -68,7 +68,7 @@ def default_mix_path(targets: Sequence[Path]) -> tuple[Path, str | None]:
     it: given an instruction it tends to repeat the instruction, which n-gram lookup drafts for free.
     So a study whose targets have no chat template measures the continuation mix; any target with a
     template keeps the instruction mix, wrapped in that template as llama-server's chat endpoint would."""
-    from autotune.gguf_info import read_gguf_info
+    from autotune.gguf.info import read_gguf_info
 
     if not targets or any(read_gguf_info(t).has_chat_template for t in targets):
         return bundled_mix_path(), None

@@ -16,7 +16,7 @@ import llama_cpp
 
 from autotune.llamacpp.bindings import last_log_error
 from autotune.errors import EngineError, UsageError
-from autotune.gguf_info import read_gguf_info
+from autotune.gguf.info import read_gguf_info
 from autotune.models import check_gguf, resolve_model_files
 from autotune.spec.space import QUANT_PLACEHOLDER, SearchSpace
 

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 from autotune.adhoc import adhoc_space, draft_type_of
 from autotune.cli import cli
 from autotune.errors import ModelFileError
-from autotune.gguf_info import read_gguf_info
+from autotune.gguf.info import read_gguf_info
 
 
 def run(*args: str, ok: bool = True):

@@ -9,9 +9,9 @@ import gguf
 import numpy as np
 import pytest
 
-from autotune.compat import Verdict, check_pair
+from autotune.gguf.compat import Verdict, check_pair
 from autotune.errors import ModelFileError
-from autotune.gguf_info import read_gguf_info
+from autotune.gguf.info import read_gguf_info
 from autotune.testing import tiny_gguf
 
 

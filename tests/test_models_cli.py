@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from autotune.cli import cli
-from autotune.gguf_info import read_gguf_info
+from autotune.gguf.info import read_gguf_info
 
 
 def run(*args: str, ok: bool = True):

@@ -283,7 +283,7 @@ class DFlashPair:
         self.block_size = int(block_size) if block_size is not None else 16
         self.sample_from_anchor = _meta(draft.ptr, "dflash.sample_from_anchor") in (None, "true")
         self.causal = _meta(draft.ptr, "dflash.attention.causal") == "true"
-        from autotune.gguf_header import read_header
+        from autotune.gguf.header import read_header
 
         tensors = {t.name for t in read_header(draft.path).tensors}
         self.has_markov_head = "markov_w1.weight" in tensors  # DSpark (the graph applies it under either type)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from autotune.gguf_header import read_header
+from autotune.gguf.header import read_header
 
 __all__ = ["GIB", "ContextShape", "DeviceMemory", "devices", "estimate", "free_bytes"]
 

@@ -49,7 +49,7 @@ class MarkovHead:
 
     @classmethod
     def from_gguf(cls, path: Path) -> "MarkovHead":
-        from autotune.gguf_header import read_header
+        from autotune.gguf.header import read_header
 
         header = read_header(path)
         tensors = {t.name: t for t in header.tensors}

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from autotune.gguf_info import GGUFInfo, first_differing_token
+from autotune.gguf.info import GGUFInfo, first_differing_token
 from autotune.spec.types import DRAFT_MODEL_TYPES, SPEC_TYPE_PARAMS
 
 # common/speculative.cpp: SPEC_VOCAB_MAX_SIZE_DIFFERENCE and SPEC_VOCAB_CHECK_START_TOKEN_ID.
