@@ -16,10 +16,10 @@ import optuna
 from scipy import stats
 
 from autotune.spec.command import ServerCommand
-from autotune.device_lock import device_lock
+from autotune.measure.device_lock import device_lock
 from autotune.engines.base import Engine
 from autotune.errors import StudyNotFoundError, TrialFailure
-from autotune.prompts import PromptMix, load_prompt_mix
+from autotune.measure.prompts import PromptMix, load_prompt_mix
 from autotune.spec.types import SpecConfig
 from autotune.spec.default import SPEC_DEFAULT_FLAG
 from autotune.trials import SPEC_DEFAULT_ROLE, baselines_of, config_from_attrs, drift_corrected, is_reference

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from autotune.measurement import GenerationResult, Measurement
+from autotune.measure.measurement import GenerationResult, Measurement
 
 
 @dataclass(frozen=True)

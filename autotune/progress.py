@@ -8,7 +8,7 @@ from typing import TextIO
 
 import optuna
 
-from autotune.measurement import GenerationResult
+from autotune.measure.measurement import GenerationResult
 from autotune.spec.types import SpecConfig
 from autotune.spec.default import SPEC_DEFAULT_FLAG
 from autotune.trials import SPEC_DEFAULT_ROLE

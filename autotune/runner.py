@@ -19,7 +19,7 @@ from autotune.spec.command import ServerCommand
 from autotune.errors import AutotuneError, ModelFileError, SearchSpaceError, ServerBinaryError, UsageError
 from autotune.hardware import hardware_key
 from autotune.models import PULL_HINT, ModelFiles, resolve_model_files
-from autotune.prompts import PromptMix, default_mix_path, load_prompt_mix
+from autotune.measure.prompts import PromptMix, default_mix_path, load_prompt_mix
 from autotune.results import BestResult, best_result
 from autotune.spec.space import SearchSpace, find_space_file, load_space
 from autotune.spec.sampling import GREEDY, SERVER_MIN_P, SERVER_TOP_K, SERVER_TOP_P, Sampling

@@ -27,18 +27,18 @@ from scipy import stats
 
 from autotune.candidates import Candidates, pair_label
 from autotune.spec.command import ServerCommand
-from autotune.device_lock import device_lock
+from autotune.measure.device_lock import device_lock
 from autotune.engines.base import Engine
 from autotune.errors import (
     AutotuneError, ModelFileError, SpeculationInactiveError, TrialFailure, UsageError, WorkerDied,
 )
 from autotune.hardware import hardware_detail, hardware_key
-from autotune.lossless import compare_outputs
-from autotune.measurement import GenerationResult, Measurement
+from autotune.measure.lossless import compare_outputs
+from autotune.measure.measurement import GenerationResult, Measurement
 from autotune.hub import file_revisions
 from autotune.models import file_sha256
 from autotune.objectives import DEFAULT_OBJECTIVE, OBJECTIVES
-from autotune.prompts import PromptMix
+from autotune.measure.prompts import PromptMix
 from autotune.spec.sampling import GREEDY, Sampling
 from autotune.spec.space import SearchSpace
 from autotune.spec.types import BASELINE, DRAFT_MODEL_TYPES, SPEC_TYPE_PARAMS, SpecConfig

@@ -6,7 +6,7 @@ import click
 import pytest
 
 from autotune.cli import cli
-from autotune.prompts import load_prompt_mix
+from autotune.measure.prompts import load_prompt_mix
 
 README = (Path(__file__).parent.parent / "README.md").read_text()
 

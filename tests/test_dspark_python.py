@@ -21,8 +21,8 @@ from autotune.engines.pctree import MAX_TREE_LEAVES, MarkovHead, Tree, build_tre
 from autotune.engines.python import PythonEngine
 from autotune.engines.server import ServerEngine
 from autotune.errors import ModelFileError, TrialFailure
-from autotune.lossless import compare_outputs
-from autotune.prompts import Prompt, PromptMix
+from autotune.measure.lossless import compare_outputs
+from autotune.measure.prompts import Prompt, PromptMix
 from autotune.spec.types import SpecConfig
 from autotune.testing import tiny_gguf
 from autotune.testing.dspark_fixtures import (

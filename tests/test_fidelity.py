@@ -22,7 +22,7 @@ from autotune.engines.python import PythonEngine
 from autotune.engines.server import ServerEngine
 from autotune.errors import UsageError
 from autotune.hardware import hardware_key
-from autotune.prompts import Prompt, PromptMix
+from autotune.measure.prompts import Prompt, PromptMix
 from autotune.llamacpp.runtime import Runtime, runtime_from_flags
 from autotune.spec.sampling import Sampling
 from autotune.llamacpp.server_binary import command_binary, resolve_server_binary

@@ -6,7 +6,8 @@ import stat
 
 import pytest
 
-from autotune import device_lock, hardware
+from autotune import hardware
+from autotune.measure import device_lock
 
 EIGHT_H200 = "\n".join(f"{i}, GPU-{i}0000000-aaaa-bbbb-cccc-dddddddddddd, NVIDIA H200, 143771, 570.1" for i in range(8))
 

@@ -1,5 +1,5 @@
-from autotune.lossless import TieEvidence, compare_outputs, first_difference
-from autotune.measurement import GenerationResult, Measurement
+from autotune.measure.lossless import TieEvidence, compare_outputs, first_difference
+from autotune.measure.measurement import GenerationResult, Measurement
 
 
 def result(n_generated, decode_ms, category="qa", drafted=0, accepted=0, steps=0):

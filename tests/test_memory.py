@@ -23,7 +23,7 @@ from autotune.engines.memory import ContextShape
 from autotune.engines.python import PythonEngine
 from autotune.engines.worker import WorkerEngine
 from autotune.errors import TrialFailure
-from autotune.prompts import Prompt, PromptMix
+from autotune.measure.prompts import Prompt, PromptMix
 from autotune.spec.types import SpecConfig
 from autotune.testing import tiny_gguf
 

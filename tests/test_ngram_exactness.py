@@ -19,7 +19,7 @@ import pytest
 
 from autotune.engines.python import PythonEngine
 from autotune.engines.server import ServerEngine
-from autotune.prompts import Prompt, PromptMix, load_prompt_mix
+from autotune.measure.prompts import Prompt, PromptMix, load_prompt_mix
 from autotune.spec.types import SpecConfig
 
 pytestmark = pytest.mark.slow

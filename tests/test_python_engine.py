@@ -6,8 +6,8 @@ import pytest
 
 from autotune.engines.python import PythonEngine
 from autotune.errors import ModelFileError, UsageError
-from autotune.lossless import compare_outputs
-from autotune.prompts import Prompt, PromptMix, load_prompt_mix
+from autotune.measure.lossless import compare_outputs
+from autotune.measure.prompts import Prompt, PromptMix, load_prompt_mix
 from autotune.spec.types import SpecConfig
 
 TINY_MIX = PromptMix(

@@ -18,8 +18,8 @@ from autotune.engines._prompt_tokens import PromptTokens
 from autotune.engines.python import PythonEngine
 from autotune.engines.server import ServerEngine, ServerFailure
 from autotune.errors import ModelFileError, TrialFailure, UsageError
-from autotune.lossless import compare_outputs
-from autotune.prompts import Prompt, PromptMix, load_prompt_mix
+from autotune.measure.lossless import compare_outputs
+from autotune.measure.prompts import Prompt, PromptMix, load_prompt_mix
 from autotune.errors import ServerBinaryError
 from autotune.llamacpp.server_binary import SERVER_BINARY_ENV, resolve_server_binary
 from autotune.spec.types import SpecConfig

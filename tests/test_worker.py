@@ -20,7 +20,7 @@ from autotune.engines import create_engine
 from autotune.engines.worker import WorkerEngine, descendant_pids
 from autotune.errors import ModelFileError, TrialFailure, UsageError, WorkerDied
 from autotune.hardware import hardware_key
-from autotune.prompts import Prompt, PromptMix
+from autotune.measure.prompts import Prompt, PromptMix
 from autotune.spec.types import SpecConfig
 from autotune.tuner import requeue_stale_trial
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from autotune.llamacpp.bindings import LoadedModel
 from autotune.errors import UsageError
-from autotune.prompts import Prompt
+from autotune.measure.prompts import Prompt
 
 
 class PromptTokens:

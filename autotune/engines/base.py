@@ -6,9 +6,9 @@ from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Callable, Sequence
 
-from autotune.lossless import TieEvidence
-from autotune.measurement import GenerationResult, Measurement
-from autotune.prompts import Prompt, PromptMix
+from autotune.measure.lossless import TieEvidence
+from autotune.measure.measurement import GenerationResult, Measurement
+from autotune.measure.prompts import Prompt, PromptMix
 from autotune.spec.types import SpecConfig, SpecParam
 
 #: Called after each prompt with (index, result) so callers can show progress or report to a pruner.

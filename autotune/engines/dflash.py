@@ -40,8 +40,8 @@ from autotune.engines.dflash_contexts import DFlashPair
 from autotune.engines.drafters import _top_k_probability
 from autotune.engines.pctree import Tree, build_tree
 from autotune.errors import TrialFailure
-from autotune.measurement import GenerationResult, extend_until_stop, timed_result
-from autotune.prompts import Prompt
+from autotune.measure.measurement import GenerationResult, extend_until_stop, timed_result
+from autotune.measure.prompts import Prompt
 from autotune.spec.types import SpecConfig
 
 __all__ = ["DFLASH_TYPES", "DFlashDrafter"]

@@ -36,9 +36,9 @@ from autotune.engines.dflash import DFLASH_TYPES, DFlashDrafter
 from autotune.engines.dflash_contexts import DFlashPair, dflash_available
 from autotune.engines import memory
 from autotune.engines.memory import ContextShape
-from autotune.lossless import TieEvidence
-from autotune.measurement import GenerationResult, Measurement, extend_until_stop, timed_result
-from autotune.prompts import Prompt, PromptMix
+from autotune.measure.lossless import TieEvidence
+from autotune.measure.measurement import GenerationResult, Measurement, extend_until_stop, timed_result
+from autotune.measure.prompts import Prompt, PromptMix
 from autotune.llamacpp.runtime import Runtime, runtime_from_flags
 from autotune.spec.sampling import GREEDY, Sampling
 from autotune.errors import EngineError, ModelFileError, TrialFailure

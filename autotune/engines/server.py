@@ -43,9 +43,9 @@ from autotune.engines._server_process import ServerProcess
 from autotune.errors import ServerFailure
 from autotune.engines.base import Engine, ProgressCallback
 from autotune.errors import EngineError, ModelFileError
-from autotune.lossless import TieEvidence
-from autotune.measurement import GenerationResult, Measurement
-from autotune.prompts import Prompt, PromptMix
+from autotune.measure.lossless import TieEvidence
+from autotune.measure.measurement import GenerationResult, Measurement
+from autotune.measure.prompts import Prompt, PromptMix
 from autotune.spec.sampling import GREEDY, Sampling
 from autotune.llamacpp.server_binary import resolve_server_binary
 from autotune.spec.types import SpecConfig, SpecParam, combinations_of

@@ -30,9 +30,9 @@ from typing import Any, Sequence
 
 from autotune.engines.base import Engine, ProgressCallback
 from autotune.errors import EngineError, TrialFailure, WorkerDied
-from autotune.lossless import TieEvidence
-from autotune.measurement import Measurement
-from autotune.prompts import Prompt, PromptMix
+from autotune.measure.lossless import TieEvidence
+from autotune.measure.measurement import Measurement
+from autotune.measure.prompts import Prompt, PromptMix
 from autotune.llamacpp.runtime import runtime_from_flags
 from autotune.spec.sampling import GREEDY, Sampling
 from autotune.spec.types import SpecConfig, SpecParam

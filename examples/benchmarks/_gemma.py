@@ -5,7 +5,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from autotune.prompts import PromptMix
+from autotune.measure.prompts import PromptMix
 from autotune.runner import SearchInputs, SearchOptions, check_inputs
 
 MODELS_DIR = Path(tempfile.gettempdir()) / "autotune-bench-models"

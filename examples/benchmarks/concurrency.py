@@ -37,7 +37,7 @@ from scipy import stats
 from autotune.spec.command import format_command
 from autotune.engines.server import ServerEngine
 from autotune.progress import SilentReporter
-from autotune.prompts import PromptMix, load_prompt_mix
+from autotune.measure.prompts import PromptMix, load_prompt_mix
 from autotune.runner import ConfirmOptions, SearchOptions, check_inputs, run_search
 from autotune.spec.space import find_space_file
 from autotune.spec.types import SpecConfig

@@ -17,7 +17,7 @@ from pathlib import Path
 from llama_cpp import Llama
 
 from autotune.engines import create_engine
-from autotune.prompts import bundled_mix_path, continuation_mix_path, load_prompt_mix
+from autotune.measure.prompts import bundled_mix_path, continuation_mix_path, load_prompt_mix
 from autotune.spec.types import SpecConfig
 from autotune.testing.echo import count_echoes, loops, restates
 

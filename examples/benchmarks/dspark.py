@@ -25,8 +25,8 @@ from pathlib import Path
 
 from autotune.engines.python import PythonEngine
 from autotune.engines.server import ServerEngine
-from autotune.measurement import Measurement
-from autotune.prompts import load_prompt_mix
+from autotune.measure.measurement import Measurement
+from autotune.measure.prompts import load_prompt_mix
 from autotune.spec.types import SpecConfig
 from autotune.testing import tiny_gguf
 from autotune.testing.dspark_fixtures import (

@@ -33,8 +33,8 @@ from autotune.spec.command import ServerCommand
 from autotune.engines._prompt_tokens import PromptTokens
 from autotune.engines._server_process import ServerProcess
 from autotune.engines.server import generate_mix
-from autotune.measurement import Measurement
-from autotune.prompts import load_prompt_mix
+from autotune.measure.measurement import Measurement
+from autotune.measure.prompts import load_prompt_mix
 from autotune.spec.types import SpecConfig
 from autotune.testing import tiny_gguf
 

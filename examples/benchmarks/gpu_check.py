@@ -27,7 +27,7 @@ from autotune.engines import memory  # noqa: E402
 from autotune.engines.python import PythonEngine  # noqa: E402
 from autotune.engines.server import ServerEngine  # noqa: E402
 from autotune.errors import AutotuneError  # noqa: E402
-from autotune.prompts import PromptMix, load_prompt_mix  # noqa: E402
+from autotune.measure.prompts import PromptMix, load_prompt_mix  # noqa: E402
 from autotune.spec.types import SPEC_TYPE_PARAMS, SpecConfig  # noqa: E402
 from autotune.testing.dspark_fixtures import QWEN3_VOCAB, write_qwen3_pair  # noqa: E402
 

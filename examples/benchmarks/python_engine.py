@@ -21,10 +21,10 @@ from llama_cpp import Llama
 from autotune.candidates import find_candidates
 from autotune.llamacpp.runtime import server_default_threads
 from autotune.engines.python import PythonEngine
-from autotune.measurement import Measurement
+from autotune.measure.measurement import Measurement
 from autotune.models import resolve_model_files
 from autotune.progress import SilentReporter
-from autotune.prompts import load_prompt_mix
+from autotune.measure.prompts import load_prompt_mix
 from autotune.runner import load_model_space
 from autotune.spec.types import SpecConfig
 from autotune.tuner import SearchSettings, Tuner
