@@ -6,7 +6,7 @@ from pathlib import Path
 
 from autotune.candidates import find_candidates
 from autotune.llamacpp.capabilities import ServerCapabilities
-from autotune.engine_coverage import engine_coverage
+from autotune.engines.coverage import engine_coverage
 from autotune.errors import ModelFileError
 from autotune.gguf.info import read_gguf_info
 from autotune.models import resolve_model_files

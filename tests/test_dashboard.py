@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from autotune.cli import cli
-from autotune.engines._server_process import free_port
+from autotune.engines.server_process import free_port
 from autotune.hardware import hardware_key
 
 

@@ -2,7 +2,7 @@ from pathlib import Path
 
 import pytest
 
-from autotune.engines.ngram_drafters import (
+from autotune.engines.drafters.ngram_map import (
     ChainDrafter,
     NgramCacheDrafter,
     NgramMapDrafter,

@@ -12,12 +12,12 @@ import llama_cpp
 import numpy as np
 import pytest
 
-from autotune.engines import _dflash_ctypes as dfc
+from autotune.engines.dflash import bindings as dfc
 from autotune.llamacpp.bindings import Context
 from autotune.llamacpp.runtime import Runtime
-from autotune.engines.dflash import DFlashDrafter
-from autotune.engines.dflash_contexts import DFlashPair
-from autotune.engines.pctree import MAX_TREE_LEAVES, MarkovHead, Tree, build_tree
+from autotune.engines.dflash.drafter import DFlashDrafter
+from autotune.engines.dflash.contexts import DFlashPair
+from autotune.engines.dflash.pctree import MAX_TREE_LEAVES, MarkovHead, Tree, build_tree
 from autotune.engines.python import PythonEngine
 from autotune.engines.server import ServerEngine
 from autotune.errors import ModelFileError, TrialFailure

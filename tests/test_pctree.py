@@ -1,4 +1,4 @@
-"""PCTree construction (autotune.engines.pctree) against its definition, computed the slow way.
+"""PCTree construction (autotune.engines.dflash.pctree) against its definition, computed the slow way.
 
 The engine's build_tree is lazy and touches only candidate tokens; the reference here scores every
 node's children from scratch in float64 over the whole vocabulary (the Markov bias of every token),
@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from autotune.engines.pctree import _CANDIDATES, MarkovHead, Tree, build_tree, leading_ids
+from autotune.engines.dflash.pctree import _CANDIDATES, MarkovHead, Tree, build_tree, leading_ids
 
 
 def reference_tree(last: int, chain: list[int], rows: np.ndarray, markov: MarkovHead, *, k: int, n: int,

@@ -436,7 +436,7 @@ def test_llama_server_router_runs_the_ini_export(tmp_path, tiny_dir, monkeypatch
     """llama-server itself reads the exported file (router mode), starts the preset's model with the
     preset's flags, and answers a completion through it."""
     from autotune.spec.command import server_argv
-    from autotune.engines._server_process import ServerProcess
+    from autotune.engines.server_process import ServerProcess
     from autotune.llamacpp.server_binary import resolve_server_binary
     from autotune.spec.types import SpecConfig
 

@@ -7,7 +7,7 @@ from llama_cpp import Llama
 
 from autotune.cli import cli
 from autotune.engines import create_engine
-from autotune.engines._prompt_tokens import PromptTokens
+from autotune.engines.prompt_tokens import PromptTokens
 from autotune.errors import PromptFileError
 from autotune.gguf.info import read_gguf_info
 from autotune.measure.prompts import bundled_mix_path, continuation_mix_path, default_mix_path, load_prompt_mix

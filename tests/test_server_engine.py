@@ -14,7 +14,7 @@ import gguf
 import pytest
 
 from autotune.llamacpp.capabilities import parse_capabilities, read_capabilities
-from autotune.engines._prompt_tokens import PromptTokens
+from autotune.engines.prompt_tokens import PromptTokens
 from autotune.engines.python import PythonEngine
 from autotune.engines.server import ServerEngine, ServerFailure
 from autotune.errors import ModelFileError, TrialFailure, UsageError

@@ -1,11 +1,11 @@
 """In-process engine: llama-server's generation loop through llama-cpp-python, without HTTP.
 
 Each step the target verifies `[last] + draft` in one batch decode and samples each position with
-llama-server's own sampler chain (autotune.engines._sampler), keeping the draft while the sampled
+llama-server's own sampler chain (autotune.engines.sampler), keeping the draft while the sampled
 token equals it, plus one token of its own; the rejected rest is rolled out of its KV cache. At
 temperature 0 the chain is greedy, so the output is the baseline's. Threads, batch sizes, flash
 attention and KV cache types are llama-server's defaults or what the search space's `base_flags` set.
-draft-dflash and draft-dspark (linear or PCTree) run their own loop (autotune.engines.dflash): the
+draft-dflash and draft-dspark (linear or PCTree) run their own loop (autotune.engines.dflash.drafter): the
 target hands its layer inputs to the draft after every decode, and a tree is verified with several
 sequence ids.
 Models load once and stay loaded across trials; only the (target, draft) pair in use is kept.
@@ -21,19 +21,19 @@ from typing import Callable, Sequence
 import numpy as np
 
 from autotune.llamacpp.bindings import Context, LoadedModel, llama_build
-from autotune.engines._prompt_tokens import PromptTokens
-from autotune.engines._sampler import SamplerChain
+from autotune.engines.prompt_tokens import PromptTokens
+from autotune.engines.sampler import SamplerChain
 from autotune.engines.base import Engine, ProgressCallback
-from autotune.engines.drafters import DraftModelDrafter, Drafter
-from autotune.engines.ngram_drafters import (
+from autotune.engines.drafters.draft_model import DraftModelDrafter, Drafter
+from autotune.engines.drafters.ngram_map import (
     ChainDrafter,
     NgramCacheDrafter,
     NgramMapDrafter,
     NgramModDrafter,
     NgramSimpleDrafter,
 )
-from autotune.engines.dflash import DFLASH_TYPES, DFlashDrafter
-from autotune.engines.dflash_contexts import DFlashPair, dflash_available
+from autotune.engines.dflash.drafter import DFLASH_TYPES, DFlashDrafter
+from autotune.engines.dflash.contexts import DFlashPair, dflash_available
 from autotune.engines import memory
 from autotune.engines.memory import ContextShape
 from autotune.measure.lossless import TieEvidence

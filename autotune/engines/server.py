@@ -38,8 +38,8 @@ from typing import Sequence
 
 from autotune.llamacpp.capabilities import ServerCapabilities, read_capabilities
 from autotune.spec.command import server_argv
-from autotune.engines._prompt_tokens import PromptTokens
-from autotune.engines._server_process import ServerProcess
+from autotune.engines.prompt_tokens import PromptTokens
+from autotune.engines.server_process import ServerProcess
 from autotune.errors import ServerFailure
 from autotune.engines.base import Engine, ProgressCallback
 from autotune.errors import EngineError, ModelFileError

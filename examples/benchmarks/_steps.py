@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import llama_cpp
 
-from autotune.engines import _dflash_ctypes as dfc
+from autotune.engines.dflash import bindings as dfc
 
 
 _KV_CALLS = ("llama_memory_seq_rm", "llama_memory_seq_cp", "llama_memory_seq_keep")

@@ -30,8 +30,8 @@ from pathlib import Path
 
 from _interleave import ci95, compare
 from autotune.spec.command import ServerCommand
-from autotune.engines._prompt_tokens import PromptTokens
-from autotune.engines._server_process import ServerProcess
+from autotune.engines.prompt_tokens import PromptTokens
+from autotune.engines.server_process import ServerProcess
 from autotune.engines.server import generate_mix
 from autotune.measure.measurement import Measurement
 from autotune.measure.prompts import load_prompt_mix

@@ -22,9 +22,9 @@ import ctypes
 import llama_cpp
 import numpy as np
 
-from autotune.engines import _dflash_ctypes as dfc
+from autotune.engines.dflash import bindings as dfc
 from autotune.llamacpp.bindings import Context, LoadedModel, context_params, last_log_error
-from autotune.engines.pctree import MAX_TREE_LEAVES, MarkovHead
+from autotune.engines.dflash.pctree import MAX_TREE_LEAVES, MarkovHead
 from autotune.errors import EngineError, ModelFileError
 from autotune.llamacpp.runtime import Runtime
 

