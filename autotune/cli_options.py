@@ -165,9 +165,9 @@ def measurement_options(command):
 
 def _measured_model(model: str | None, options) -> str:
     """--model, or the ad-hoc model's name from its --target file."""
-    from autotune.adhoc import adhoc_name
+    from autotune.models.adhoc import adhoc_name
     from autotune.errors import UsageError
-    from autotune.models import check_gguf
+    from autotune.models.files import check_gguf
 
     if options.target_file is None:
         if options.draft_files:

@@ -11,14 +11,14 @@ from pathlib import Path
 
 import optuna
 
-from autotune.adhoc import adhoc_space
-from autotune.candidates import Candidates, find_candidates
+from autotune.models.adhoc import adhoc_space
+from autotune.models.candidates import Candidates, find_candidates
 from autotune.confirm import Confirmation, ConfirmedConfig, confirm, top_trials
 from autotune.engines import DEFAULT_ENGINE, Engine, create_engine
 from autotune.spec.command import ServerCommand
 from autotune.errors import AutotuneError, ModelFileError, SearchSpaceError, ServerBinaryError, UsageError
 from autotune.hardware import hardware_key
-from autotune.models import PULL_HINT, ModelFiles, resolve_model_files
+from autotune.models.files import PULL_HINT, ModelFiles, resolve_model_files
 from autotune.measure.prompts import PromptMix, default_mix_path, load_prompt_mix
 from autotune.results import BestResult, best_result
 from autotune.spec.space import SearchSpace, find_space_file, load_space
@@ -78,7 +78,7 @@ class SearchOptions:
     min_p: float = SERVER_MIN_P
     concurrency: tuple[int, ...] = (1,)  # --concurrency: a study per level
     min_stream_tok_s: float | None = None
-    target_file: Path | None = None  # --target: an ad-hoc model, its space inferred (autotune.adhoc)
+    target_file: Path | None = None  # --target: an ad-hoc model, its space inferred (autotune.models.adhoc)
     draft_files: tuple[Path, ...] = ()  # --draft, with --target
 
     @property
@@ -406,7 +406,7 @@ def preset_from(model: str, study: optuna.Study, confirmation: Confirmation, row
 def pull_latest(space: SearchSpace, reporter: SearchReporter) -> None:
     """Download each hub file of `space` whose revision on the hub is new; offline, say so in one line
     and go on with the files on disk."""
-    from autotune.hub import hub_files, pull
+    from autotune.models.hub import hub_files, pull
 
     if not hub_files(space):
         return

@@ -25,7 +25,7 @@ import numpy as np
 import optuna
 from scipy import stats
 
-from autotune.candidates import Candidates, pair_label
+from autotune.models.candidates import Candidates, pair_label
 from autotune.spec.command import ServerCommand
 from autotune.measure.device_lock import device_lock
 from autotune.engines.base import Engine
@@ -35,8 +35,8 @@ from autotune.errors import (
 from autotune.hardware import hardware_detail, hardware_key
 from autotune.measure.lossless import compare_outputs
 from autotune.measure.measurement import GenerationResult, Measurement
-from autotune.hub import file_revisions
-from autotune.models import file_sha256
+from autotune.models.hub import file_revisions
+from autotune.models.files import file_sha256
 from autotune.objectives import DEFAULT_OBJECTIVE, OBJECTIVES
 from autotune.measure.prompts import PromptMix
 from autotune.spec.sampling import GREEDY, Sampling

@@ -23,7 +23,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from autotune.spec.command import format_command
 from autotune.errors import ModelFileError, StorageError
-from autotune.models import file_sha256
+from autotune.models.files import file_sha256
 from storage import SQLITE_BUSY_TIMEOUT_S, _prepare_sqlite_file
 from storage.schema import SCHEMA_VERSION, Base, FileHashRow, PresetRow, SchemaVersionRow
 

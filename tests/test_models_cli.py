@@ -39,7 +39,8 @@ def test_models_lists_files_runnable_pairs_and_refusals(tmp_path, models_dir, mo
         [spec_types.ngram-simple]
         ngram_simple_size_n = [1, 3]
     """))
-    from autotune import inventory, runner
+    from autotune.models import inventory
+    from autotune import runner
 
     report = inventory.model_inventory(runner.load_model_space("tiny", space), models_dir, None)
     runnable = {(r["spec_type"], r["draft"]) for r in report["runnable"]}
@@ -69,7 +70,8 @@ def test_models_command_refuses_a_dspark_draft_for_gemma(tmp_path, gemma_path, t
         [spec_types.draft-dspark]
         draft_n_max = [1, 4]
     """))
-    from autotune import inventory, runner
+    from autotune.models import inventory
+    from autotune import runner
 
     report = inventory.model_inventory(runner.load_model_space("gemma3-270m", space), models, None)
     (refused,) = report["refused"]
@@ -94,7 +96,8 @@ def test_quantize_writes_a_cheaper_gemma_draft_the_next_study_uses(tmp_path, gem
     again = run("quantize", "--model", "gemma3-270m", "--quant", "Q4_0", "--models-dir", str(models), ok=False)
     assert again.exit_code == 2 and "exists already" in again.output
 
-    from autotune import inventory, runner
+    from autotune.models import inventory
+    from autotune import runner
 
     report = inventory.model_inventory(runner.load_model_space("gemma3-270m"), models, None)
     assert ("draft-simple", "gemma-3-270m-Q4_0.gguf") in {(r["spec_type"], r["draft"]) for r in report["runnable"]}
@@ -108,7 +111,8 @@ def test_unknown_quant_is_a_usage_error(tmp_path, models_dir):
 def test_models_says_which_engine_runs_mtp_and_refuses_an_mtp_less_target(tmp_path, models_dir):
     """draft-mtp drafts with the target's own NextN layers; the tiny qwen3 target has none, so llama.cpp's
     verdict refuses it, and the in-process engine leaves MTP and EAGLE-3 to llama-server, saying why."""
-    from autotune import inventory, runner
+    from autotune.models import inventory
+    from autotune import runner
     from autotune.llamacpp.capabilities import read_capabilities
     from autotune.llamacpp.server_binary import resolve_server_binary
 

@@ -54,7 +54,7 @@ class ParamRange:
 @dataclass(frozen=True)
 class HubSource:
     """Where a table's files come from on the Hugging Face Hub: a repo and, optionally, a pinned revision
-    (a branch, tag or commit hash; the repo's default branch when unset). See autotune.hub."""
+    (a branch, tag or commit hash; the repo's default branch when unset). See autotune.models.hub."""
 
     repo: str
     revision: str | None = None

@@ -19,7 +19,7 @@ from scipy import stats
 
 from autotune.engines.python import PythonEngine
 from autotune.engines.server import ServerEngine
-from autotune.models import resolve_model_files
+from autotune.models.files import resolve_model_files
 from autotune.measure.prompts import load_prompt_mix
 from autotune.runner import load_model_space
 from autotune.spec.types import SpecConfig

@@ -18,11 +18,11 @@ from pathlib import Path
 import optuna
 from llama_cpp import Llama
 
-from autotune.candidates import find_candidates
+from autotune.models.candidates import find_candidates
 from autotune.llamacpp.runtime import server_default_threads
 from autotune.engines.python import PythonEngine
 from autotune.measure.measurement import Measurement
-from autotune.models import resolve_model_files
+from autotune.models.files import resolve_model_files
 from autotune.progress import SilentReporter
 from autotune.measure.prompts import load_prompt_mix
 from autotune.runner import load_model_space

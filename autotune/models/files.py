@@ -12,7 +12,7 @@ from pathlib import Path
 
 from autotune.errors import ModelFileError
 from autotune.gguf.header import GGUFFormatError, GGUFHeader, read_header
-from autotune.hub import cached_file
+from autotune.models.hub import cached_file
 from autotune.spec.space import DRAFT_IS_TARGET, FilePattern, SearchSpace
 from autotune.spec.types import DRAFT_MODEL_TYPES
 
@@ -83,7 +83,7 @@ def _find_each(models_dir: Path, files: FilePattern, missing: list[str]) -> list
     found = []
     for _, pattern in files.patterns():
         match = cached_file(files.source, pattern) if files.source is not None else None
-        if match is None and Path(pattern).is_absolute():  # an ad-hoc model's file (autotune.adhoc)
+        if match is None and Path(pattern).is_absolute():  # an ad-hoc model's file (autotune.models.adhoc)
             match = Path(pattern) if Path(pattern).is_file() else None
         elif match is None:
             match = next((p for p in candidates if fnmatch.fnmatch(p.relative_to(models_dir).as_posix().lower(),

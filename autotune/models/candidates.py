@@ -11,8 +11,8 @@ from pathlib import Path
 
 from autotune.gguf.compat import check_pair
 from autotune.gguf.info import read_gguf_info
-from autotune.hub import file_revision
-from autotune.models import ModelFiles
+from autotune.models.hub import file_revision
+from autotune.models.files import ModelFiles
 from autotune.spec.types import draft_member
 
 

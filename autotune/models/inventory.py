@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from autotune.candidates import find_candidates
+from autotune.models.candidates import find_candidates
 from autotune.llamacpp.capabilities import ServerCapabilities
 from autotune.engines.coverage import engine_coverage
 from autotune.errors import ModelFileError
 from autotune.gguf.info import read_gguf_info
-from autotune.models import resolve_model_files
+from autotune.models.files import resolve_model_files
 from autotune.spec.space import SearchSpace
 from autotune.spec.types import DRAFT_MODEL_TYPES
 
