@@ -73,7 +73,7 @@ def search(model, options, server_bin, confirm_enabled, confirm_top, confirm_rep
     Example:
         autotune search --model gemma3-270m --trials 12 --max-tokens 48
     """
-    from autotune.runner import ConfirmOptions, level_engine, run_search
+    from autotune.study.search import ConfirmOptions, level_engine, run_search
     from autotune.progress import TerminalReporter
 
     for level in options.concurrency:  # bad input (no llama-server for N > 1) before anything is measured
@@ -99,8 +99,8 @@ def best(model, hardware, engine, objective, concurrency, storage, as_json):
         autotune best --model gemma3-270m --json
     """
     from autotune.errors import StudyNotFoundError
-    from autotune.results import PresetResult, best_result
-    from autotune.runner import open_study_of, stored_preset
+    from autotune.study.best import PresetResult, best_result
+    from autotune.study.search import open_study_of, stored_preset
 
     try:
         result = best_result(open_study_of(model, hardware, engine, storage, objective, concurrency))
@@ -122,8 +122,8 @@ def trials(model, hardware, engine, objective, concurrency, storage, as_json):
     Example:
         autotune trials --model gemma3-270m
     """
-    from autotune.runner import open_study_of
-    from autotune.results import trial_rows
+    from autotune.study.search import open_study_of
+    from autotune.study.best import trial_rows
 
     rows = trial_rows(open_study_of(model, hardware, engine, storage, objective, concurrency))
     if as_json:
@@ -173,7 +173,7 @@ def confirm(model, top, repeats, engine, objective, concurrency, storage, server
     Example:
         autotune confirm --model gemma3-270m --top 3 --repeats 3
     """
-    from autotune.runner import run_confirm
+    from autotune.study.search import run_confirm
 
     def on_measured(round_: int, label: str, tok_s: float | None) -> None:
         figure = "FAILED" if tok_s is None else f"{tok_s:.1f} tok/s"
@@ -215,9 +215,9 @@ _ENGINE_LABELS = {"server": "llama-server", "python": "the in-process engine"}
 def _best_text(result) -> str:
     """The command line, then its figures: the confirmed ones first, each naming the engine that measured it."""
     from autotune.spec.command import format_command
-    from autotune.results import PresetResult
+    from autotune.study.best import PresetResult
     from autotune.spec.default import SPEC_DEFAULT_FLAG
-    from autotune.trials import SPEC_DEFAULT_ROLE, is_spec_default
+    from autotune.study.trials import SPEC_DEFAULT_ROLE, is_spec_default
 
     lines = [format_command(result.argv)]
     if isinstance(result, PresetResult):

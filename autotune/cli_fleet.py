@@ -29,10 +29,10 @@ def nightly(model, options, top, confirm_repeats, server_bin):
         autotune nightly --model gemma3-270m --trials 20
     """
     from autotune.progress import TerminalReporter
-    from autotune.runner import run_nightly
+    from autotune.study.search import run_nightly
 
     from autotune.nightly import combined_exit_code
-    from autotune.runner import level_engine
+    from autotune.study.search import level_engine
 
     for level in options.concurrency:  # bad input (no llama-server for N > 1) before anything is measured
         level_engine(options.engine_name, level, server_bin, None)

@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from autotune.engines import ENGINE_NAMES
-from autotune.objectives import DEFAULT_OBJECTIVE, OBJECTIVES
+from autotune.study.objectives import DEFAULT_OBJECTIVE, OBJECTIVES
 from autotune.spec.sampling import SERVER_MIN_P, SERVER_TOP_K, SERVER_TOP_P
 from autotune.settings import MODELS_DIR_ENV, STORAGE_ENV, default_models_dir
 
@@ -149,7 +149,7 @@ _MEASUREMENT_OPTIONS = [
 def measurement_options(command):
     """What to measure and where to keep it: the options `search` and `nightly` share, handed to the
     command as one `options: SearchOptions` argument."""
-    from autotune.runner import SearchOptions
+    from autotune.study.search import SearchOptions
 
     names = [f.name for f in dataclasses.fields(SearchOptions)]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from autotune.confirm import Confirmation, ConfirmedConfig
+from autotune.study.confirm import Confirmation, ConfirmedConfig
 from storage.presets import Preset
 
 EXIT_CODES = {"improved": 0, "unchanged": 3, "regressed": 4}

@@ -11,7 +11,7 @@ import optuna
 from autotune.measure.measurement import GenerationResult
 from autotune.spec.types import SpecConfig
 from autotune.spec.default import SPEC_DEFAULT_FLAG
-from autotune.trials import SPEC_DEFAULT_ROLE
+from autotune.study.trials import SPEC_DEFAULT_ROLE
 
 _BAR_WIDTH = 20
 

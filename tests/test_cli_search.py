@@ -18,7 +18,7 @@ from click.testing import CliRunner
 from autotune.cli import cli
 from autotune.hardware import hardware_key
 from autotune.llamacpp.server_binary import command_binary
-from autotune.trials import is_reference
+from autotune.study.trials import is_reference
 
 
 def run(*args: str, ok: bool = True):

@@ -26,7 +26,7 @@ from autotune.spec.types import (
     combined_spec_type,
     draft_member,
 )
-from autotune.trials import config_attrs, config_from_attrs
+from autotune.study.trials import config_attrs, config_from_attrs
 
 T, D = Path("t.gguf"), Path("d.gguf")
 

@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from autotune.cli import cli
-from autotune.confirm import Confirmation, ConfirmedConfig
+from autotune.study.confirm import Confirmation, ConfirmedConfig
 from autotune.hardware import hardware_key
 from autotune.nightly import decide
 from autotune.testing import tiny_gguf

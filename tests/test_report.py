@@ -17,11 +17,11 @@ from click.testing import CliRunner
 
 from autotune.cli import cli
 from autotune.spec.command import ServerCommand
-from autotune.confirm import confirm
+from autotune.study.confirm import confirm
 from autotune.engines import create_engine
 from autotune.hardware import hardware_key
-from autotune.results import best_result
-from autotune.study import study_name
+from autotune.study.best import best_result
+from autotune.study.catalog import study_name
 from autotune.testing.browser import find_chromium, headless_chromium
 
 TrialState = optuna.trial.TrialState

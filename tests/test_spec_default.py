@@ -11,14 +11,14 @@ import pytest
 from click.testing import CliRunner
 
 from autotune.cli import cli
-from autotune.confirm import Confirmation, ConfirmedConfig
+from autotune.study.confirm import Confirmation, ConfirmedConfig
 from autotune.engines.python import PythonEngine
 from autotune.hardware import hardware_key
-from autotune.results import best_result
-from autotune.runner import SearchOptions, check_inputs, runnable_space
+from autotune.study.best import best_result
+from autotune.study.search import SearchOptions, check_inputs, runnable_space
 from autotune.spec.default import SPEC_DEFAULT_PARAMS
 from storage import open_storage, resolve_storage_url
-from autotune.tuner import Tuner
+from autotune.study.tuner import Tuner
 
 SPEC_DEFAULT_FLAGS = ["--spec-type", "ngram-mod", "--spec-ngram-mod-n-match", "24", "--spec-ngram-mod-n-max", "64",
                       "--spec-ngram-mod-n-min", "48"]

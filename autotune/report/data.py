@@ -16,11 +16,11 @@ import optuna
 from scipy import stats
 
 from autotune.spec.command import format_command
-from autotune.confirm import Confirmation, ConfirmedConfig, stored_confirmation
+from autotune.study.confirm import Confirmation, ConfirmedConfig, stored_confirmation
 from autotune.errors import StudyNotFoundError
-from autotune.objectives import DEFAULT_OBJECTIVE
-from autotune.results import best_result
-from autotune.trials import is_baseline
+from autotune.study.objectives import DEFAULT_OBJECTIVE
+from autotune.study.best import best_result
+from autotune.study.trials import is_baseline
 
 TrialState = optuna.trial.TrialState
 
@@ -204,7 +204,7 @@ class StudyView:
 
     # --- what the figures group and rank ----------------------------------------------------------
     def pick(self) -> optuna.trial.FrozenTrial:
-        """The configuration `autotune best` prints (autotune.results.best_result: the confirmed winner,
+        """The configuration `autotune best` prints (autotune.study.best.best_result: the confirmed winner,
         else the best lossless trial, on a pareto front the member with the best end-to-end tok/s);
         the fastest trial when no trial is lossless."""
         try:

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 import optuna
 
-from autotune.confirm import stored_confirmation
-from autotune.study import latest_version, parse_kind, study_name
-from autotune.trials import BASELINE_ROLE, WARM_START_ROLE
+from autotune.study.confirm import stored_confirmation
+from autotune.study.catalog import latest_version, parse_kind, study_name
+from autotune.study.trials import BASELINE_ROLE, WARM_START_ROLE
 
 COMPLETE = optuna.trial.TrialState.COMPLETE
 

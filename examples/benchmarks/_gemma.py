@@ -6,7 +6,7 @@ import tempfile
 from pathlib import Path
 
 from autotune.measure.prompts import PromptMix
-from autotune.runner import SearchInputs, SearchOptions, check_inputs
+from autotune.study.search import SearchInputs, SearchOptions, check_inputs
 
 MODELS_DIR = Path(tempfile.gettempdir()) / "autotune-bench-models"
 

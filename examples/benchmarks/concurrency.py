@@ -38,10 +38,10 @@ from autotune.spec.command import format_command
 from autotune.engines.server import ServerEngine
 from autotune.progress import SilentReporter
 from autotune.measure.prompts import PromptMix, load_prompt_mix
-from autotune.runner import ConfirmOptions, SearchOptions, check_inputs, run_search
+from autotune.study.search import ConfirmOptions, SearchOptions, check_inputs, run_search
 from autotune.spec.space import find_space_file
 from autotune.spec.types import SpecConfig
-from autotune.trials import config_from_attrs
+from autotune.study.trials import config_from_attrs
 
 from _gemma import MODELS_DIR  # noqa: E402  (beside this script)
 

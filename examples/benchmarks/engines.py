@@ -21,7 +21,7 @@ from autotune.engines.python import PythonEngine
 from autotune.engines.server import ServerEngine
 from autotune.models.files import resolve_model_files
 from autotune.measure.prompts import load_prompt_mix
-from autotune.runner import load_model_space
+from autotune.study.search import load_model_space
 from autotune.spec.types import SpecConfig
 
 

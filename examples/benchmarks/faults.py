@@ -26,10 +26,10 @@ import optuna
 
 from autotune.engines.worker import WorkerEngine, descendant_pids
 from autotune.progress import SilentReporter, TerminalReporter
-from autotune.runner import runnable_space
+from autotune.study.search import runnable_space
 from autotune.spec.types import SpecConfig
-from autotune.trials import counted_trials
-from autotune.tuner import Tuner
+from autotune.study.trials import counted_trials
+from autotune.study.tuner import Tuner
 
 from _gemma import gemma_inputs  # noqa: E402  (beside this script)
 

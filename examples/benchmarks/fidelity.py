@@ -81,7 +81,7 @@ def users_path(rounds: int) -> None:
     print("\n".join("  " + line for line in lines))
     printed = shlex.split(lines[0])
     import optuna
-    from autotune.confirm import study_prompt_mix
+    from autotune.study.confirm import study_prompt_mix
 
     summary = optuna.get_all_study_summaries(f"sqlite:///{home}/autotune.db")[0]
     study = optuna.load_study(study_name=summary.study_name, storage=f"sqlite:///{home}/autotune.db")

@@ -19,10 +19,10 @@ import optuna
 
 from autotune.engines.python import PythonEngine
 from autotune.progress import SilentReporter
-from autotune.results import best_result
-from autotune.runner import runnable_space
+from autotune.study.best import best_result
+from autotune.study.search import runnable_space
 from autotune.spec.types import SpecConfig
-from autotune.tuner import Tuner
+from autotune.study.tuner import Tuner
 
 from _gemma import gemma_inputs  # noqa: E402  (beside this script)
 

@@ -25,9 +25,9 @@ from autotune.measure.measurement import Measurement
 from autotune.models.files import resolve_model_files
 from autotune.progress import SilentReporter
 from autotune.measure.prompts import load_prompt_mix
-from autotune.runner import load_model_space
+from autotune.study.search import load_model_space
 from autotune.spec.types import SpecConfig
-from autotune.tuner import SearchSettings, Tuner
+from autotune.study.tuner import SearchSettings, Tuner
 
 
 def llama_streamed_tok_s(llm: Llama, texts: list[str], max_tokens: int) -> float:

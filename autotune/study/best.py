@@ -8,10 +8,10 @@ from pathlib import Path
 import optuna
 
 from autotune.spec.command import format_command
-from autotune.confirm import Confirmation, ConfirmedConfig, stored_confirmation
+from autotune.study.confirm import Confirmation, ConfirmedConfig, stored_confirmation
 from autotune.errors import AutotuneError, StudyNotFoundError
-from autotune.objectives import OBJECTIVES
-from autotune.trials import baseline_trial, decode_tok_s, drift_corrected, is_baseline, spec_default_near
+from autotune.study.objectives import OBJECTIVES
+from autotune.study.trials import baseline_trial, decode_tok_s, drift_corrected, is_baseline, spec_default_near
 from storage.presets import Preset
 
 COMPLETE = optuna.trial.TrialState.COMPLETE

@@ -22,7 +22,7 @@ from autotune.errors import StudyNotFoundError, TrialFailure
 from autotune.measure.prompts import PromptMix, load_prompt_mix
 from autotune.spec.types import SpecConfig
 from autotune.spec.default import SPEC_DEFAULT_FLAG
-from autotune.trials import SPEC_DEFAULT_ROLE, baselines_of, config_from_attrs, drift_corrected, is_reference
+from autotune.study.trials import SPEC_DEFAULT_ROLE, baselines_of, config_from_attrs, drift_corrected, is_reference
 
 CONFIRMATION_ATTR = "confirmation"
 #: figures every confirmation round keeps besides the one compared (serving load: `--concurrency N`)

@@ -13,23 +13,23 @@ import optuna
 
 from autotune.models.adhoc import adhoc_space
 from autotune.models.candidates import Candidates, find_candidates
-from autotune.confirm import Confirmation, ConfirmedConfig, confirm, top_trials
+from autotune.study.confirm import Confirmation, ConfirmedConfig, confirm, top_trials
 from autotune.engines import DEFAULT_ENGINE, Engine, create_engine
 from autotune.spec.command import ServerCommand
 from autotune.errors import AutotuneError, ModelFileError, SearchSpaceError, ServerBinaryError, UsageError
 from autotune.hardware import hardware_key
 from autotune.models.files import PULL_HINT, ModelFiles, resolve_model_files
 from autotune.measure.prompts import PromptMix, default_mix_path, load_prompt_mix
-from autotune.results import BestResult, best_result
+from autotune.study.best import BestResult, best_result
 from autotune.spec.space import SearchSpace, find_space_file, load_space
 from autotune.spec.sampling import GREEDY, SERVER_MIN_P, SERVER_TOP_K, SERVER_TOP_P, Sampling
 from autotune.llamacpp.server_binary import command_binary, server_binary_available
 from autotune.spec.types import DRAFT_SAMPLING, SpecConfig, is_combination
-from autotune.study import latest_version, load_study, study_levels, study_name
+from autotune.study.catalog import latest_version, load_study, study_levels, study_name
 from autotune.nightly import NightlyOutcome, decide, unchanged_files
-from autotune.objectives import DEFAULT_OBJECTIVE, OBJECTIVES
-from autotune.trials import config_from_attrs, is_spec_default
-from autotune.tuner import SearchReporter, SearchSettings, Tuner, requeue_stale_trial
+from autotune.study.objectives import DEFAULT_OBJECTIVE, OBJECTIVES
+from autotune.study.trials import config_from_attrs, is_spec_default
+from autotune.study.tuner import SearchReporter, SearchSettings, Tuner, requeue_stale_trial
 from storage import open_storage, resolve_storage_url
 from storage.presets import Preset, PresetStore
 

@@ -37,14 +37,14 @@ from autotune.measure.lossless import compare_outputs
 from autotune.measure.measurement import GenerationResult, Measurement
 from autotune.models.hub import file_revisions
 from autotune.models.files import file_sha256
-from autotune.objectives import DEFAULT_OBJECTIVE, OBJECTIVES
+from autotune.study.objectives import DEFAULT_OBJECTIVE, OBJECTIVES
 from autotune.measure.prompts import PromptMix
 from autotune.spec.sampling import GREEDY, Sampling
 from autotune.spec.space import SearchSpace
 from autotune.spec.types import BASELINE, DRAFT_MODEL_TYPES, SPEC_TYPE_PARAMS, SpecConfig
 from autotune.spec.default import SPEC_DEFAULT_FLAG, SPEC_DEFAULT_PARAMS, SPEC_DEFAULT_TYPE, spec_default_config
-from autotune.study import study_name
-from autotune.trials import (
+from autotune.study.catalog import study_name
+from autotune.study.trials import (
     BASELINE_ROLE, SPEC_DEFAULT_ROLE, WARM_START_ROLE, baseline_trial, baselines_of, config_attrs, counted_trials,
     is_counted, is_reference, latest_baseline,
 )
