@@ -31,7 +31,7 @@ def nightly(model, options, top, confirm_repeats, server_bin):
     from autotune.progress import TerminalReporter
     from autotune.study.search import run_nightly
 
-    from autotune.nightly import combined_exit_code
+    from autotune.presets.nightly import combined_exit_code
     from autotune.study.search import level_engine
 
     for level in options.concurrency:  # bad input (no llama-server for N > 1) before anything is measured
@@ -67,7 +67,7 @@ def presets_list(storage, as_json):
     Example:
         autotune presets list --json
     """
-    from autotune.preset_export import preset_record
+    from autotune.presets.export import preset_record
 
     rows = _store(storage).list()
     if as_json:
@@ -118,7 +118,7 @@ def presets_export(fmt, storage):
         autotune presets export --format sh > llama-launch.sh
         autotune presets export --format llama-swap > config.yaml
     """
-    from autotune.preset_export import export_presets
+    from autotune.presets.export import export_presets
 
     click.echo(export_presets(_store(storage).list(), fmt), nl=False)
 

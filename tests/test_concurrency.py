@@ -23,7 +23,7 @@ from autotune.engines.python import PythonEngine
 from autotune.engines.server import ServerEngine, stream_order
 from autotune.errors import SearchSpaceError
 from autotune.hardware import hardware_key
-from autotune.preset_export import export_presets
+from autotune.presets.export import export_presets
 from autotune.measure.prompts import Prompt, PromptMix
 from autotune.llamacpp.runtime import server_default_threads
 from autotune.spec.space import load_space

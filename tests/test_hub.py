@@ -25,7 +25,7 @@ from autotune.study.confirm import Confirmation, ConfirmedConfig
 from autotune.errors import HubSourceError, SearchSpaceError
 from autotune.models.hub import file_revisions, hub_files
 from autotune.models.files import resolve_model_files
-from autotune.preset_export import export_presets
+from autotune.presets.export import export_presets
 from autotune.study.search import preset_from, pull_latest
 from autotune.spec.space import HubSource, load_space
 from autotune.testing import tiny_gguf

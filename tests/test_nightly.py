@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from autotune.cli import cli
 from autotune.study.confirm import Confirmation, ConfirmedConfig
 from autotune.hardware import hardware_key
-from autotune.nightly import decide
+from autotune.presets.nightly import decide
 from autotune.testing import tiny_gguf
 from storage.presets import Preset
 

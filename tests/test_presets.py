@@ -24,7 +24,7 @@ import pytest
 from autotune import hardware
 from autotune.errors import StorageError, UsageError
 from autotune.hardware import _cpu_name
-from autotune.preset_export import entry_names, export_presets, preset_record
+from autotune.presets.export import entry_names, export_presets, preset_record
 from storage import open_storage
 from storage.presets import Preset, PresetStore
 from storage.schema import SCHEMA_VERSION

@@ -26,7 +26,7 @@ from autotune.spec.sampling import GREEDY, SERVER_MIN_P, SERVER_TOP_K, SERVER_TO
 from autotune.llamacpp.server_binary import command_binary, server_binary_available
 from autotune.spec.types import DRAFT_SAMPLING, SpecConfig, is_combination
 from autotune.study.catalog import latest_version, load_study, study_levels, study_name
-from autotune.nightly import NightlyOutcome, decide, unchanged_files
+from autotune.presets.nightly import NightlyOutcome, decide, unchanged_files
 from autotune.study.objectives import DEFAULT_OBJECTIVE, OBJECTIVES
 from autotune.study.trials import config_from_attrs, is_spec_default
 from autotune.study.tuner import SearchReporter, SearchSettings, Tuner, requeue_stale_trial
@@ -323,7 +323,7 @@ def run_nightly(
     model: str, options: SearchOptions, *, top: int, confirm_repeats: int, server_bin: str | None,
     reporter: SearchReporter, concurrency: int = 1,
 ) -> NightlyOutcome:
-    """Re-tune `model` if its files changed since the last study version; see autotune.nightly.
+    """Re-tune `model` if its files changed since the last study version; see autotune.presets.nightly.
     Files the search space names on the hub are brought up to the hub's current revision first."""
     if options.prompts_file:
         load_prompt_mix(options.prompts_file)  # a bad prompt file is found before a long download
