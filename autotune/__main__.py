@@ -1,3 +1,3 @@
-from autotune.cli import main
+from autotune.cli.main import main
 
 main()

@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from autotune.models.adhoc import adhoc_space, draft_type_of
-from autotune.cli import cli
+from autotune.cli.main import cli
 from autotune.errors import ModelFileError
 from autotune.gguf.info import read_gguf_info
 

@@ -15,7 +15,7 @@ import optuna
 import pytest
 from click.testing import CliRunner
 
-from autotune.cli import cli
+from autotune.cli.main import cli
 from autotune.hardware import hardware_key
 from autotune.llamacpp.server_binary import command_binary
 from autotune.study.trials import is_reference

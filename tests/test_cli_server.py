@@ -11,7 +11,7 @@ from pathlib import Path
 import optuna
 from click.testing import CliRunner
 
-from autotune.cli import cli
+from autotune.cli.main import cli
 from autotune.spec.command import format_command
 from autotune.hardware import hardware_key
 

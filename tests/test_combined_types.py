@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from autotune.llamacpp.capabilities import parse_capabilities
-from autotune.cli import cli
+from autotune.cli.main import cli
 from autotune.spec.command import server_argv
 from autotune.engines.python import PythonEngine
 from autotune.errors import SearchSpaceError

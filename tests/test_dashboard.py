@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from autotune.cli import cli
+from autotune.cli.main import cli
 from autotune.engines.server_process import free_port
 from autotune.hardware import hardware_key
 

@@ -5,7 +5,7 @@ from pathlib import Path
 import click
 import pytest
 
-from autotune.cli import cli
+from autotune.cli.main import cli
 from autotune.measure.prompts import load_prompt_mix
 
 README = (Path(__file__).parent.parent / "README.md").read_text()

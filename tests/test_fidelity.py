@@ -17,7 +17,7 @@ import optuna
 import pytest
 from click.testing import CliRunner
 
-from autotune.cli import cli
+from autotune.cli.main import cli
 from autotune.engines.python import PythonEngine
 from autotune.engines.server import ServerEngine
 from autotune.errors import UsageError

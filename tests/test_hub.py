@@ -20,7 +20,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from autotune.cli import cli
+from autotune.cli.main import cli
 from autotune.study.confirm import Confirmation, ConfirmedConfig
 from autotune.errors import HubSourceError, SearchSpaceError
 from autotune.models.hub import file_revisions, hub_files

@@ -16,7 +16,7 @@ import llama_cpp
 import pytest
 from click.testing import CliRunner
 
-from autotune.cli import cli
+from autotune.cli.main import cli
 from autotune.engines import memory
 from autotune.llamacpp.bindings import LoadedModel
 from autotune.engines.memory import ContextShape

@@ -9,7 +9,7 @@ import textwrap
 import pytest
 from click.testing import CliRunner
 
-from autotune.cli import cli
+from autotune.cli.main import cli
 from autotune.gguf.info import read_gguf_info
 
 

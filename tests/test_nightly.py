@@ -10,7 +10,7 @@ import optuna
 import pytest
 from click.testing import CliRunner
 
-from autotune.cli import cli
+from autotune.cli.main import cli
 from autotune.study.confirm import Confirmation, ConfirmedConfig
 from autotune.hardware import hardware_key
 from autotune.presets.nightly import decide

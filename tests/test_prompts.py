@@ -5,7 +5,7 @@ import pytest
 from click.testing import CliRunner
 from llama_cpp import Llama
 
-from autotune.cli import cli
+from autotune.cli.main import cli
 from autotune.engines import create_engine
 from autotune.engines.prompt_tokens import PromptTokens
 from autotune.errors import PromptFileError

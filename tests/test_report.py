@@ -15,7 +15,7 @@ import optuna
 import pytest
 from click.testing import CliRunner
 
-from autotune.cli import cli
+from autotune.cli.main import cli
 from autotune.spec.command import ServerCommand
 from autotune.study.confirm import confirm
 from autotune.engines import create_engine

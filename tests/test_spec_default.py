@@ -10,7 +10,7 @@ import optuna
 import pytest
 from click.testing import CliRunner
 
-from autotune.cli import cli
+from autotune.cli.main import cli
 from autotune.study.confirm import Confirmation, ConfirmedConfig
 from autotune.engines.python import PythonEngine
 from autotune.hardware import hardware_key
@@ -142,7 +142,7 @@ def _stored_trial(role: str | None, label: str, tok_s: float, speedup: float) ->
 
 
 def test_a_winning_spec_default_is_named_as_such_with_the_best_searched_configuration_beside_it():
-    from autotune.cli import _best_text
+    from autotune.cli.main import _best_text
 
     study = optuna.create_study(direction="maximize")
     for trial in (_stored_trial("baseline", "none", 50.0, 1.0), _stored_trial("spec-default", "--spec-default", 66.0, 1.32),

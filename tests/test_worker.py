@@ -15,7 +15,7 @@ import optuna
 import pytest
 from click.testing import CliRunner
 
-from autotune.cli import cli
+from autotune.cli.main import cli
 from autotune.engines import create_engine
 from autotune.engines.worker import WorkerEngine, descendant_pids
 from autotune.errors import ModelFileError, TrialFailure, UsageError, WorkerDied

@@ -36,7 +36,7 @@ from scipy import stats
 
 from autotune.spec.command import format_command
 from autotune.engines.server import ServerEngine
-from autotune.progress import SilentReporter
+from autotune.cli.progress import SilentReporter
 from autotune.measure.prompts import PromptMix, load_prompt_mix
 from autotune.study.search import ConfirmOptions, SearchOptions, check_inputs, run_search
 from autotune.spec.space import find_space_file

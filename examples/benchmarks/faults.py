@@ -25,7 +25,7 @@ from pathlib import Path
 import optuna
 
 from autotune.engines.worker import WorkerEngine, descendant_pids
-from autotune.progress import SilentReporter, TerminalReporter
+from autotune.cli.progress import SilentReporter, TerminalReporter
 from autotune.study.search import runnable_space
 from autotune.spec.types import SpecConfig
 from autotune.study.trials import counted_trials

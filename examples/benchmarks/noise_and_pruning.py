@@ -18,7 +18,7 @@ from dataclasses import replace
 import optuna
 
 from autotune.engines.python import PythonEngine
-from autotune.progress import SilentReporter
+from autotune.cli.progress import SilentReporter
 from autotune.study.best import best_result
 from autotune.study.search import runnable_space
 from autotune.spec.types import SpecConfig

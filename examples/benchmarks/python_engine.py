@@ -23,7 +23,7 @@ from autotune.llamacpp.runtime import server_default_threads
 from autotune.engines.python import PythonEngine
 from autotune.measure.measurement import Measurement
 from autotune.models.files import resolve_model_files
-from autotune.progress import SilentReporter
+from autotune.cli.progress import SilentReporter
 from autotune.measure.prompts import load_prompt_mix
 from autotune.study.search import load_model_space
 from autotune.spec.types import SpecConfig

@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from autotune.cli_options import measured_model_option, measurement_options, model_option, server_bin_option, storage_option
+from autotune.cli.options import measured_model_option, measurement_options, model_option, server_bin_option, storage_option
 
 
 @click.command()
@@ -28,7 +28,7 @@ def nightly(model, options, top, confirm_repeats, server_bin):
     Example:
         autotune nightly --model gemma3-270m --trials 20
     """
-    from autotune.progress import TerminalReporter
+    from autotune.cli.progress import TerminalReporter
     from autotune.study.search import run_nightly
 
     from autotune.presets.nightly import combined_exit_code

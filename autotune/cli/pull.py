@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from autotune.cli_options import model_option, space_option
+from autotune.cli.options import model_option, space_option
 
 
 @click.command()

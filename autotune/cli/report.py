@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from autotune.cli_options import study_options
+from autotune.cli.options import study_options
 
 
 @click.command()

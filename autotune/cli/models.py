@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from autotune.cli_options import models_dir_option, model_option, server_bin_option, space_option
+from autotune.cli.options import models_dir_option, model_option, server_bin_option, space_option
 from autotune.settings import default_models_dir
 
 

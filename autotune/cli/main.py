@@ -13,7 +13,7 @@ import sys
 import click
 
 from autotune import __version__
-from autotune.cli_options import (
+from autotune.cli.options import (
     ConcurrencyLevels, json_option, measured_model_option, measurement_options, model_option, sampling_options, server_bin_option, storage_option,
     study_engine_option, study_objective_option, study_options, with_options,
 )
@@ -74,7 +74,7 @@ def search(model, options, server_bin, confirm_enabled, confirm_top, confirm_rep
         autotune search --model gemma3-270m --trials 12 --max-tokens 48
     """
     from autotune.study.search import ConfirmOptions, level_engine, run_search
-    from autotune.progress import TerminalReporter
+    from autotune.cli.progress import TerminalReporter
 
     for level in options.concurrency:  # bad input (no llama-server for N > 1) before anything is measured
         level_engine(options.engine_name, level, server_bin, None)
@@ -289,10 +289,10 @@ def main() -> None:
 
 
 def _register() -> None:
-    from autotune.cli_fleet import nightly, presets
-    from autotune.cli_models import models, quantize
-    from autotune.cli_pull import pull
-    from autotune.cli_report import report
+    from autotune.cli.fleet import nightly, presets
+    from autotune.cli.models import models, quantize
+    from autotune.cli.pull import pull
+    from autotune.cli.report import report
 
     for command in (nightly, presets, models, quantize):
         cli.add_command(command)
