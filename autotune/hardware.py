@@ -8,7 +8,7 @@ GPU of eight files its results under that one GPU. The driver version is not par
 driver update should not start a new study) but is recorded with every trial.
 
 The launcher of `autotune presets export --format sh` computes the same key in sh: `HARDWARE_KEY_SH`
-is that twin, kept here beside the Python rule; tests/test_presets.py runs both on the same stand-in
+is that twin, kept here beside the Python rule; tests/presets/test_presets.py runs both on the same stand-in
 `nvidia-smi` and checks that they agree.
 """
 

@@ -340,7 +340,7 @@ def test_the_revision_is_recorded_with_trials_presets_and_exports(tmp_path, tiny
 # --- the nightly examples
 
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def test_the_nightly_examples_pull_dspark_drafts_for_qwen3_8b_with_real_options():

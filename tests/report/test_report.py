@@ -25,7 +25,7 @@ from autotune.study.catalog import study_name
 from autotune.testing.browser import find_chromium, headless_chromium
 
 TrialState = optuna.trial.TrialState
-ARTIFACTS = Path(__file__).parent.parent / "test-artifacts"
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 SPACE = """

@@ -8,7 +8,7 @@ import pytest
 from autotune.cli.main import cli
 from autotune.measure.prompts import load_prompt_mix
 
-README = (Path(__file__).parent.parent / "README.md").read_text()
+README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
 
 
 def commands(group=cli, prefix=()):
@@ -28,5 +28,5 @@ def test_command_has_help_with_example_and_readme_entry(path, command):
 
 
 def test_example_prompt_files_load():
-    for path in (Path(__file__).parent.parent / "examples").glob("*.jsonl"):
+    for path in (Path(__file__).resolve().parents[2] / "examples").glob("*.jsonl"):
         assert len(load_prompt_mix(path)) > 0
