@@ -26,7 +26,7 @@ def models(model, models_dir, server_bin, as_json):
     from autotune.llamacpp.capabilities import read_capabilities
     from autotune.errors import ServerBinaryError
     from autotune.models.inventory import model_inventory
-    from autotune.study.search import load_model_space
+    from autotune.spec.space import load_model_space
     from autotune.llamacpp.server_binary import resolve_server_binary
     from autotune.spec.space import known_models
 
@@ -77,7 +77,7 @@ def quantize(model, quant, source, models_dir, space_file, threads):
         autotune quantize --model gemma3-270m --quant Q4_0
     """
     from autotune.models.quantize import plan_quantization, quantize_file
-    from autotune.study.search import load_model_space
+    from autotune.spec.space import load_model_space
 
     plan = plan_quantization(load_model_space(model, space_file), models_dir or default_models_dir(), quant, source)
     note = f" (requantizing from {plan.source_quant}: expect more quality loss than from F16/BF16)" if plan.requantizes else ""

@@ -9,7 +9,7 @@ from typing import TextIO
 import optuna
 
 from autotune.measure.measurement import GenerationResult
-from autotune.spec.types import SpecConfig
+from autotune.spec.config import SpecConfig
 from autotune.spec.default import SPEC_DEFAULT_FLAG
 from autotune.study.trials import SPEC_DEFAULT_ROLE
 

@@ -22,7 +22,7 @@ def pull(model, space_file):
         autotune pull --model qwen3-8b --space my-qwen3-8b.toml
     """
     from autotune.models.hub import file_revision, hub_files, pull as pull_files
-    from autotune.study.search import load_model_space
+    from autotune.spec.space import load_model_space
 
     space = load_model_space(model, space_file)
     if not hub_files(space):

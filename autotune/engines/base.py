@@ -9,7 +9,8 @@ from typing import Callable, Sequence
 from autotune.measure.lossless import TieEvidence
 from autotune.measure.measurement import GenerationResult, Measurement
 from autotune.measure.prompts import Prompt, PromptMix
-from autotune.spec.types import SpecConfig, SpecParam
+from autotune.spec.config import SpecConfig
+from autotune.spec.params import SpecParam
 
 #: Called after each prompt with (index, result) so callers can show progress or report to a pruner.
 ProgressCallback = Callable[[int, GenerationResult], None]

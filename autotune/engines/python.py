@@ -42,7 +42,9 @@ from autotune.measure.prompts import Prompt, PromptMix
 from autotune.llamacpp.runtime import Runtime, runtime_from_flags
 from autotune.spec.sampling import GREEDY, Sampling
 from autotune.errors import EngineError, ModelFileError, TrialFailure
-from autotune.spec.types import SpecConfig, SpecParam, combinations_of, spec_members
+from autotune.spec.config import SpecConfig
+from autotune.spec.params import SpecParam
+from autotune.spec.types import combinations_of, spec_members
 
 #: Spec types this engine's generation loop runs, alone or combined (ChainDrafter).
 CHAINABLE_TYPES = ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache", "draft-simple")

@@ -48,7 +48,9 @@ from autotune.measure.measurement import GenerationResult, Measurement
 from autotune.measure.prompts import Prompt, PromptMix
 from autotune.spec.sampling import GREEDY, Sampling
 from autotune.llamacpp.server_binary import resolve_server_binary
-from autotune.spec.types import SpecConfig, SpecParam, combinations_of
+from autotune.spec.config import SpecConfig
+from autotune.spec.params import SpecParam
+from autotune.spec.types import combinations_of
 
 __all__ = ["ServerEngine", "ServerFailure"]
 

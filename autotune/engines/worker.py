@@ -35,7 +35,8 @@ from autotune.measure.measurement import Measurement
 from autotune.measure.prompts import Prompt, PromptMix
 from autotune.llamacpp.runtime import runtime_from_flags
 from autotune.spec.sampling import GREEDY, Sampling
-from autotune.spec.types import SpecConfig, SpecParam
+from autotune.spec.config import SpecConfig
+from autotune.spec.params import SpecParam
 
 STDERR_TAIL_LINES = 3  # of the dead worker's stderr, quoted in the failure reason
 CLOSE_TIMEOUT_S = 10  # for the worker to free its models and exit before it is killed

@@ -12,7 +12,8 @@ from typing import Sequence
 
 from autotune.spec.runtime_flags import COMMAND_DEFAULTS, runtime_argv
 from autotune.spec.sampling import GREEDY, Sampling
-from autotune.spec.types import SPEC_TYPE_PARAMS, SpecConfig
+from autotune.spec.config import SpecConfig
+from autotune.spec.types import SPEC_TYPE_PARAMS
 
 DEFAULT_SERVER_BINARY = "llama-server"
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from autotune.spec.types import SpecConfig
+from autotune.spec.config import SpecConfig
 
 SPEC_DEFAULT_FLAG = "--spec-default"
 SPEC_DEFAULT_TYPE = "ngram-mod"

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from autotune.llamacpp.runtime import CACHE_TYPES, FLASH_ATTN_VALUES, server_default_threads
-from autotune.spec.types import SpecParam
+from autotune.spec.params import SpecParam
 
 #: -ngld takes a layer count or one of these
 DRAFT_NGL_WORDS = ("auto", "all")

@@ -14,10 +14,11 @@ from pathlib import Path
 from typing import Any, Callable
 
 from autotune.errors import SearchSpaceError, UnknownModelError
+from autotune.spec.params import SpecParam
+from autotune.spec.runtime_flags import DRAFT_NGL_WORDS, RUNTIME_PARAMS
 from autotune.spec.types import (
     DRAFT_MODEL_TYPES,
     SPEC_TYPE_PARAMS,
-    SpecParam,
     combined_spec_type,
     draft_member,
     is_combination,
@@ -214,8 +215,6 @@ class _SpaceParser:
         """The `[runtime]` table: llama-server runtime flags (autotune.spec.runtime_flags) in the same forms as
         spec parameters (a value, [low, high], [low, high, step], or a list of choices). A flag that
         `base_flags` already sets would be set twice: refused."""
-        from autotune.spec.runtime_flags import DRAFT_NGL_WORDS, RUNTIME_PARAMS
-
         if not isinstance(table, dict):
             raise self.fail("runtime", "expected a table of runtime settings")
         ranges = []
@@ -367,3 +366,11 @@ class _SpaceParser:
         if step is not None and step <= 0:
             raise self.fail(key, f"step must be positive, got {step}")
         return ParamRange(param, param.kind(low), param.kind(high), None if step is None else param.kind(step))
+
+
+def load_model_space(model: str, space_file: Path | None = None) -> SearchSpace:
+    """The space of `model`: `space_file`, else its bundled file; a file naming another model is refused."""
+    space = load_space(space_file or find_space_file(model))
+    if space.model.name != model:
+        raise SearchSpaceError(f"{space.path}: model.name is {space.model.name!r}, but --model is {model!r}")
+    return space

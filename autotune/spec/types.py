@@ -1,40 +1,13 @@
-"""What a trial measures: a speculative-decoding configuration, and the parameters each spec type has.
-
-Parameter names are the llama-server flag stems with underscores (`draft_n_max` is
-`--spec-draft-n-max`), so a search-space file, an Optuna parameter and a command-line flag
-all use one spelling. Defaults are llama.cpp's own (common/arg.cpp).
+"""Every spec type llama-server knows, the parameters each one has, and how types combine
+(`--spec-type a,b`). Defaults are llama.cpp's own (common/arg.cpp).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from itertools import combinations
-from pathlib import Path
-from typing import Iterable, Mapping
+from typing import Iterable
 
-
-@dataclass(frozen=True)
-class SpecParam:
-    """One tunable parameter of a spec type.
-
-    A `bool` parameter is a switch (the flag alone turns it on); a `str` parameter takes one of
-    `choices`; a parameter that `requires` a switch only exists while that switch is on (PCTree's k
-    and n need `--spec-dspark-pctree`).
-    """
-
-    name: str
-    kind: type  # int, float, bool or str
-    default: int | float | bool | str
-    requires: str | None = None
-    choices: tuple[str, ...] = ()
-    at_most: str | None = None  # never above this parameter's value (a draft's n-min above its n-max drafts nothing)
-    at_least: str | None = None  # never below it (an n-gram lookup copying fewer tokens than it matches drafts nothing)
-    minimum: int | None = None  # what llama-server accepts (common/arg.cpp); a value outside it stops the server
-    maximum: int | None = None
-
-    @property
-    def flag(self) -> str:
-        return "--spec-" + self.name.replace("_", "-")
+from autotune.spec.params import SpecParam
 
 
 def _params(*params: SpecParam) -> dict[str, SpecParam]:
@@ -189,60 +162,3 @@ SPEC_TYPE_PARAMS = _SpecTypeTable(SPEC_TYPE_PARAMS)
 
 #: Spec types that need a draft model file (`-md`), and the combinations that include one.
 DRAFT_MODEL_TYPES = _DraftModelTypes(t for t in SPEC_TYPE_PARAMS if t.startswith("draft-"))
-
-
-@dataclass(frozen=True)
-class SpecConfig:
-    """One configuration to measure: target file, spec type, draft file and parameter values.
-
-    `params` holds only the parameters the user (or the study) set; `value()` falls back to
-    llama.cpp's default for the others, so the engines and the command line agree.
-    """
-
-    target: Path
-    spec_type: str = BASELINE
-    draft: Path | None = None
-    params: Mapping[str, int | float] = field(default_factory=dict)
-    #: searched runtime flags (autotune.spec.runtime_flags, the `[runtime]` table): name -> value
-    runtime: Mapping[str, int | str | bool] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "spec_type", combined_spec_type(self.spec_type))  # one spelling per combination
-        known = SPEC_TYPE_PARAMS.get(self.spec_type)
-        if known is None:
-            raise ValueError(f"unknown spec type {self.spec_type!r}")
-        unknown = set(self.params) - set(known)
-        if unknown:
-            raise ValueError(f"{self.spec_type} has no parameter {sorted(unknown)[0]!r}")
-        if (self.spec_type in DRAFT_MODEL_TYPES) != (self.draft is not None):
-            raise ValueError(f"{self.spec_type} {'needs' if self.draft is None else 'takes no'} draft model")
-
-    @property
-    def is_baseline(self) -> bool:
-        return self.spec_type == BASELINE
-
-    def value(self, name: str) -> int | float | bool | str:
-        """The parameter's value as llama.cpp will use it (set, or llama.cpp's default)."""
-        spec = SPEC_TYPE_PARAMS[self.spec_type][name]
-        return spec.kind(self.params.get(name, spec.default))
-
-    def describe(self) -> str:
-        """Short human label, e.g. `ngram-simple size_n=3 size_m=16`."""
-        parts = [self.spec_type]
-        if self.draft is not None and self.draft != self.target:
-            parts.append(f"draft={self.draft.name}")
-        # one type: its own prefix goes (`size_n`); a combination keeps the member (`mod_n_match`, `simple_size_n`)
-        prefix = "ngram_" if is_combination(self.spec_type) else self.spec_type.replace("-", "_") + "_"
-        for name, value in sorted(self.params.items()):
-            shown = name.removeprefix(prefix).removeprefix("draft_").removeprefix("dspark_")
-            if isinstance(value, bool):
-                parts.append(f"{shown}={'on' if value else 'off'}")
-            elif isinstance(value, str):
-                parts.append(f"{shown}={value}")
-            else:
-                parts.append(f"{shown}={value:g}" if isinstance(value, float) else f"{shown}={value}")
-        if self.runtime:
-            from autotune.spec.runtime_flags import describe_runtime  # it builds on SpecParam
-
-            parts.append(describe_runtime(self.runtime))
-        return " ".join(parts)

@@ -20,7 +20,7 @@ from autotune.measure.device_lock import device_lock
 from autotune.engines.base import Engine
 from autotune.errors import StudyNotFoundError, TrialFailure
 from autotune.measure.prompts import PromptMix, load_prompt_mix
-from autotune.spec.types import SpecConfig
+from autotune.spec.config import SpecConfig
 from autotune.spec.default import SPEC_DEFAULT_FLAG
 from autotune.study.trials import SPEC_DEFAULT_ROLE, baselines_of, config_from_attrs, drift_corrected, is_reference
 

@@ -21,10 +21,11 @@ from autotune.hardware import hardware_key
 from autotune.models.files import PULL_HINT, ModelFiles, resolve_model_files
 from autotune.measure.prompts import PromptMix, default_mix_path, load_prompt_mix
 from autotune.study.best import BestResult, best_result
-from autotune.spec.space import SearchSpace, find_space_file, load_space
+from autotune.spec.space import SearchSpace, load_model_space
 from autotune.spec.sampling import GREEDY, SERVER_MIN_P, SERVER_TOP_K, SERVER_TOP_P, Sampling
 from autotune.llamacpp.server_binary import command_binary, server_binary_available
-from autotune.spec.types import DRAFT_SAMPLING, SpecConfig, is_combination
+from autotune.spec.config import SpecConfig
+from autotune.spec.types import DRAFT_SAMPLING, is_combination
 from autotune.study.catalog import latest_version, load_study, study_levels, study_name
 from autotune.presets.nightly import NightlyOutcome, decide, unchanged_files
 from autotune.study.objectives import DEFAULT_OBJECTIVE, OBJECTIVES
@@ -32,13 +33,6 @@ from autotune.study.trials import config_from_attrs, is_spec_default
 from autotune.study.tuner import SearchReporter, SearchSettings, Tuner, requeue_stale_trial
 from storage import open_storage, resolve_storage_url
 from storage.presets import Preset, PresetStore
-
-
-def load_model_space(model: str, space_file: Path | None = None) -> SearchSpace:
-    space = load_space(space_file or find_space_file(model))
-    if space.model.name != model:
-        raise SearchSpaceError(f"{space.path}: model.name is {space.model.name!r}, but --model is {model!r}")
-    return space
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import optuna
 
-from autotune.spec.types import SpecConfig
+from autotune.spec.config import SpecConfig
 
 BASELINE_ROLE = "baseline"
 #: llama.cpp's own default (`--spec-default`), measured beside the baseline as a second reference

@@ -41,7 +41,8 @@ from autotune.study.objectives import DEFAULT_OBJECTIVE, OBJECTIVES
 from autotune.measure.prompts import PromptMix
 from autotune.spec.sampling import GREEDY, Sampling
 from autotune.spec.space import SearchSpace
-from autotune.spec.types import BASELINE, DRAFT_MODEL_TYPES, SPEC_TYPE_PARAMS, SpecConfig
+from autotune.spec.config import SpecConfig
+from autotune.spec.types import BASELINE, DRAFT_MODEL_TYPES, SPEC_TYPE_PARAMS
 from autotune.spec.default import SPEC_DEFAULT_FLAG, SPEC_DEFAULT_PARAMS, SPEC_DEFAULT_TYPE, spec_default_config
 from autotune.study.catalog import study_name
 from autotune.study.trials import (

@@ -8,7 +8,7 @@ from scipy import stats
 
 from autotune.engines.python import PythonEngine
 from autotune.engines.server import ServerEngine
-from autotune.spec.types import SpecConfig
+from autotune.spec.config import SpecConfig
 
 
 def ci95(values: list[float]) -> str:

@@ -18,7 +18,7 @@ from llama_cpp import Llama
 
 from autotune.engines import create_engine
 from autotune.measure.prompts import bundled_mix_path, continuation_mix_path, load_prompt_mix
-from autotune.spec.types import SpecConfig
+from autotune.spec.config import SpecConfig
 from autotune.testing.echo import count_echoes, loops, restates
 
 

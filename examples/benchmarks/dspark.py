@@ -27,7 +27,7 @@ from autotune.engines.python import PythonEngine
 from autotune.engines.server import ServerEngine
 from autotune.measure.measurement import Measurement
 from autotune.measure.prompts import load_prompt_mix
-from autotune.spec.types import SpecConfig
+from autotune.spec.config import SpecConfig
 from autotune.testing import tiny_gguf
 from autotune.testing.dspark_fixtures import (
     bigram_table,

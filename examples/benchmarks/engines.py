@@ -21,8 +21,8 @@ from autotune.engines.python import PythonEngine
 from autotune.engines.server import ServerEngine
 from autotune.models.files import resolve_model_files
 from autotune.measure.prompts import load_prompt_mix
-from autotune.study.search import load_model_space
-from autotune.spec.types import SpecConfig
+from autotune.spec.space import load_model_space
+from autotune.spec.config import SpecConfig
 
 
 def configs(target: Path) -> list[SpecConfig]:

@@ -27,7 +27,7 @@ import optuna
 from autotune.engines.worker import WorkerEngine, descendant_pids
 from autotune.cli.progress import SilentReporter, TerminalReporter
 from autotune.study.search import runnable_space
-from autotune.spec.types import SpecConfig
+from autotune.spec.config import SpecConfig
 from autotune.study.trials import counted_trials
 from autotune.study.tuner import Tuner
 

@@ -35,7 +35,7 @@ from autotune.engines.server_process import ServerProcess
 from autotune.engines.server import generate_mix
 from autotune.measure.measurement import Measurement
 from autotune.measure.prompts import load_prompt_mix
-from autotune.spec.types import SpecConfig
+from autotune.spec.config import SpecConfig
 from autotune.testing import tiny_gguf
 
 BIG_VOCAB = 151_936

@@ -28,7 +28,8 @@ from autotune.engines.python import PythonEngine  # noqa: E402
 from autotune.engines.server import ServerEngine  # noqa: E402
 from autotune.errors import AutotuneError  # noqa: E402
 from autotune.measure.prompts import PromptMix, load_prompt_mix  # noqa: E402
-from autotune.spec.types import SPEC_TYPE_PARAMS, SpecConfig  # noqa: E402
+from autotune.spec.config import SpecConfig  # noqa: E402
+from autotune.spec.types import SPEC_TYPE_PARAMS  # noqa: E402
 from autotune.testing.dspark_fixtures import QWEN3_VOCAB, write_qwen3_pair  # noqa: E402
 
 CONTEXT = 4096

@@ -32,7 +32,7 @@ from _steps import StepProfile, Tally, address  # noqa: E402
 from autotune.engines.python import PythonEngine  # noqa: E402
 from autotune.measure.measurement import Measurement  # noqa: E402
 from autotune.measure.prompts import PromptMix, load_prompt_mix  # noqa: E402
-from autotune.spec.types import SpecConfig  # noqa: E402
+from autotune.spec.config import SpecConfig  # noqa: E402
 from autotune.testing.dspark_fixtures import QWEN3_VOCAB, write_qwen3_pair  # noqa: E402
 
 CONTEXT = 2048

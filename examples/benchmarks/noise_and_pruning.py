@@ -21,7 +21,7 @@ from autotune.engines.python import PythonEngine
 from autotune.cli.progress import SilentReporter
 from autotune.study.best import best_result
 from autotune.study.search import runnable_space
-from autotune.spec.types import SpecConfig
+from autotune.spec.config import SpecConfig
 from autotune.study.tuner import Tuner
 
 from _gemma import gemma_inputs  # noqa: E402  (beside this script)

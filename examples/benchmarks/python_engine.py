@@ -25,8 +25,8 @@ from autotune.measure.measurement import Measurement
 from autotune.models.files import resolve_model_files
 from autotune.cli.progress import SilentReporter
 from autotune.measure.prompts import load_prompt_mix
-from autotune.study.search import load_model_space
-from autotune.spec.types import SpecConfig
+from autotune.spec.space import load_model_space
+from autotune.spec.config import SpecConfig
 from autotune.study.tuner import SearchSettings, Tuner
 
 

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from _interleave import compare
 from autotune.measure.prompts import default_mix_path, load_prompt_mix
-from autotune.spec.types import SpecConfig
+from autotune.spec.config import SpecConfig
 from autotune.spec.default import spec_default_config
 from autotune.testing import tiny_gguf
 

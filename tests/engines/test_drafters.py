@@ -10,7 +10,7 @@ from autotune.engines.drafters.ngram_map import (
     NgramSimpleDrafter,
     _libstdcxx_order,
 )
-from autotune.spec.types import SpecConfig
+from autotune.spec.config import SpecConfig
 
 
 def ngram(n, m):

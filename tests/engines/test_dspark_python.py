@@ -23,7 +23,7 @@ from autotune.engines.server import ServerEngine
 from autotune.errors import ModelFileError, TrialFailure
 from autotune.measure.lossless import compare_outputs
 from autotune.measure.prompts import Prompt, PromptMix
-from autotune.spec.types import SpecConfig
+from autotune.spec.config import SpecConfig
 from autotune.testing import tiny_gguf
 from autotune.testing.dspark_fixtures import (
     bigram_table,

@@ -24,7 +24,7 @@ from autotune.engines.python import PythonEngine
 from autotune.engines.worker import WorkerEngine
 from autotune.errors import TrialFailure
 from autotune.measure.prompts import Prompt, PromptMix
-from autotune.spec.types import SpecConfig
+from autotune.spec.config import SpecConfig
 from autotune.testing import tiny_gguf
 
 MIX = PromptMix("memory", (Prompt("a", "qa", "The quick brown fox jumps over the lazy dog."),))

@@ -20,7 +20,7 @@ import pytest
 from autotune.engines.python import PythonEngine
 from autotune.engines.server import ServerEngine
 from autotune.measure.prompts import Prompt, PromptMix, load_prompt_mix
-from autotune.spec.types import SpecConfig
+from autotune.spec.config import SpecConfig
 
 pytestmark = pytest.mark.slow
 

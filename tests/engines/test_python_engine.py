@@ -8,7 +8,7 @@ from autotune.engines.python import PythonEngine
 from autotune.errors import ModelFileError, UsageError
 from autotune.measure.lossless import compare_outputs
 from autotune.measure.prompts import Prompt, PromptMix, load_prompt_mix
-from autotune.spec.types import SpecConfig
+from autotune.spec.config import SpecConfig
 
 TINY_MIX = PromptMix(
     "test",

@@ -22,7 +22,7 @@ from autotune.measure.lossless import compare_outputs
 from autotune.measure.prompts import Prompt, PromptMix, load_prompt_mix
 from autotune.errors import ServerBinaryError
 from autotune.llamacpp.server_binary import SERVER_BINARY_ENV, resolve_server_binary
-from autotune.spec.types import SpecConfig
+from autotune.spec.config import SpecConfig
 from autotune.testing import tiny_gguf
 from autotune.testing.processes import our_llama_servers
 

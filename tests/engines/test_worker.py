@@ -21,7 +21,7 @@ from autotune.engines.worker import WorkerEngine, descendant_pids
 from autotune.errors import ModelFileError, TrialFailure, UsageError, WorkerDied
 from autotune.hardware import hardware_key
 from autotune.measure.prompts import Prompt, PromptMix
-from autotune.spec.types import SpecConfig
+from autotune.spec.config import SpecConfig
 from autotune.study.tuner import requeue_stale_trial
 
 # ~250 ms a prompt on one thread here: long enough for a signal or a deadline to land mid-prompt

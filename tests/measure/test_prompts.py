@@ -11,7 +11,7 @@ from autotune.engines.prompt_tokens import PromptTokens
 from autotune.errors import PromptFileError
 from autotune.gguf.info import read_gguf_info
 from autotune.measure.prompts import bundled_mix_path, continuation_mix_path, default_mix_path, load_prompt_mix
-from autotune.spec.types import SpecConfig
+from autotune.spec.config import SpecConfig
 from autotune.testing import tiny_gguf
 from autotune.testing.echo import count_echoes, loops, restates
 

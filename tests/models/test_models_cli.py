@@ -40,9 +40,9 @@ def test_models_lists_files_runnable_pairs_and_refusals(tmp_path, models_dir, mo
         ngram_simple_size_n = [1, 3]
     """))
     from autotune.models import inventory
-    from autotune.study import search
+    from autotune.spec.space import load_model_space
 
-    report = inventory.model_inventory(search.load_model_space("tiny", space), models_dir, None)
+    report = inventory.model_inventory(load_model_space("tiny", space), models_dir, None)
     runnable = {(r["spec_type"], r["draft"]) for r in report["runnable"]}
     assert ("draft-simple", "tiny-draft.gguf") in runnable
     assert ("draft-dspark", "tiny-dspark.gguf") in runnable
@@ -71,9 +71,9 @@ def test_models_command_refuses_a_dspark_draft_for_gemma(tmp_path, gemma_path, t
         draft_n_max = [1, 4]
     """))
     from autotune.models import inventory
-    from autotune.study import search
+    from autotune.spec.space import load_model_space
 
-    report = inventory.model_inventory(search.load_model_space("gemma3-270m", space), models, None)
+    report = inventory.model_inventory(load_model_space("gemma3-270m", space), models, None)
     (refused,) = report["refused"]
     assert "gemma3" in refused["reason"] and "layer inputs" in refused["reason"]
     assert report["files"][0]["quant"] == "Q4_K_M"
@@ -97,9 +97,9 @@ def test_quantize_writes_a_cheaper_gemma_draft_the_next_study_uses(tmp_path, gem
     assert again.exit_code == 2 and "exists already" in again.output
 
     from autotune.models import inventory
-    from autotune.study import search
+    from autotune.spec.space import load_model_space
 
-    report = inventory.model_inventory(search.load_model_space("gemma3-270m"), models, None)
+    report = inventory.model_inventory(load_model_space("gemma3-270m"), models, None)
     assert ("draft-simple", "gemma-3-270m-Q4_0.gguf") in {(r["spec_type"], r["draft"]) for r in report["runnable"]}
 
 
@@ -112,7 +112,7 @@ def test_models_says_which_engine_runs_mtp_and_refuses_an_mtp_less_target(tmp_pa
     """draft-mtp drafts with the target's own NextN layers; the tiny qwen3 target has none, so llama.cpp's
     verdict refuses it, and the in-process engine leaves MTP and EAGLE-3 to llama-server, saying why."""
     from autotune.models import inventory
-    from autotune.study import search
+    from autotune.spec.space import load_model_space
     from autotune.llamacpp.capabilities import read_capabilities
     from autotune.llamacpp.server_binary import resolve_server_binary
 
@@ -130,7 +130,7 @@ def test_models_says_which_engine_runs_mtp_and_refuses_an_mtp_less_target(tmp_pa
         ngram_simple_size_n = [1, 3]
     """))
     server = read_capabilities(resolve_server_binary(None))
-    report = inventory.model_inventory(search.load_model_space("tiny", space), models_dir, server)
+    report = inventory.model_inventory(load_model_space("tiny", space), models_dir, server)
     (refused,) = report["refused"]
     assert refused["spec_type"] == "draft-mtp"
     assert refused["reason"] == "tiny-target.gguf has no MTP (NextN) layers, so draft-mtp cannot run"

@@ -438,7 +438,7 @@ def test_llama_server_router_runs_the_ini_export(tmp_path, tiny_dir, monkeypatch
     from autotune.spec.command import server_argv
     from autotune.engines.server_process import ServerProcess
     from autotune.llamacpp.server_binary import resolve_server_binary
-    from autotune.spec.types import SpecConfig
+    from autotune.spec.config import SpecConfig
 
     binary = resolve_server_binary()
     config = SpecConfig(tiny_dir / "tiny-target.gguf", "ngram-simple",

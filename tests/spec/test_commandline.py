@@ -5,7 +5,7 @@ import pytest
 
 from autotune.spec.command import ServerCommand, format_command, server_argv
 from autotune.spec.sampling import Sampling
-from autotune.spec.types import SpecConfig
+from autotune.spec.config import SpecConfig
 
 TARGET = Path("/models/Qwen3 8B-Q4_K_M.gguf")
 

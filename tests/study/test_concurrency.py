@@ -27,7 +27,7 @@ from autotune.presets.export import export_presets
 from autotune.measure.prompts import Prompt, PromptMix
 from autotune.llamacpp.runtime import server_default_threads
 from autotune.spec.space import load_space
-from autotune.spec.types import SpecConfig
+from autotune.spec.config import SpecConfig
 from autotune.study.catalog import study_name
 from autotune.testing import tiny_gguf
 from autotune.testing.processes import our_llama_servers

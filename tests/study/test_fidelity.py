@@ -26,7 +26,7 @@ from autotune.measure.prompts import Prompt, PromptMix
 from autotune.llamacpp.runtime import Runtime, runtime_from_flags
 from autotune.spec.sampling import Sampling
 from autotune.llamacpp.server_binary import command_binary, resolve_server_binary
-from autotune.spec.types import SpecConfig
+from autotune.spec.config import SpecConfig
 
 pytestmark = pytest.mark.slow
 

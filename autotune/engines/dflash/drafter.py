@@ -42,7 +42,7 @@ from autotune.engines.dflash.pctree import Tree, build_tree
 from autotune.errors import TrialFailure
 from autotune.measure.measurement import GenerationResult, extend_until_stop, timed_result
 from autotune.measure.prompts import Prompt
-from autotune.spec.types import SpecConfig
+from autotune.spec.config import SpecConfig
 
 __all__ = ["DFLASH_TYPES", "DFlashDrafter"]
 

@@ -12,7 +12,7 @@ import numpy as np
 
 from autotune.llamacpp.bindings import Context
 from autotune.engines.sampler import DRAFT_TOP_K, SamplerChain
-from autotune.spec.types import SpecConfig
+from autotune.spec.config import SpecConfig
 
 
 class Drafter(ABC):

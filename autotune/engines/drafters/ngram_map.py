@@ -41,7 +41,7 @@ from __future__ import annotations
 from typing import Iterable, Sequence
 
 from autotune.engines.drafters.draft_model import Drafter
-from autotune.spec.types import SpecConfig
+from autotune.spec.config import SpecConfig
 
 
 # -- ngram-simple (common_ngram_simple_draft) -------------------------------------------------------
