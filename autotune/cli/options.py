@@ -167,7 +167,7 @@ def _measured_model(model: str | None, options) -> str:
     """--model, or the ad-hoc model's name from its --target file."""
     from autotune.models.adhoc import adhoc_name
     from autotune.errors import UsageError
-    from autotune.models.files import check_gguf
+    from autotune.gguf.header import check_gguf
 
     if options.target_file is None:
         if options.draft_files:

@@ -15,6 +15,8 @@ from typing import Any
 
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
+from autotune.errors import ModelFileError
+
 _MAGIC = b"GGUF"
 _SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
 _STRING, _ARRAY = 8, 9
@@ -63,6 +65,21 @@ def read_header(path: Path) -> GGUFHeader:
             raise GGUFFormatError("file too short for a GGUF header")
         with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
             return _Parser(data).parse()
+
+
+def check_gguf(path: Path) -> GGUFHeader:
+    """Parse the file's GGUF header and tensor table, and check no tensor runs past the end of the file."""
+    if not path.is_file():
+        raise ModelFileError(f"model file not found: {path}")
+    try:
+        header = read_header(path)
+    except (GGUFFormatError, OSError, ValueError) as exc:
+        raise ModelFileError(f"{path}: not a readable GGUF file ({exc}); re-download or re-convert it") from exc
+    size = path.stat().st_size
+    for tensor in header.tensors:
+        if tensor.data_offset + tensor.n_bytes > size:
+            raise ModelFileError(f"{path}: truncated GGUF (tensor {tensor.name} ends past the end of the file); re-download it")
+    return header
 
 
 class _Parser:

@@ -21,7 +21,7 @@ import numpy as np
 
 from autotune.errors import ModelFileError
 from autotune.gguf.header import GGUFHeader
-from autotune.models.files import check_gguf
+from autotune.gguf.header import check_gguf
 
 _TOKEN_HASH_BYTES = 8
 

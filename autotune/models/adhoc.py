@@ -19,7 +19,7 @@ from autotune.gguf.compat import check_pair
 from autotune.errors import ModelFileError
 from autotune.gguf.header import read_header
 from autotune.gguf.info import GGUFInfo, read_gguf_info
-from autotune.models.files import check_gguf
+from autotune.gguf.header import check_gguf
 from autotune.spec.space import DRAFT_IS_TARGET, SearchSpace, parse_space
 
 #: Ranges each inferred spec type is searched over (TOML values of a [spec_types.<type>] table).

@@ -9,9 +9,8 @@ import fnmatch
 from dataclasses import dataclass, field
 from pathlib import Path
 
-
 from autotune.errors import ModelFileError
-from autotune.gguf.header import GGUFFormatError, GGUFHeader, read_header
+from autotune.gguf.header import check_gguf
 from autotune.models.hub import cached_file
 from autotune.spec.space import DRAFT_IS_TARGET, FilePattern, SearchSpace
 from autotune.spec.types import DRAFT_MODEL_TYPES
@@ -101,21 +100,6 @@ def _from_demo_package(package: str, models_dir: Path) -> Path | None:
     except ImportError:
         return None
     return Path(module.assemble(models_dir / module.MODEL_NAME))
-
-
-def check_gguf(path: Path) -> GGUFHeader:
-    """Parse the file's GGUF header and tensor table, and check no tensor runs past the end of the file."""
-    if not path.is_file():
-        raise ModelFileError(f"model file not found: {path}")
-    try:
-        header = read_header(path)
-    except (GGUFFormatError, OSError, ValueError) as exc:
-        raise ModelFileError(f"{path}: not a readable GGUF file ({exc}); re-download or re-convert it") from exc
-    size = path.stat().st_size
-    for tensor in header.tensors:
-        if tensor.data_offset + tensor.n_bytes > size:
-            raise ModelFileError(f"{path}: truncated GGUF (tensor {tensor.name} ends past the end of the file); re-download it")
-    return header
 
 
 @functools.lru_cache(maxsize=64)

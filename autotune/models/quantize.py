@@ -17,7 +17,8 @@ import llama_cpp
 from autotune.llamacpp.bindings import last_log_error
 from autotune.errors import EngineError, UsageError
 from autotune.gguf.info import read_gguf_info
-from autotune.models.files import check_gguf, resolve_model_files
+from autotune.gguf.header import check_gguf
+from autotune.models.files import resolve_model_files
 from autotune.spec.space import QUANT_PLACEHOLDER, SearchSpace
 
 #: Approximate bits per weight of the llama.cpp types, for the progress estimate only.
