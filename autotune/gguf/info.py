@@ -20,8 +20,7 @@ import gguf
 import numpy as np
 
 from autotune.errors import ModelFileError
-from autotune.gguf.header import GGUFHeader
-from autotune.gguf.header import check_gguf
+from autotune.gguf.header import GGUFHeader, check_gguf
 
 _TOKEN_HASH_BYTES = 8
 
