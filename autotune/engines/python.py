@@ -24,14 +24,12 @@ from autotune.llamacpp.bindings import Context, LoadedModel, llama_build
 from autotune.engines.prompt_tokens import PromptTokens
 from autotune.engines.sampler import SamplerChain
 from autotune.engines.base import Engine, ProgressCallback
-from autotune.engines.drafters.draft_model import DraftModelDrafter, Drafter
-from autotune.engines.drafters.ngram_map import (
-    ChainDrafter,
-    NgramCacheDrafter,
-    NgramMapDrafter,
-    NgramModDrafter,
-    NgramSimpleDrafter,
-)
+from autotune.engines.drafters.base import Drafter
+from autotune.engines.drafters.draft_model import DraftModelDrafter
+from autotune.engines.drafters.chain import ChainDrafter
+from autotune.engines.drafters.ngram_cache import NgramCacheDrafter
+from autotune.engines.drafters.ngram_map import NgramMapDrafter, NgramSimpleDrafter
+from autotune.engines.drafters.ngram_mod import NgramModDrafter
 from autotune.engines.dflash.drafter import DFLASH_TYPES, DFlashDrafter
 from autotune.engines.dflash.contexts import DFlashPair, dflash_available
 from autotune.engines import memory

@@ -2,14 +2,10 @@ from pathlib import Path
 
 import pytest
 
-from autotune.engines.drafters.ngram_map import (
-    ChainDrafter,
-    NgramCacheDrafter,
-    NgramMapDrafter,
-    NgramModDrafter,
-    NgramSimpleDrafter,
-    _libstdcxx_order,
-)
+from autotune.engines.drafters.chain import ChainDrafter
+from autotune.engines.drafters.ngram_cache import NgramCacheDrafter, _libstdcxx_order
+from autotune.engines.drafters.ngram_map import NgramMapDrafter, NgramSimpleDrafter
+from autotune.engines.drafters.ngram_mod import NgramModDrafter
 from autotune.spec.config import SpecConfig
 
 

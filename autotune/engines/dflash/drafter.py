@@ -37,7 +37,7 @@ import numpy as np
 
 from autotune.engines.sampler import SamplerChain
 from autotune.engines.dflash.contexts import DFlashPair
-from autotune.engines.drafters.draft_model import _top_k_probability
+from autotune.engines.drafters.draft_model import top_k_probability
 from autotune.engines.dflash.pctree import Tree, build_tree
 from autotune.errors import TrialFailure
 from autotune.measure.measurement import GenerationResult, extend_until_stop, timed_result
@@ -129,7 +129,7 @@ class DFlashDrafter:
         chain = rows.argmax(axis=1).tolist()
         if self.p_min > 0:
             for j in range(len(chain)):
-                if (conf[self.first_row + j] if self.confidence else _top_k_probability(rows[j])) < self.p_min:
+                if (conf[self.first_row + j] if self.confidence else top_k_probability(rows[j])) < self.p_min:
                     del chain[j:]
                     break
         draft.truncate(n_past)  # the noise block leaves the draft cache

@@ -1,42 +1,14 @@
-"""Drafters for the in-process engine: each proposes tokens for the target to verify in one batch.
-
-They follow llama.cpp's own drafters (common/speculative.cpp) so that both engines measure the same
-algorithm; the n-gram ones are in autotune.engines.drafters.ngram_map.
-"""
+"""draft-simple's drafter: a draft model's greedy chain (common/speculative.cpp's draft-model impl),
+and the top-k probability its `p_min` cut reads."""
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
-
 import numpy as np
 
+from autotune.engines.drafters.base import Drafter
 from autotune.llamacpp.bindings import Context
 from autotune.engines.sampler import DRAFT_TOP_K, SamplerChain
 from autotune.spec.config import SpecConfig
-
-
-class Drafter(ABC):
-    """Proposes tokens that would follow `history + [last]`: llama.cpp's `common_speculative_impl`.
-
-    One drafter serves every generation of a measurement (llama-server keeps its drafters' state
-    across requests). Each step the engine calls `draft`, cuts the draft to the room left, verifies
-    it and, only when the draft was not empty, calls `accept` (common_speculative_accept)."""
-
-    def begin(self, prompt: list[int]) -> None:
-        """A new generation starts from `prompt` (the target has just processed it, and `process` has seen it)."""
-
-    @abstractmethod
-    def draft(self, history: list[int], last: int, n_max: int) -> list[int]:
-        """Draft tokens after `history` (every token already in the target's cache) and `last`; the
-        caller keeps at most `n_max` of them."""
-
-    def process(self, tokens: list[int], pos0: int) -> None:
-        """The target decoded `tokens` at positions pos0.. (common_speculative_process): the prompt,
-        then each verify batch `[last] + draft`, rejected tokens included."""
-
-    def accept(self, n_accepted: int, is_other: bool = False) -> None:
-        """The target accepted the first `n_accepted` tokens of the last draft; `is_other`: another
-        member of a combined type (autotune.engines.drafters.ngram_map.ChainDrafter) drafted it."""
 
 
 class DraftModelDrafter(Drafter):
@@ -74,7 +46,7 @@ class DraftModelDrafter(Drafter):
         drafted: list[int] = []
         while len(drafted) < limit:
             token = self.sampler.sample(self.context, -1)
-            if self.p_min > 0 and _top_k_probability(logits[-1]) < self.p_min:
+            if self.p_min > 0 and top_k_probability(logits[-1]) < self.p_min:
                 break
             drafted.append(token)
             if len(drafted) == limit:
@@ -95,7 +67,7 @@ class DraftModelDrafter(Drafter):
 _BLOCK = 256
 
 
-def _top_k_probability(logits: np.ndarray) -> float:
+def top_k_probability(logits: np.ndarray) -> float:
     """Probability of the top token after a softmax over the top-k logits (llama.cpp's draft sampler).
 
     A partition of the whole 262k-entry vocabulary cost 1.8 ms a token here, seven times llama.cpp's
