@@ -13,12 +13,12 @@ from pathlib import Path
 
 import numpy as np
 import optuna
-from scipy import stats
 
 from autotune.spec.command import format_command
 from autotune.study.confirm import Confirmation, ConfirmedConfig, stored_confirmation
 from autotune.errors import StudyNotFoundError
 from autotune.study.objectives import DEFAULT_OBJECTIVE
+from autotune.measure.stats import ci95
 from autotune.study.best import best_result
 from autotune.study.trials import is_baseline
 
@@ -42,14 +42,8 @@ class Interval:
 
     @classmethod
     def of(cls, values: list[float]) -> "Interval":
-        mean = float(np.mean(values))
-        if len(values) < 2:
-            return cls(len(values), mean, None, None)
-        sem = float(stats.sem(values))
-        if sem == 0.0:
-            return cls(len(values), mean, mean, mean)
-        low, high = stats.t.interval(0.95, len(values) - 1, loc=mean, scale=sem)
-        return cls(len(values), mean, float(low), float(high))
+        low, high = ci95(values) or (None, None)
+        return cls(len(values), float(np.mean(values)), low, high)
 
 
 @dataclass(frozen=True)

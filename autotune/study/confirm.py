@@ -13,12 +13,12 @@ from typing import Callable
 
 import numpy as np
 import optuna
-from scipy import stats
 
 from autotune.spec.command import ServerCommand
 from autotune.measure.device_lock import device_lock
 from autotune.engines.base import Engine
 from autotune.errors import StudyNotFoundError, TrialFailure
+from autotune.measure.stats import ci95, welch_p
 from autotune.measure.prompts import PromptMix, load_prompt_mix
 from autotune.spec.config import SpecConfig
 from autotune.spec.default import SPEC_DEFAULT_FLAG
@@ -100,7 +100,7 @@ class Confirmation:
 
     def welch_p(self, a: ConfirmedConfig, b: ConfirmedConfig) -> float | None:
         """Welch's t-test p-value (two-sided) between two rows' samples."""
-        return _welch_p(a.samples, b.samples)
+        return welch_p(a.samples, b.samples)
 
 
 def stored_confirmation(study: optuna.Study) -> Confirmation | None:
@@ -197,10 +197,10 @@ def confirm(
                                    (0.0, 0.0), None, None, failures.get(index), serving[index], concurrency)
         base = baseline_samples[config.target]
         mean = float(np.mean(values))
-        p_value = None if config.is_baseline else _welch_p(values, base)
+        p_value = None if config.is_baseline else welch_p(values, base)
         speedup = None if config.is_baseline else round(mean / float(np.mean(base)), 4)
         return ConfirmedConfig(_label(role, config), role, number, str(config.target), argv, values, round(mean, 3),
-                               _ci95(values), p_value, speedup, figures=serving[index], concurrency=concurrency)
+                               ci95(values) or (mean, mean), p_value, speedup, figures=serving[index], concurrency=concurrency)
 
     confirmation = Confirmation(
         engine=engine.name,
@@ -217,18 +217,3 @@ def confirm(
 
 def _label(role: str, config: SpecConfig) -> str:
     return f"{SPEC_DEFAULT_FLAG} ({config.describe()})" if role == SPEC_DEFAULT_ROLE else config.describe()
-
-
-def _ci95(values: list[float]) -> tuple[float, float]:
-    mean = float(np.mean(values))
-    if len(values) < 2:
-        return (mean, mean)
-    low, high = stats.t.interval(0.95, len(values) - 1, loc=mean, scale=stats.sem(values))
-    return (round(float(low), 3), round(float(high), 3))
-
-
-def _welch_p(values: list[float], baseline: list[float]) -> float | None:
-    if len(values) < 2 or len(baseline) < 2:
-        return None
-    p = stats.ttest_ind(values, baseline, equal_var=False).pvalue
-    return None if np.isnan(p) else round(float(p), 6)

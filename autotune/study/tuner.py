@@ -23,7 +23,6 @@ from typing import Protocol
 
 import numpy as np
 import optuna
-from scipy import stats
 
 from autotune.models.candidates import Candidates, pair_label
 from autotune.spec.command import ServerCommand
@@ -35,6 +34,7 @@ from autotune.errors import (
 from autotune.hardware import hardware_detail, hardware_key
 from autotune.measure.lossless import compare_outputs
 from autotune.measure.measurement import GenerationResult, Measurement
+from autotune.measure.stats import ci95, coefficient_of_variation
 from autotune.models.hub import file_revisions
 from autotune.models.files import file_sha256
 from autotune.study.objectives import DEFAULT_OBJECTIVE, OBJECTIVES
@@ -379,8 +379,9 @@ class Tuner:
             trial.set_constraint(STREAM_CONSTRAINT, violation)  # TPE models infeasible trials apart
             trial.set_user_attr("feasible", violation <= 0)
         trial.set_user_attr("decode_samples", [round(v, 3) for v in samples])
-        trial.set_user_attr("cv", _coefficient_of_variation(samples))
-        trial.set_user_attr("ci95", _ci95(samples))
+        trial.set_user_attr("cv", coefficient_of_variation(samples))
+        interval = ci95(samples)
+        trial.set_user_attr("ci95", None if interval is None else list(interval))
         trial.set_user_attr("per_prompt", [r.figures() for r in first.results])
         trial.set_user_attr("per_category", pooled.per_category())
         trial.set_user_attr("output_tokens", [r.tokens for r in first.results])
@@ -493,17 +494,6 @@ def requeue_stale_trial(study: optuna.Study, trial: optuna.trial.FrozenTrial) ->
         return
     kept = {key: value for key, value in trial.user_attrs.items() if key in ("role", "target", "drift_check")}
     study.enqueue_trial(trial.params, user_attrs={**kept, "requeued_from": trial.number})
-
-
-def _coefficient_of_variation(samples: list[float]) -> float | None:
-    return round(float(np.std(samples, ddof=1) / np.mean(samples)), 5) if len(samples) > 1 and np.mean(samples) else None
-
-
-def _ci95(samples: list[float]) -> list[float] | None:
-    if len(samples) < 2:
-        return None
-    low, high = stats.t.interval(0.95, len(samples) - 1, loc=np.mean(samples), scale=stats.sem(samples))
-    return [round(float(low), 3), round(float(high), 3)]
 
 
 def _reference_waiting(study: optuna.Study, target: Path, role: str) -> bool:

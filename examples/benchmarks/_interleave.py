@@ -6,17 +6,17 @@ import statistics
 
 from scipy import stats
 
+from autotune.measure.stats import ci95
 from autotune.engines.python import PythonEngine
 from autotune.engines.server import ServerEngine
 from autotune.spec.config import SpecConfig
 
 
-def ci95(values: list[float]) -> str:
+def mean_ci(values: list[float]) -> str:
+    """`mean ±half-width` of the 95% t interval."""
     mean = statistics.mean(values)
-    if len(values) < 2:
-        return f"{mean:7.1f}"
-    half = stats.t.ppf(0.975, len(values) - 1) * statistics.stdev(values) / len(values) ** 0.5
-    return f"{mean:7.1f} ±{half:5.1f}"
+    interval = ci95(values)
+    return f"{mean:7.1f}" if interval is None else f"{mean:7.1f} ±{(interval[1] - interval[0]) / 2:5.1f}"
 
 
 def compare(name: str, configs: list[SpecConfig], mix, max_tokens: int, rounds: int, context: int) -> list[float]:
@@ -46,8 +46,8 @@ def compare(name: str, configs: list[SpecConfig], mix, max_tokens: int, rounds: 
         ratio = means[("python", index)] / means[("server", index)]
         ratios.append(ratio)
         speedups = [means[(e, index)] / means[(e, 0)] for e in ("python", "server")]
-        print(f"  {config.describe()[:44]:<44} {ci95(samples[('python', index)]):>17} "
-              f"{ci95(samples[('server', index)]):>18} {ratio:6.3f} {speedups[0]:9.2f}x {speedups[1]:10.2f}x  "
+        print(f"  {config.describe()[:44]:<44} {mean_ci(samples[('python', index)]):>17} "
+              f"{mean_ci(samples[('server', index)]):>18} {ratio:6.3f} {speedups[0]:9.2f}x {speedups[1]:10.2f}x  "
               f"{counts[('python', index)]} | {counts[('server', index)]}"
               f"{'' if counts[('python', index)] == counts[('server', index)] else '  COUNTS DIFFER'}")
     rho = stats.spearmanr([means[("python", i)] for i in range(len(configs))],

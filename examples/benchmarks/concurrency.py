@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from scipy import stats
+from autotune.measure.stats import ci95, welch_p
 
 from autotune.spec.command import format_command
 from autotune.engines.server import ServerEngine
@@ -66,17 +66,8 @@ def mean_ci(values: list[float]) -> str:
     if not values:
         return "-"
     mean = float(np.mean(values))
-    if len(values) < 2:
-        return f"{mean:7.1f}"
-    low, high = stats.t.interval(0.95, len(values) - 1, loc=mean, scale=stats.sem(values))
-    return f"{mean:7.1f} [{low:.1f}-{high:.1f}]"
-
-
-def welch_p(a: list[float], b: list[float]) -> float | None:
-    if len(a) < 2 or len(b) < 2:
-        return None
-    p = stats.ttest_ind(a, b, equal_var=False).pvalue
-    return None if np.isnan(p) else float(p)
+    interval = ci95(values)
+    return f"{mean:7.1f}" if interval is None else f"{mean:7.1f} [{interval[0]:.1f}-{interval[1]:.1f}]"
 
 
 def options_for(args, storage: str, *, trials: int, objective: str, space_file: Path | None = None) -> SearchOptions:

@@ -28,7 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _interleave import ci95, compare
+from _interleave import compare, mean_ci
 from autotune.spec.command import ServerCommand
 from autotune.engines.prompt_tokens import PromptTokens
 from autotune.engines.server_process import ServerProcess
@@ -99,7 +99,7 @@ def users_path(rounds: int) -> None:
     ratios = [p / b for p, b in zip(samples["printed"], samples["plain"])]
     print(f"  printed command as printed, {rounds} rounds interleaved with a plain server, {len(mix)} prompts x "
           f"{max_tokens} tokens:")
-    print(f"    plain {ci95(samples['plain'])} tok/s, printed {ci95(samples['printed'])} tok/s, "
+    print(f"    plain {mean_ci(samples['plain'])} tok/s, printed {mean_ci(samples['printed'])} tok/s, "
           f"speedup {statistics.mean(samples['printed']) / statistics.mean(samples['plain']):.3f}x "
           f"(per round {', '.join(f'{r:.3f}' for r in ratios)})")
 
