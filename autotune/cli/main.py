@@ -217,7 +217,8 @@ def _best_text(result) -> str:
     from autotune.spec.command import format_command
     from autotune.study.best import PresetResult
     from autotune.spec.default import SPEC_DEFAULT_FLAG
-    from autotune.study.trials import SPEC_DEFAULT_ROLE, is_spec_default
+    from autotune.study.records import SPEC_DEFAULT_ROLE
+    from autotune.study.trials import is_spec_default
 
     lines = [format_command(result.argv)]
     if isinstance(result, PresetResult):

@@ -15,7 +15,7 @@ import optuna
 
 from autotune.study.confirm import stored_confirmation
 from autotune.study.catalog import latest_version, parse_kind, study_name
-from autotune.study.trials import BASELINE_ROLE, WARM_START_ROLE
+from autotune.study.records import BASELINE_ROLE, WARM_START_ROLE
 
 COMPLETE = optuna.trial.TrialState.COMPLETE
 

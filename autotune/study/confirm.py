@@ -22,7 +22,8 @@ from autotune.measure.stats import ci95, welch_p
 from autotune.measure.prompts import PromptMix, load_prompt_mix
 from autotune.spec.config import SpecConfig
 from autotune.spec.default import SPEC_DEFAULT_FLAG
-from autotune.study.trials import SPEC_DEFAULT_ROLE, baselines_of, config_from_attrs, drift_corrected, is_reference
+from autotune.study.records import SPEC_DEFAULT_ROLE, config_from_attrs
+from autotune.study.trials import baselines_of, drift_corrected, is_reference
 
 CONFIRMATION_ATTR = "confirmation"
 #: figures every confirmation round keeps besides the one compared (serving load: `--concurrency N`)

@@ -29,8 +29,10 @@ from autotune.spec.types import DRAFT_SAMPLING, is_combination
 from autotune.study.catalog import latest_version, load_study, study_levels, study_name
 from autotune.presets.nightly import NightlyOutcome, decide, unchanged_files
 from autotune.study.objectives import DEFAULT_OBJECTIVE, OBJECTIVES
-from autotune.study.trials import config_from_attrs, is_spec_default
-from autotune.study.tuner import SearchReporter, SearchSettings, Tuner, requeue_stale_trial
+from autotune.study.records import config_from_attrs
+from autotune.study.trials import is_spec_default
+from autotune.study.references import requeue_stale_trial
+from autotune.study.tuner import SearchReporter, SearchSettings, Tuner
 from storage import open_storage, resolve_storage_url
 from storage.presets import Preset, PresetStore
 

@@ -41,7 +41,7 @@ from autotune.measure.prompts import PromptMix, load_prompt_mix
 from autotune.study.search import ConfirmOptions, SearchOptions, check_inputs, run_search
 from autotune.spec.space import find_space_file
 from autotune.spec.config import SpecConfig
-from autotune.study.trials import config_from_attrs
+from autotune.study.records import config_from_attrs
 
 from _gemma import MODELS_DIR  # noqa: E402  (beside this script)
 

@@ -20,7 +20,7 @@ from autotune.hardware import hardware_key
 from autotune.spec.space import load_space
 from autotune.spec.config import SpecConfig
 from autotune.spec.types import DRAFT_MODEL_TYPES, SPEC_TYPE_PARAMS, combinations_of, combined_spec_type, draft_member
-from autotune.study.trials import config_attrs, config_from_attrs
+from autotune.study.records import config_attrs, config_from_attrs
 
 T, D = Path("t.gguf"), Path("d.gguf")
 

@@ -22,7 +22,7 @@ from autotune.errors import ModelFileError, TrialFailure, UsageError, WorkerDied
 from autotune.hardware import hardware_key
 from autotune.measure.prompts import Prompt, PromptMix
 from autotune.spec.config import SpecConfig
-from autotune.study.tuner import requeue_stale_trial
+from autotune.study.references import requeue_stale_trial
 
 # ~250 ms a prompt on one thread here: long enough for a signal or a deadline to land mid-prompt
 LONG_MIX = PromptMix("test", tuple(Prompt(f"p{i}", "qa", "The quick brown fox jumps over the lazy dog.")

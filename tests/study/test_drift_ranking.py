@@ -10,7 +10,7 @@ import pytest
 
 from autotune.study.confirm import top_trials
 from autotune.study.best import best_result
-from autotune.study.tuner import baseline_prompt_scores, drift_corrected_score
+from autotune.study.references import baseline_prompt_scores, drift_corrected_score
 
 
 def _trial(number_tok_s: float, *, baseline: bool = False, reference: int | None = None, n: int = 0):
