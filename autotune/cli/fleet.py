@@ -17,7 +17,7 @@ from autotune.cli.options import measured_model_option, measurement_options, mod
 @click.option("--confirm-repeats", type=click.IntRange(min=2), default=3, show_default=True,
               help="Rounds of interleaved confirmation on llama-server.")
 @server_bin_option
-def nightly(model, options, top, confirm_repeats, server_bin):
+def nightly(options, top, confirm_repeats, server_bin):
     """Re-tune MODEL when its files are new or changed; replace the preset only on a significant win.
 
     Files the search space names on the Hugging Face Hub (`hf = "org/repo"`) are first brought up to
@@ -29,18 +29,16 @@ def nightly(model, options, top, confirm_repeats, server_bin):
         autotune nightly --model gemma3-270m --trials 20
     """
     from autotune.cli.progress import TerminalReporter
-    from autotune.study.search import run_nightly
+    from autotune.engines import choose_engine
+    from autotune.presets.nightly import combined_exit_code, run_nightly
 
-    from autotune.presets.nightly import combined_exit_code
-    from autotune.study.search import level_engine
-
-    for level in options.concurrency:  # bad input (no llama-server for N > 1) before anything is measured
-        level_engine(options.engine_name, level, server_bin, None)
+    for level in options.levels:  # bad input (no llama-server for N > 1) before anything is measured
+        choose_engine(options.engine_name, concurrency=level, server_bin=server_bin)
     outcomes = []
-    for level in options.concurrency:
-        outcome = run_nightly(model, options, top=top, confirm_repeats=confirm_repeats, server_bin=server_bin,
-                              reporter=TerminalReporter(), concurrency=level)
-        prefix = "" if options.concurrency == (1,) else f"--concurrency {level}: "
+    for level in options.levels:
+        outcome = run_nightly(options.at_level(level), top=top, confirm_repeats=confirm_repeats, server_bin=server_bin,
+                              reporter=TerminalReporter())
+        prefix = "" if options.levels == (1,) else f"--concurrency {level}: "
         click.echo(f"{prefix}{outcome.status}: {outcome.summary}")
         outcomes.append(outcome)
     sys.exit(combined_exit_code(outcomes))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from pathlib import Path
 
@@ -10,7 +9,7 @@ import click
 
 from autotune.engines import ENGINE_NAMES
 from autotune.study.objectives import DEFAULT_OBJECTIVE, OBJECTIVES
-from autotune.spec.sampling import SERVER_MIN_P, SERVER_TOP_K, SERVER_TOP_P
+from autotune.spec.sampling import SERVER_MIN_P, SERVER_TOP_K, SERVER_TOP_P, Sampling
 from autotune.settings import MODELS_DIR_ENV, STORAGE_ENV, default_models_dir
 
 model_option = click.option("--model", "-m", required=True, help="Model name: a search_spaces/<name>.toml file.")
@@ -146,39 +145,51 @@ _MEASUREMENT_OPTIONS = [
 ]
 
 
+#: measurement flags that are the study's settings (autotune.study.tuner.SearchSettings) ...
+_SETTINGS_FLAGS = ("trials", "max_tokens", "seed", "threads", "objective", "repeats", "baseline_every", "pruning",
+                   "trial_timeout_s", "min_stream_tok_s")
+#: ... and those that say where its inputs come from and where it is kept (SearchOptions)
+_INPUT_FLAGS = ("engine_name", "prompts_file", "per_category", "storage_url", "space_file", "heartbeat_s",
+                "target_file", "draft_files")
+
+
 def measurement_options(command):
     """What to measure and where to keep it: the options `search` and `nightly` share, handed to the
-    command as one `options: SearchOptions` argument."""
+    command as one `options: SearchOptions` argument (the model's name included)."""
     from autotune.study.search import SearchOptions
-
-    names = [f.name for f in dataclasses.fields(SearchOptions)]
+    from autotune.study.tuner import SearchSettings
 
     @functools.wraps(command)
     def with_values(**kwargs):
-        values = {name: kwargs.pop(name) for name in names}
-        values["models_dir"] = values["models_dir"] or default_models_dir()
-        options = SearchOptions(**values)
-        return command(options=options, **{**kwargs, "model": _measured_model(kwargs.get("model"), options)})
+        flags = {name: kwargs.pop(name) for name in (*_SETTINGS_FLAGS, *_INPUT_FLAGS, "models_dir", "concurrency",
+                                                     "temperature", "top_k", "top_p", "min_p")}
+        model = _measured_model(kwargs.pop("model"), flags["target_file"], flags["draft_files"], flags["space_file"])
+        sampling = Sampling(flags["temperature"], flags["top_k"], flags["top_p"], flags["min_p"], seed=flags["seed"] or 0)
+        settings = SearchSettings(model=model, sampling=sampling, **{name: flags[name] for name in _SETTINGS_FLAGS})
+        options = SearchOptions(settings, models_dir=flags["models_dir"] or default_models_dir(),
+                                levels=flags["concurrency"], **{name: flags[name] for name in _INPUT_FLAGS})
+        return command(options=options, **kwargs)
 
     return with_options(_MEASUREMENT_OPTIONS)(with_values)
 
 
-def _measured_model(model: str | None, options) -> str:
+def _measured_model(model: str | None, target_file: Path | None, draft_files: tuple[Path, ...],
+                    space_file: Path | None) -> str:
     """--model, or the ad-hoc model's name from its --target file."""
-    from autotune.models.adhoc import adhoc_name
     from autotune.errors import UsageError
     from autotune.gguf.header import check_gguf
+    from autotune.models.adhoc import adhoc_name
 
-    if options.target_file is None:
-        if options.draft_files:
+    if target_file is None:
+        if draft_files:
             raise UsageError("--draft needs --target: name the target GGUF it drafts for")
         if model is None:
             raise UsageError("name a model: --model NAME (autotune models lists them) or --target FILE")
         return model
-    if options.space_file is not None:
+    if space_file is not None:
         raise UsageError("--target infers the search space: drop --space, or drop --target and use --model")
-    check_gguf(options.target_file)
-    return model or adhoc_name(options.target_file)
+    check_gguf(target_file)
+    return model or adhoc_name(target_file)
 
 
 def study_options(command):

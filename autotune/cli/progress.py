@@ -12,6 +12,7 @@ from autotune.measure.measurement import GenerationResult
 from autotune.spec.config import SpecConfig
 from autotune.spec.default import SPEC_DEFAULT_FLAG
 from autotune.study.records import SPEC_DEFAULT_ROLE
+from autotune.study.records import TrialRecord
 
 _BAR_WIDTH = 20
 
@@ -50,26 +51,25 @@ class TerminalReporter:
 
     def trial_finished(self, trial: optuna.trial.FrozenTrial) -> None:
         self._clear()
-        attrs = trial.user_attrs
-        label = attrs.get("config", {}).get("label", "?")
-        if attrs.get("role") == SPEC_DEFAULT_ROLE:
+        record = TrialRecord.of(trial)
+        label = record.label or "?"
+        if record.role == SPEC_DEFAULT_ROLE:
             label = f"{SPEC_DEFAULT_FLAG} ({label})"
-        if attrs.get("drift_check"):
+        if record.drift_check:
             label += " (drift check)"
         head = f"[{self.index}/{self.total}] trial {trial.number:>3} {label}"
         if trial.state == optuna.trial.TrialState.COMPLETE:
-            figures = attrs.get("figures", {})
-            tail = f"-> {figures.get('mix_tok_s', 0):.1f} tok/s"
-            if attrs.get("speedup") is not None:
-                tail += f" ({attrs['speedup']:.2f}x)"
-            if figures.get("acceptance") is not None:
-                tail += f", acceptance {figures['acceptance']:.0%}"
-            if attrs.get("drift") is not None:
-                tail += f", drift {attrs['drift']:.3f} of the first baseline"
-            if attrs.get("lossless") is False:
+            tail = f"-> {record.tok_s or 0:.1f} tok/s"
+            if record.speedup is not None:
+                tail += f" ({record.speedup:.2f}x)"
+            if record.figure("acceptance") is not None:
+                tail += f", acceptance {record.figure('acceptance'):.0%}"
+            if record.drift is not None:
+                tail += f", drift {record.drift:.3f} of the first baseline"
+            if record.lossless is False:
                 tail += ", OUTPUT DIFFERS from baseline (excluded)"
         else:
-            reason = attrs.get("fail_reason") or attrs.get("prune_reason") or "no reason recorded"
+            reason = record.fail_reason or record.prune_reason or "no reason recorded"
             tail = f"-> {trial.state.name}: {reason}"
         print(f"{head} {tail}", file=self.stream, flush=True)
 

@@ -26,7 +26,7 @@ def report(model, hardware, engine, objective, concurrency, storage, out_dir):
         autotune report --model gemma3-270m --out report/
     """
     from autotune.report import write_report
-    from autotune.study.search import open_study_of
+    from autotune.study.catalog import open_study_of
 
     for path in write_report(open_study_of(model, hardware, engine, storage, objective, concurrency), out_dir):
         click.echo(str(path))

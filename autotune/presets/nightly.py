@@ -11,8 +11,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from autotune.study.confirm import Confirmation, ConfirmedConfig
-from storage.presets import Preset
+import optuna
+
+from autotune.engines import choose_engine
+from autotune.hardware import hardware_key
+from autotune.measure.prompts import load_prompt_mix
+from autotune.models.hub import hub_files, pull
+from autotune.presets.confirmed import preset_from
+from autotune.spec.space import SearchSpace, load_model_space
+from autotune.study.catalog import latest_version, study_name, study_names
+from autotune.study.confirm import Confirmation, ConfirmedConfig, confirm_study, top_trials
+from autotune.study.records import StudyRecord, config_from_attrs
+from autotune.study.search import SearchOptions, check_inputs, run_study
+from autotune.study.tuner import SearchReporter
+from storage import open_storage, resolve_storage_url
+from storage.presets import Preset, PresetStore
 
 EXIT_CODES = {"improved": 0, "unchanged": 3, "regressed": 4}
 SIGNIFICANCE = 0.05
@@ -78,3 +91,57 @@ def _unless_regressed(model: str, current: ConfirmedConfig, preset: Preset, summ
             f"{preset.ci95_low:.1f}-{preset.ci95_high:.1f}; kept (check drivers, llama.cpp build, other load)",
         )
     return NightlyOutcome("unchanged", summary)
+
+
+def run_nightly(options: SearchOptions, *, top: int, confirm_repeats: int, server_bin: str | None,
+                reporter: SearchReporter) -> NightlyOutcome:
+    """Re-tune `options.model` (at `options.settings.concurrency` streams) if its files changed since the
+    last study version. Files the search space names on the hub are brought up to the hub's current
+    revision first."""
+    model, settings = options.model, options.settings
+    if options.prompts_file:
+        load_prompt_mix(options.prompts_file)  # a bad prompt file is found before a long download
+    pull_latest(load_model_space(model, options.space_file), reporter)
+    inputs = check_inputs(options)
+    url = resolve_storage_url(options.storage_url)
+    with PresetStore(url) as store:
+        hashes = {path.name: store.cached_sha256(path) for path in inputs.files.paths}
+        storage = open_storage(url)
+        engine_name = choose_engine(options.engine_name, concurrency=settings.concurrency, server_bin=server_bin,
+                                    note=reporter.note)
+        base = study_name(model, hardware_key(), engine_name, objective=settings.objective,
+                          concurrency=settings.concurrency)
+        latest, _ = latest_version(storage, base)
+        previous = optuna.load_study(study_name=latest, storage=storage) if latest in study_names(storage) else None
+        preset = store.get(model, hardware_key(), settings.concurrency)
+        if previous is not None and preset is not None and StudyRecord.of(previous).file_hashes == hashes:
+            return unchanged_files(model)
+        study = run_study(
+            inputs, settings, engine_name=engine_name, server_bin=server_bin, storage_url=url, reporter=reporter,
+            new_version=previous is not None, warm_start=top_trials(previous, top) if previous is not None else [],
+            study_attrs={"file_hashes": hashes}, heartbeat_s=options.heartbeat_s,
+        )
+        if not top_trials(study, top):
+            return NightlyOutcome("unchanged", f"{model}: no speculative configuration completed (all pruned or "
+                                               f"failed, see `autotune trials --model {model}`); preset kept")
+        in_use = config_from_attrs(preset.params) if preset is not None else None
+        if in_use is not None and not all(p.is_file() for p in (in_use.target, in_use.draft) if p):
+            in_use = None
+        confirmation = confirm_study(study, top=top, repeats=confirm_repeats, engine_name="server",
+                                     server_bin=server_bin, preset=in_use,
+                                     on_measured=lambda r, label, tok_s: reporter.note(
+                                         f"confirm round {r + 1}: {label}: {tok_s}"))
+        outcome = decide(model, confirmation, preset)
+        if outcome.new_winner is not None:
+            store.save(preset_from(model, study, confirmation, outcome.new_winner))
+    return outcome
+
+
+def pull_latest(space: SearchSpace, reporter: SearchReporter) -> None:
+    """Download each hub file of `space` whose revision on the hub is new; offline, say so in one line
+    and go on with the files on disk."""
+    if not hub_files(space):
+        return
+    result = pull(space, latest=True, on_file=lambda f, why: reporter.note(f"downloading {f.label}: {why}"))
+    if result.unreachable:
+        reporter.note(f"hub not asked for new revisions: {result.unreachable}; going on with the files on disk")

@@ -21,6 +21,7 @@ from autotune.study.objectives import DEFAULT_OBJECTIVE
 from autotune.measure.stats import ci95
 from autotune.study.best import best_result
 from autotune.study.trials import is_baseline
+from autotune.study.records import StudyRecord, TrialRecord
 
 TrialState = optuna.trial.TrialState
 
@@ -79,15 +80,15 @@ class TopConfig:
 
     @property
     def label(self) -> str:
-        return self.trial.user_attrs["config"]["label"]
+        return TrialRecord.of(self.trial).label
 
     @property
     def command(self) -> str:
-        return format_command(self.trial.user_attrs["argv"])
+        return format_command(TrialRecord.of(self.trial).argv)
 
     def figure(self, name: str) -> float | None:
         """One of the trial's pooled figures (`mix_tok_s`, `prompt_tok_s`, `e2e_tok_s`, `acceptance`)."""
-        value = (self.trial.user_attrs.get("figures") or {}).get(name)
+        value = TrialRecord.of(self.trial).figures.get(name)
         return None if value is None else float(value)
 
 
@@ -117,8 +118,8 @@ class StudyView:
         return len(self.study.directions) == 2
 
     @property
-    def attrs(self) -> dict:
-        return self.study.user_attrs
+    def record(self) -> StudyRecord:
+        return StudyRecord.of(self.study)
 
     def _in_state(self, state: TrialState) -> list[optuna.trial.FrozenTrial]:
         return [t for t in self.trials if t.state == state]
@@ -147,11 +148,11 @@ class StudyView:
     @property
     def speculative(self) -> list[optuna.trial.FrozenTrial]:
         """Completed trials of a speculative configuration."""
-        return [t for t in self.complete if not is_baseline(t) and "config" in t.user_attrs]
+        return [t for t in self.complete if not is_baseline(t) and bool(TrialRecord.of(t).config)]
 
     @property
     def objective(self) -> str:
-        return self.attrs.get("objective", "pareto" if self.is_pareto else DEFAULT_OBJECTIVE)
+        return self.record.objective or ("pareto" if self.is_pareto else DEFAULT_OBJECTIVE)
 
     @property
     def metric(self) -> str:
@@ -166,34 +167,34 @@ class StudyView:
 
     def baselines_of(self, target: str) -> list[optuna.trial.FrozenTrial]:
         """Every completed measurement of `target`'s baseline, oldest first."""
-        return [b for b in self.baselines if b.user_attrs["config"]["target"] == target]
+        return [b for b in self.baselines if TrialRecord.of(b).config["target"] == target]
 
     def baseline_levels(self) -> list[tuple[str, float, int]]:
         """Per target: (target, mean objective value over its baseline measurements, how many)."""
         levels = []
-        for target in dict.fromkeys(b.user_attrs["config"]["target"] for b in self.baselines):
+        for target in dict.fromkeys(TrialRecord.of(b).config["target"] for b in self.baselines):
             values = [self.tok_s(b) for b in self.baselines_of(target)]
             levels.append((target, float(np.mean(values)), len(values)))
         return levels
 
     def speedup_baseline(self, trial: optuna.trial.FrozenTrial) -> optuna.trial.FrozenTrial | None:
         """The baseline measurement the trial's speedup divides by (the latest before it), else the first."""
-        target = trial.user_attrs.get("config", {}).get("target")
+        target = TrialRecord.of(trial).config.get("target")
         found = self.baselines_of(target)
-        number = trial.user_attrs.get("speedup_baseline_trial")
+        number = TrialRecord.of(trial).speedup_baseline_trial
         return next((b for b in found if b.number == number), found[0] if found else None)
 
     @staticmethod
     def speedup(trial: optuna.trial.FrozenTrial) -> float | None:
         """The decode speedup the tuner recorded (over the latest baseline: drift cancels)."""
-        value = trial.user_attrs.get("speedup")
+        value = TrialRecord.of(trial).speedup
         return None if value is None else float(value)
 
     @staticmethod
     def spec_type(trial: optuna.trial.FrozenTrial) -> str:
-        config = trial.user_attrs.get("config")
-        if config is not None:
-            return config["spec_type"]
+        spec_type = TrialRecord.of(trial).spec_type
+        if spec_type is not None:
+            return spec_type
         return "none" if is_baseline(trial) else trial.params.get("spec_type", "?")
 
     # --- what the figures group and rank ----------------------------------------------------------
@@ -209,7 +210,7 @@ class StudyView:
     def rank_value(self, trial: optuna.trial.FrozenTrial) -> float:
         """What ranks configurations: the objective, or on a pareto study end-to-end tok/s (as `best`)."""
         if self.is_pareto:
-            return float((trial.user_attrs.get("figures") or {}).get("e2e_tok_s") or self.tok_s(trial))
+            return float(TrialRecord.of(trial).figures.get("e2e_tok_s") or self.tok_s(trial))
         return self.tok_s(trial)
 
     def by_spec_type(self) -> list[Group]:
@@ -238,8 +239,8 @@ class StudyView:
         seen: set[str] = set()
         chosen: list[optuna.trial.FrozenTrial] = []
         for trial in sorted(self.speculative, key=self.rank_value, reverse=True):
-            label = trial.user_attrs["config"]["label"]
-            if trial.user_attrs.get("lossless") is False or label in seen:
+            label = TrialRecord.of(trial).label
+            if TrialRecord.of(trial).lossless is False or label in seen:
                 continue
             seen.add(label)
             chosen.append(trial)
@@ -255,7 +256,7 @@ class StudyView:
         confirmed = None
         if self.confirmation is not None:
             rows = self.confirmation.baselines if rank is None else self.confirmation.configs
-            target = trial.user_attrs["config"]["target"]
+            target = TrialRecord.of(trial).config["target"]
             confirmed = next((c for c in rows if (c.target == target if rank is None else c.trial == trial.number)), None)
         return TopConfig(rank, trial, self.speedup(trial), confirmed, trial.number == picked.number)
 
@@ -266,8 +267,8 @@ class StudyView:
         for row in self.top_configs(top):
             baseline = self.speedup_baseline(row.trial) if row.rank is not None else None
             if baseline is not None:
-                pairs.append((row, row.trial.user_attrs.get("per_category") or {},
-                              baseline.user_attrs.get("per_category") or {}))
+                pairs.append((row, TrialRecord.of(row.trial).per_category,
+                              TrialRecord.of(baseline).per_category))
         categories = sorted({c for _, mine, base in pairs for c in mine if c in base})
         speedups = {
             f"#{row.trial.number} {row.label}": [
@@ -280,7 +281,7 @@ class StudyView:
         """(trial, acceptance, decode tok/s) of every completed speculative trial that drafted."""
         points = []
         for trial in self.speculative:
-            acceptance = trial.user_attrs.get("figures", {}).get("acceptance")
+            acceptance = TrialRecord.of(trial).figures.get("acceptance")
             if acceptance is not None:
                 points.append((trial, float(acceptance), self.tok_s(trial)))
         return points
@@ -311,7 +312,7 @@ class StudyView:
 
 
 def _params(trial: optuna.trial.FrozenTrial) -> dict:
-    config = trial.user_attrs.get("config")
+    config = TrialRecord.of(trial).config
     return dict(config["params"]) if config else dict(trial.params)
 
 
@@ -329,7 +330,7 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 
 
 def model_file_hashes(trial: optuna.trial.FrozenTrial) -> dict[str, str]:
-    return dict(trial.user_attrs.get("model_files") or {})
+    return dict(TrialRecord.of(trial).model_files)
 
 
 def short_path(path: str | None) -> str:

@@ -15,6 +15,7 @@ import plotly.graph_objects as go
 
 from autotune.report.data import StudyView, TrialState, short_path
 from autotune.report.load import load_curve, plotly_load
+from autotune.study.records import TrialRecord
 
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
 FAILED_COLOR = "#d62728"
@@ -177,8 +178,8 @@ def best_so_far(view: StudyView) -> tuple[list[int], list[float]]:
 
 
 def unfinished_reason(trial: optuna.trial.FrozenTrial) -> str:
-    label = trial.user_attrs.get("config", {}).get("label", "")
-    reason = (trial.user_attrs.get("fail_reason") or trial.user_attrs.get("prune_reason")
+    label = (TrialRecord.of(trial).label or "")
+    reason = (TrialRecord.of(trial).fail_reason or TrialRecord.of(trial).prune_reason
               or ("pruned" if trial.state == TrialState.PRUNED else "no reason recorded"))
     return f"{trial.state.name} {label}: {reason}".strip()
 
@@ -258,7 +259,7 @@ def _acceptance(view: StudyView, _arg) -> go.Figure:
             x=[a for _, a, _ in mine], y=[v for *_, v in mine], mode="markers", name=spec_type,
             marker=dict(color=colors[spec_type], opacity=0.75, line=dict(width=1, color="white"),
                         size=[marker_size(t) for t, *_ in mine]),
-            text=[f"trial {t.number}: {t.user_attrs['config']['label']}" for t, *_ in mine],
+            text=[f"trial {t.number}: {TrialRecord.of(t).label}" for t, *_ in mine],
             hovertemplate="%{text}<br>acceptance %{x:.0%}, %{y:.1f} tok/s<extra></extra>"))
     chosen = [(a, v) for t, a, v in points if t.number == pick.number]
     if chosen:
@@ -272,7 +273,7 @@ def _acceptance(view: StudyView, _arg) -> go.Figure:
 
 def marker_size(trial: optuna.trial.FrozenTrial) -> float:
     """Marker size (points) from the trial's mean accepted length."""
-    length = trial.user_attrs.get("figures", {}).get("mean_accepted_length") or 1.0
+    length = TrialRecord.of(trial).figures.get("mean_accepted_length") or 1.0
     return 6 + 4 * min(float(length), 8.0)
 
 

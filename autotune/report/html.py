@@ -12,6 +12,7 @@ import plotly.offline
 
 from autotune.report.data import StudyView, TopConfig, model_file_hashes, short_path
 from autotune.report.figures import Panel, plotly_figure, unfinished_reason
+from autotune.study.records import TrialRecord
 
 PLOTLY_CONFIG = {"displaylogo": False, "responsive": True}
 
@@ -73,14 +74,14 @@ def _panel_section(view: StudyView, panel: Panel, png_name: str | None) -> str:
 
 
 def _summary(view: StudyView) -> str:
-    attrs = view.attrs
-    measurement = attrs.get("measurement") or {}
+    record = view.record
+    measurement = record.measurement
     counts = {state: len(trials) for state, trials in
               (("completed", view.complete), ("failed", view.failed), ("pruned", view.pruned))}
     rows = [
-        ("model", attrs.get("model")),
-        ("hardware", attrs.get("hardware")),
-        ("engine", attrs.get("engine")),
+        ("model", record.model),
+        ("hardware", record.hardware),
+        ("engine", record.engine),
         ("objective", "pareto: decode tok/s and prompt tok/s" if view.is_pareto else view.metric),
         ("trials", ", ".join(f"{n} {state}" for state, n in counts.items())),
         ("prompts", f"{len(measurement.get('prompts', []))} from {short_path(measurement.get('prompt_source'))}, "
@@ -106,7 +107,7 @@ def _top_table(view: StudyView) -> str:
 
 def _top_rows(view: StudyView, row: TopConfig) -> str:
     """Two table rows for one configuration: its figures, then its provenance across the whole width."""
-    attrs = row.trial.user_attrs
+    record = TrialRecord.of(row.trial)
     acceptance = row.figure("acceptance")
     classes = " ".join(c for c in ("picked" if row.picked else "", "baseline" if row.rank is None else "") if c)
     cells = [
@@ -123,8 +124,8 @@ def _top_rows(view: StudyView, row: TopConfig) -> str:
     tds = "".join(f'<td class="{cls}">{text}</td>' if cls else f"<td>{text}</td>" for text, cls in cells)
     hashes = "; ".join(f"{escape(name)} <code>{escape(sha)}</code>" for name, sha in model_file_hashes(row.trial).items())
     detail = (f'<code class="command">{escape(row.command)}</code><br>'
-              f"llama.cpp: {escape(str(attrs.get('llama_cpp_build', '?')))}<br>"
-              f"hardware: {escape(str(attrs.get('hardware', '?')))} &middot; files: {hashes or '?'}")
+              f"llama.cpp: {escape(str(record.llama_cpp_build or '?'))}<br>"
+              f"hardware: {escape(str(record.hardware or '?'))} &middot; files: {hashes or '?'}")
     number = row.trial.number
     return (f'<tr class="{classes}" data-trial="{number}">{tds}</tr>'
             f'<tr class="{classes} detail" data-trial-detail="{number}"><td></td><td colspan="{len(cells) - 1}">{detail}</td></tr>')

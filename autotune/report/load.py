@@ -16,6 +16,7 @@ import optuna
 from autotune.study.confirm import stored_confirmation
 from autotune.study.catalog import latest_version, parse_kind, study_name
 from autotune.study.records import BASELINE_ROLE, WARM_START_ROLE
+from autotune.study.records import StudyRecord, TrialRecord
 
 COMPLETE = optuna.trial.TrialState.COMPLETE
 
@@ -61,7 +62,8 @@ class LoadCurve:
 
 def load_curve(study: optuna.Study) -> LoadCurve | None:
     """The load curve of `study` and its siblings at other levels; None when only one level was studied."""
-    model, hardware = study.user_attrs.get("model"), study.user_attrs.get("hardware")
+    record = StudyRecord.of(study)
+    model, hardware = record.model, record.hardware
     if not model or not hardware:
         return None
     prefix = f"{model}@{hardware}:"
@@ -87,13 +89,13 @@ def load_curve(study: optuna.Study) -> LoadCurve | None:
         sibling = study if newest[level] == study.study_name else optuna.load_study(study_name=newest[level],
                                                                                   storage=storage)
         complete = [t for t in sibling.get_trials(deepcopy=False, states=(COMPLETE,))
-                    if t.user_attrs.get("lossless") is not False and "figures" in t.user_attrs]
-        for spec_type in sorted({t.user_attrs["config"]["spec_type"] for t in complete}):
-            trials = [t for t in complete if t.user_attrs["config"]["spec_type"] == spec_type]
+                    if TrialRecord.of(t).lossless is not False and bool(TrialRecord.of(t).figures)]
+        for spec_type in sorted({TrialRecord.of(t).config["spec_type"] for t in complete}):
+            trials = [t for t in complete if TrialRecord.of(t).config["spec_type"] == spec_type]
             top = max(trials, key=lambda t: _figures(t)[0])
             by_type.setdefault(spec_type, []).append(_point(level, top))
-        searched = [t for t in complete if t.user_attrs.get("role") in (None, WARM_START_ROLE)]  # not references
-        references = [t for t in complete if t.user_attrs.get("role") == BASELINE_ROLE]
+        searched = [t for t in complete if TrialRecord.of(t).role in (None, WARM_START_ROLE)]  # not references
+        references = [t for t in complete if TrialRecord.of(t).role == BASELINE_ROLE]
         confirmed = _confirmed_points(sibling, level)
         if confirmed is not None:
             best.append(confirmed[0])
@@ -106,14 +108,14 @@ def load_curve(study: optuna.Study) -> LoadCurve | None:
 
 def _figures(trial: optuna.trial.FrozenTrial) -> tuple[float, float]:
     """(aggregate, per-stream) tok/s of a trial; older trials without them: e2e and decode tok/s."""
-    figures = trial.user_attrs["figures"]
+    figures = TrialRecord.of(trial).figures
     return (float(figures.get("aggregate_tok_s", figures.get("e2e_tok_s", 0.0))),
             float(figures.get("per_stream_tok_s", figures.get("mix_tok_s", 0.0))))
 
 
 def _point(level: int, trial: optuna.trial.FrozenTrial) -> LevelPoint:
     aggregate, per_stream = _figures(trial)
-    return LevelPoint(level, aggregate, per_stream, trial.user_attrs["config"]["label"])
+    return LevelPoint(level, aggregate, per_stream, TrialRecord.of(trial).label)
 
 
 def _confirmed_points(study: optuna.Study, level: int) -> tuple[LevelPoint, LevelPoint] | None:

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import optuna
 
+from autotune.errors import AutotuneError, StudyNotFoundError
 from autotune.spec.command import format_command
 from autotune.study.confirm import Confirmation, ConfirmedConfig, stored_confirmation
-from autotune.errors import AutotuneError, StudyNotFoundError
-from autotune.study.objectives import OBJECTIVES
+from autotune.study.objectives import DEFAULT_OBJECTIVE, OBJECTIVES
+from autotune.study.records import StudyRecord, TrialRecord
 from autotune.study.trials import baseline_trial, decode_tok_s, drift_corrected, is_baseline, spec_default_near
-from storage.presets import Preset
 
 COMPLETE = optuna.trial.TrialState.COMPLETE
 
@@ -27,6 +27,11 @@ class BestResult:
     confirmation: Confirmation | None = None
     front: tuple[optuna.trial.FrozenTrial, ...] = ()  # a pareto study's front (lossless members)
     spec_default: optuna.trial.FrozenTrial | None = None  # `--spec-default` measured nearest the trial
+    objective: str = DEFAULT_OBJECTIVE  # what the study maximized (autotune.study.objectives)
+
+    @property
+    def record(self) -> TrialRecord:
+        return TrialRecord.of(self.trial)
 
     @property
     def confirmed(self) -> ConfirmedConfig | None:
@@ -38,7 +43,7 @@ class BestResult:
 
     @property
     def argv(self) -> list[str]:
-        return list(self.trial.user_attrs["argv"])
+        return list(self.record.argv)
 
     @property
     def tok_s(self) -> float:
@@ -51,8 +56,8 @@ class BestResult:
     @property
     def speedup(self) -> float | None:
         """Against the baseline measured nearest before the trial (drift-corrected), else the first."""
-        if "speedup" in self.trial.user_attrs:
-            return self.trial.user_attrs["speedup"]
+        if self.record.speedup is not None:
+            return self.record.speedup
         return 1.0 if is_baseline(self.trial) else None
 
     @property
@@ -62,13 +67,13 @@ class BestResult:
     @property
     def speedup_vs_spec_default(self) -> float | None:
         """The trial's speedup over llama.cpp's default, each over the baseline nearest before it."""
-        reference = None if self.spec_default is None else self.spec_default.user_attrs.get("speedup")
+        reference = None if self.spec_default is None else TrialRecord.of(self.spec_default).speedup
         return round(self.speedup / reference, 4) if self.speedup is not None and reference else None
 
     def serving(self) -> dict:
         """The load figures: concurrent streams, aggregate tok/s of all streams, per-stream decode tok/s
         (mean and 10th percentile), confirmed ones (means over the rounds) where a confirmation ran."""
-        figures = self.trial.user_attrs.get("figures") or {}
+        figures = self.record.figures
         names = ("aggregate_tok_s", "per_stream_tok_s", "per_stream_p10_tok_s")
         values = {name: figures.get(name) for name in names}
         confirmed = self.confirmed
@@ -78,7 +83,8 @@ class BestResult:
         return {"concurrency": int(figures.get("concurrency", 1)), **values, "ttft_ms": figures.get("ttft_ms")}
 
     def as_dict(self) -> dict:
-        config = self.trial.user_attrs["config"]
+        record = self.record
+        config = record.config
         return {
             "study": self.study,
             "trial": self.trial.number,
@@ -92,13 +98,14 @@ class BestResult:
             "params": {"spec_type": config["spec_type"], **config["params"]},
             "runtime": dict(config.get("runtime", {})),
             **self.serving(),
-            "engine": self.trial.user_attrs.get("engine"),
-            "figures": self.trial.user_attrs.get("figures"),
-            "llama_cpp_build": self.trial.user_attrs.get("llama_cpp_build"),
-            "hardware": self.trial.user_attrs.get("hardware"),
+            "objective": self.objective,
+            "engine": record.engine,
+            "figures": record.figures or None,
+            "llama_cpp_build": record.llama_cpp_build,
+            "hardware": record.hardware,
             "pareto_front": [
                 {"trial": t.number, "decode_tok_s": t.values[0], "prompt_tok_s": t.values[1],
-                 "e2e_tok_s": t.user_attrs["figures"]["e2e_tok_s"], "label": t.user_attrs["config"]["label"]}
+                 "e2e_tok_s": TrialRecord.of(t).figures["e2e_tok_s"], "label": TrialRecord.of(t).label}
                 for t in self.front
             ],
             "confirmed": None if self.confirmed is None else {
@@ -131,94 +138,60 @@ def best_result(study: optuna.Study) -> BestResult:
     trial with the best objective whose output matched the baseline's. In a pareto study (decode and
     prompt tok/s) the pick on the front is the member with the best end-to-end tok/s."""
     complete = study.get_trials(deepcopy=False, states=(COMPLETE,))
-    eligible = [t for t in complete if t.user_attrs.get("lossless") is not False]
+    eligible = [t for t in complete if TrialRecord.of(t).lossless is not False]
     if not eligible:
         raise StudyNotFoundError(f"study {study.study_name!r} has no completed trial yet: run `autotune search`")
-    feasible = [t for t in eligible if t.user_attrs.get("feasible") is not False]  # --min-stream-tok-s
+    feasible = [t for t in eligible if TrialRecord.of(t).feasible is not False]  # --min-stream-tok-s
     if not feasible:
         raise AutotuneError(f"study {study.study_name!r}: no configuration meets its --min-stream-tok-s bound "
                             "(see `autotune trials`)")
     eligible = feasible
+    objective = StudyRecord.of(study).objective or DEFAULT_OBJECTIVE
     front: tuple[optuna.trial.FrozenTrial, ...] = ()
     if len(study.directions) > 1:
-        pick = OBJECTIVES.get(study.user_attrs.get("objective", "pareto"), OBJECTIVES["pareto"]).pick_figure
+        pick = OBJECTIVES.get(objective, OBJECTIVES["pareto"]).pick_figure
         numbers = {t.number for t in eligible}
         front = tuple(t for t in study.best_trials if t.number in numbers) or tuple(eligible)
-        best = max(front, key=lambda t: t.user_attrs["figures"][pick])
+        best = max(front, key=lambda t: TrialRecord.of(t).figures[pick])
     else:
         best = max(eligible, key=lambda t: drift_corrected(t, complete))
     confirmation = stored_confirmation(study)
     winner = confirmation.winner if confirmation else None
     if winner is not None:
         best = next((t for t in complete if t.number == winner.trial), best)
-    reference = best.user_attrs.get("speedup_baseline_trial")  # the baseline its speedup divides by
+    reference = TrialRecord.of(best).speedup_baseline_trial  # the baseline its speedup divides by
     baseline = (next(t for t in complete if t.number == reference) if reference is not None
-                else baseline_trial(study, Path(best.user_attrs["config"]["target"])))
-    return BestResult(study.study_name, best, baseline, confirmation, front, spec_default_near(study, best))
+                else baseline_trial(study, Path(TrialRecord.of(best).config["target"])))
+    return BestResult(study.study_name, best, baseline, confirmation, front, spec_default_near(study, best), objective)
 
 
 def trial_rows(study: optuna.Study) -> list[dict]:
     """One JSON-ready row per trial, in trial order."""
     rows = []
     for trial in study.get_trials(deepcopy=False):
-        attrs = trial.user_attrs
-        config = attrs.get("config", {})
-        figures = attrs.get("figures", {})
+        record = TrialRecord.of(trial)
         rows.append(
             {
                 "number": trial.number,
                 "state": trial.state.name,
-                "role": attrs.get("role", "search"),
-                "spec_type": config.get("spec_type"),
-                "params": config.get("params", {}),
-                "label": config.get("label"),
-                "tok_s": decode_tok_s(trial) if "figures" in trial.user_attrs else None,
-                "ci95": trial.user_attrs.get("ci95"),
-                "cv": trial.user_attrs.get("cv"),
-                "drift": trial.user_attrs.get("drift"),
-                "drift_check": bool(trial.user_attrs.get("drift_check")),
-                "e2e_tok_s": figures.get("e2e_tok_s"),
-                "lossless_reason": trial.user_attrs.get("lossless_reason"),
-                "speedup": attrs.get("speedup"),
-                "acceptance": figures.get("acceptance"),
-                "mean_accepted_length": figures.get("mean_accepted_length"),
-                "prompt_tok_s": figures.get("prompt_tok_s"),
-                "lossless": attrs.get("lossless"),
-                "fail_reason": attrs.get("fail_reason"),
-                "wall_s": attrs.get("wall_s"),
+                "role": record.role or "search",
+                "spec_type": record.spec_type,
+                "params": record.config.get("params", {}),
+                "label": record.label,
+                "tok_s": record.tok_s,
+                "ci95": record.ci95,
+                "cv": record.cv,
+                "drift": record.drift,
+                "drift_check": record.drift_check,
+                "e2e_tok_s": record.figure("e2e_tok_s"),
+                "lossless_reason": record.lossless_reason,
+                "speedup": record.speedup,
+                "acceptance": record.figure("acceptance"),
+                "mean_accepted_length": record.figure("mean_accepted_length"),
+                "prompt_tok_s": record.figure("prompt_tok_s"),
+                "lossless": record.lossless,
+                "fail_reason": record.fail_reason,
+                "wall_s": record.wall_s,
             }
         )
     return rows
-
-
-@dataclass(frozen=True)
-class PresetResult:
-    """A stored preset shown where no study of that hardware is at hand (e.g. another machine's)."""
-
-    preset: Preset
-
-    @property
-    def argv(self) -> list[str]:
-        return list(self.preset.argv)
-
-    def summary(self) -> str:
-        p = self.preset
-        return (f"# preset for {p.hardware}: {p.tok_s:.1f} tok/s, baseline {p.baseline_tok_s:.1f}, speedup "
-                f"{p.speedup:.2f}x (confirmed on {p.engine}, {p.created_at:%Y-%m-%d})")
-
-    def as_dict(self) -> dict:
-        p = self.preset
-        return {
-            "study": p.study_name,
-            "command": p.command,
-            "argv": self.argv,
-            "tok_s": p.tok_s,
-            "baseline_tok_s": p.baseline_tok_s,
-            "speedup": p.speedup,
-            "params": {"spec_type": p.params.get("spec_type"), **p.params.get("params", {})},
-            "engine": p.engine,
-            "llama_cpp_build": p.llama_cpp_build,
-            "hardware": p.hardware,
-            "concurrency": p.concurrency,
-            "preset": True,
-        }

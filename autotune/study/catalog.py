@@ -1,10 +1,15 @@
-"""Naming and opening studies: one study per (model, hardware, engine)."""
+"""Naming and finding studies: one study per (model, hardware, engine, objective, load), versioned
+by nightly runs."""
 
 from __future__ import annotations
 
 import optuna
 
-from autotune.errors import StudyNotFoundError
+from autotune.engines import DEFAULT_ENGINE
+from autotune.errors import StudyNotFoundError, UsageError
+from autotune.hardware import hardware_key
+from autotune.study.objectives import DEFAULT_OBJECTIVE
+from storage import open_storage, resolve_storage_url
 
 optuna.logging.set_verbosity(optuna.logging.ERROR)  # the reporter shows failed trials with their reason
 
@@ -80,3 +85,34 @@ def study_levels(storage: optuna.storages.BaseStorage, model: str, hardware: str
         if name.startswith(prefix):
             kinds.add(parse_kind(name[len(prefix):]))
     return sorted(kinds)
+
+
+def study_names(storage: optuna.storages.BaseStorage) -> set[str]:
+    return {s.study_name for s in optuna.get_all_study_summaries(storage, include_best_trial=False)}
+
+
+def open_study_of(model: str, hardware: str | None, engine: str | None, storage_url: str | None,
+                  objective: str | None = None, concurrency: int | None = None) -> optuna.Study:
+    """The newest stored study of `model` on `hardware` (this machine's by default). With `engine`,
+    `objective` or `concurrency` unset, the one study that exists for them; several are a UsageError
+    naming the flags that pick each."""
+    storage = open_storage(resolve_storage_url(storage_url))
+    hardware = hardware or hardware_key()
+    if engine is not None and objective is not None and concurrency is not None:
+        name, _ = latest_version(storage, study_name(model, hardware, engine, objective=objective,
+                                                     concurrency=concurrency))
+        return load_study(storage, name)
+    found = [s for s in study_levels(storage, model, hardware)
+             if engine in (None, s[0]) and objective in (None, s[1]) and concurrency in (None, s[2])]
+    if len(found) == 1:
+        found_engine, found_objective, found_level = found[0]
+        name, _ = latest_version(storage, study_name(model, hardware, found_engine, objective=found_objective,
+                                                     concurrency=found_level))
+        return load_study(storage, name)
+    if not found:
+        wanted = study_name(model, hardware, engine or DEFAULT_ENGINE, objective=objective or DEFAULT_OBJECTIVE,
+                            concurrency=concurrency or 1)
+        return load_study(storage, wanted)  # raises StudyNotFoundError listing what is there
+    choices = "; ".join(f"--engine {e} --objective {o}" + (f" --concurrency {n}" if len({f[2] for f in found}) > 1 else "")
+                        for e, o, n in found)
+    raise UsageError(f"{model} has {len(found)} studies on {hardware}: pick one with {choices}")

@@ -6,7 +6,7 @@ baseline with Welch's t-test.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
@@ -14,18 +14,19 @@ from typing import Callable
 import numpy as np
 import optuna
 
-from autotune.spec.command import ServerCommand
-from autotune.measure.device_lock import device_lock
-from autotune.engines.base import Engine
+from autotune.engines import Engine, choose_engine, create_engine
 from autotune.errors import StudyNotFoundError, TrialFailure
-from autotune.measure.stats import ci95, welch_p
+from autotune.llamacpp.server_binary import command_binary
+from autotune.measure.device_lock import device_lock
 from autotune.measure.prompts import PromptMix, load_prompt_mix
+from autotune.measure.stats import ci95, welch_p
+from autotune.spec.command import ServerCommand
 from autotune.spec.config import SpecConfig
 from autotune.spec.default import SPEC_DEFAULT_FLAG
-from autotune.study.records import SPEC_DEFAULT_ROLE, config_from_attrs
+from autotune.study.objectives import DEFAULT_OBJECTIVE, OBJECTIVES
+from autotune.study.records import SPEC_DEFAULT_ROLE, StudyRecord, TrialRecord, store_study
 from autotune.study.trials import baselines_of, drift_corrected, is_reference
 
-CONFIRMATION_ATTR = "confirmation"
 #: figures every confirmation round keeps besides the one compared (serving load: `--concurrency N`)
 SERVING_FIGURES = ("mix_tok_s", "aggregate_tok_s", "per_stream_tok_s", "per_stream_p10_tok_s")
 
@@ -105,7 +106,7 @@ class Confirmation:
 
 
 def stored_confirmation(study: optuna.Study) -> Confirmation | None:
-    data = study.user_attrs.get(CONFIRMATION_ATTR)
+    data = StudyRecord.of(study).confirmation
     return None if data is None else Confirmation.from_dict(data)
 
 
@@ -116,9 +117,10 @@ def top_trials(study: optuna.Study, top: int) -> list[optuna.trial.FrozenTrial]:
     seen: set[str] = set()
     chosen = []
     for trial in sorted(complete, key=lambda t: drift_corrected(t, complete), reverse=True):
-        label = trial.user_attrs["config"]["label"]
-        if (is_reference(trial) or trial.user_attrs.get("lossless") is False or label in seen
-                or trial.user_attrs.get("feasible") is False):  # below --min-stream-tok-s
+        record = TrialRecord.of(trial)
+        label = record.label
+        if (is_reference(trial) or record.lossless is False or label in seen
+                or record.feasible is False):  # below --min-stream-tok-s
             continue
         seen.add(label)
         chosen.append(trial)
@@ -127,7 +129,7 @@ def top_trials(study: optuna.Study, top: int) -> list[optuna.trial.FrozenTrial]:
 
 def study_prompt_mix(study: optuna.Study) -> tuple[PromptMix, int]:
     """The prompts and output length the study was measured with."""
-    measurement = study.user_attrs["measurement"]
+    measurement = StudyRecord.of(study).measurement
     source = measurement["prompt_source"]
     mix = load_prompt_mix(Path(source))
     wanted = measurement["prompts"]
@@ -154,12 +156,12 @@ def confirm(
     if not trials:
         raise StudyNotFoundError(f"study {study.study_name!r} has no completed speculative trial to confirm")
     mix, max_tokens = study_prompt_mix(study)
-    configs = [("trial", t.number, config_from_attrs(t.user_attrs["config"])) for t in trials]
+    configs = [("trial", t.number, TrialRecord.of(t).spec_config()) for t in trials]
     if preset is not None:
         configs.append(("preset", None, preset))
     targets = list(dict.fromkeys(c.target for *_, c in configs))
     baselines = [("baseline", None, SpecConfig(target)) for target in targets]
-    defaults = [(SPEC_DEFAULT_ROLE, measured[-1].number, config_from_attrs(measured[-1].user_attrs["config"]))
+    defaults = [(SPEC_DEFAULT_ROLE, measured[-1].number, TrialRecord.of(measured[-1]).spec_config())
                 for measured in (baselines_of(study, target, SPEC_DEFAULT_ROLE) for target in targets) if measured]
     entries = baselines + defaults + configs
     for *_, baseline in baselines:
@@ -212,9 +214,30 @@ def confirm(
         spec_defaults=[summarize(i) for i in range(len(baselines), len(baselines) + len(defaults))],
         configs=[summarize(i) for i in range(len(baselines) + len(defaults), len(entries))],
     )
-    study.set_user_attr(CONFIRMATION_ATTR, confirmation.as_dict())
+    store_study(study, confirmation=confirmation.as_dict())
     return confirmation
 
 
 def _label(role: str, config: SpecConfig) -> str:
     return f"{SPEC_DEFAULT_FLAG} ({config.describe()})" if role == SPEC_DEFAULT_ROLE else config.describe()
+
+
+def confirm_study(study: optuna.Study, *, top: int, repeats: int, engine_name: str, server_bin: str | None,
+                  on_measured: Callable[[int, str, float | None], None], preset: SpecConfig | None = None,
+                  sampling: dict | None = None) -> Confirmation:
+    """Confirm `study` on `engine_name` with the study's threads, flags and sampling (`sampling`
+    overrides the latter field by field); the printed argv names the binary that confirmed it."""
+    stored = StudyRecord.of(study)
+    command = ServerCommand.from_dict(stored.llama_server or {"context_size": 4096})
+    overrides = {k: v for k, v in (sampling or {}).items() if v is not None}
+    if overrides:
+        command = replace(command, sampling=replace(command.sampling, **overrides))
+    engine_name = choose_engine(engine_name, concurrency=command.parallel, server_bin=server_bin)
+    if engine_name == "server":
+        command = replace(command, binary=command_binary(server_bin)[0])
+    figure = OBJECTIVES[stored.objective or DEFAULT_OBJECTIVE].confirm_figure
+    with create_engine(engine_name, context_size=command.context_size, threads=command.threads, server_bin=server_bin,
+                       base_flags=command.base_flags, sampling=command.sampling,
+                       concurrency=command.parallel) as engine:
+        return confirm(study, engine, top=top, repeats=repeats, command=command, preset=preset, on_measured=on_measured,
+                       figure=figure)

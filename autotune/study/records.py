@@ -109,7 +109,7 @@ class StudyRecord:
     model: str | None = None
     hardware: str | None = None
     engine: str | None = None
-    objective: str = "decode"
+    objective: str | None = None  # None: a study older than objectives (decode, or pareto with two directions)
     measurement: dict = field(default_factory=dict)  # prompts, prompt_source, max_tokens, repeats, sampling
     files: dict = field(default_factory=dict)  # the candidate files' fingerprint
     llama_server: dict = field(default_factory=dict)  # ServerCommand.as_dict(): what every argv carries

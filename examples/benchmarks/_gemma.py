@@ -7,14 +7,14 @@ from pathlib import Path
 
 from autotune.measure.prompts import PromptMix
 from autotune.study.search import SearchInputs, SearchOptions, check_inputs
+from autotune.study.tuner import SearchSettings
 
 MODELS_DIR = Path(tempfile.gettempdir()) / "autotune-bench-models"
 
 
 def gemma_inputs(*, trials: int, max_tokens: int, seed: int) -> tuple[SearchOptions, SearchInputs, PromptMix]:
     """Search options of a bounded in-process Gemma study, its checked inputs and its prompt mix."""
-    options = SearchOptions(trials=trials, engine_name="python", prompts_file=None, per_category=1,
-                            max_tokens=max_tokens, storage_url=None, models_dir=MODELS_DIR, space_file=None,
-                            seed=seed, threads=None, baseline_every=0)
-    inputs = check_inputs("gemma3-270m", options)
+    settings = SearchSettings("gemma3-270m", trials, max_tokens, seed=seed, baseline_every=0)
+    options = SearchOptions(settings, engine_name="python", models_dir=MODELS_DIR)
+    inputs = check_inputs(options)
     return options, inputs, inputs.mix  # the mix a study of Gemma measures: continuations, for a base model

@@ -39,9 +39,10 @@ from autotune.engines.server import ServerEngine
 from autotune.cli.progress import SilentReporter
 from autotune.measure.prompts import PromptMix, load_prompt_mix
 from autotune.study.search import ConfirmOptions, SearchOptions, check_inputs, run_search
+from autotune.study.tuner import SearchSettings
 from autotune.spec.space import find_space_file
 from autotune.spec.config import SpecConfig
-from autotune.study.records import config_from_attrs
+from autotune.study.records import TrialRecord
 
 from _gemma import MODELS_DIR  # noqa: E402  (beside this script)
 
@@ -71,9 +72,10 @@ def mean_ci(values: list[float]) -> str:
 
 
 def options_for(args, storage: str, *, trials: int, objective: str, space_file: Path | None = None) -> SearchOptions:
-    return SearchOptions(trials=trials, engine_name="server", prompts_file=args.prompts_file, per_category=1,
-                         max_tokens=args.max_tokens, storage_url=storage, models_dir=MODELS_DIR, space_file=space_file,
-                         seed=args.seed, threads=None, objective=objective, baseline_every=0, pruning=False)
+    settings = SearchSettings(MODEL, trials, args.max_tokens, seed=args.seed, objective=objective, baseline_every=0,
+                              pruning=False)
+    return SearchOptions(settings, engine_name="server", prompts_file=args.prompts_file, storage_url=storage,
+                         models_dir=MODELS_DIR, space_file=space_file)
 
 
 def levels_part(args, workdir: Path) -> None:
@@ -84,7 +86,7 @@ def levels_part(args, workdir: Path) -> None:
     rows = []
     for level in args.levels:
         started = time.perf_counter()
-        best = run_search(MODEL, options, reporter=Notes(), server_bin=args.server_bin, concurrency=level,
+        best = run_search(options.at_level(level), reporter=Notes(), server_bin=args.server_bin,
                           confirm_options=ConfirmOptions(True, args.confirm_top, args.repeats))
         confirmation = best.confirmation
         if confirmation is None or best.confirmed is None:
@@ -131,13 +133,13 @@ def joint_part(args, workdir: Path) -> None:
         options = options_for(args, storage, trials=args.joint_trials, objective=args.joint_objective,
                               space_file=space_file)
         started = time.perf_counter()
-        best = run_search(MODEL, options, reporter=Notes(), server_bin=args.server_bin, concurrency=level,
+        best = run_search(options.at_level(level), reporter=Notes(), server_bin=args.server_bin,
                           confirm_options=ConfirmOptions(False))
-        winners[name] = config_from_attrs(best.trial.user_attrs["config"])
+        winners[name] = TrialRecord.of(best.trial).spec_config()
         commands[name] = best.argv
-        print(f"  {name:<13} winner: {best.trial.user_attrs['config']['label']} "
+        print(f"  {name:<13} winner: {TrialRecord.of(best.trial).label} "
               f"({best.tok_s:.1f} tok/s decode in its study, {time.perf_counter() - started:.0f} s)")
-    inputs = check_inputs(MODEL, options_for(args, None, trials=1, objective=args.joint_objective))
+    inputs = check_inputs(options_for(args, None, trials=1, objective=args.joint_objective))
     mix = inputs.mix
     figure = "aggregate_tok_s" if args.joint_objective == "throughput" else "mix_tok_s"
     entries = [("baseline", SpecConfig(inputs.candidates.targets[0]))] + list(winners.items())

@@ -101,7 +101,7 @@ def main() -> None:
     started = time.monotonic()
     thread.start()
     try:
-        study = Tuner(runnable, inputs.candidates, mix, engine, options.settings("gemma3-270m"),
+        study = Tuner(runnable, inputs.candidates, mix, engine, options.settings,
                       TerminalReporter()).run(storage)
     finally:
         done.set()

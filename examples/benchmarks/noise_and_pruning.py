@@ -23,6 +23,7 @@ from autotune.study.best import best_result
 from autotune.study.search import runnable_space
 from autotune.spec.config import SpecConfig
 from autotune.study.tuner import Tuner
+from autotune.study.records import TrialRecord
 
 from _gemma import gemma_inputs  # noqa: E402  (beside this script)
 
@@ -57,7 +58,7 @@ def main() -> None:
         best = best_result(study)
         print(f"  pruning {'on ' if pruning else 'off'}: wall {wall:6.1f} s, {states.count('COMPLETE')} complete, "
               f"{states.count('PRUNED')} pruned, {states.count('FAIL')} failed; best: trial {best.trial.number} "
-              f"{best.trial.user_attrs['config']['label']} {best.tok_s:.1f} tok/s ({best.speedup:.2f}x)")
+              f"{TrialRecord.of(best.trial).label} {best.tok_s:.1f} tok/s ({best.speedup:.2f}x)")
     engine.close()
 
 

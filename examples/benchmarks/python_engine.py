@@ -28,6 +28,7 @@ from autotune.measure.prompts import load_prompt_mix
 from autotune.spec.space import load_model_space
 from autotune.spec.config import SpecConfig
 from autotune.study.tuner import SearchSettings, Tuner
+from autotune.study.records import TrialRecord
 
 
 def llama_streamed_tok_s(llm: Llama, texts: list[str], max_tokens: int) -> float:
@@ -97,11 +98,11 @@ def main() -> None:
                       SilentReporter())
         study = tuner.run(storage)
         for trial in study.trials:
-            wall, gen = trial.user_attrs["wall_s"], trial.user_attrs.get("generation_s")
+            wall, gen = TrialRecord.of(trial).wall_s, TrialRecord.of(trial).generation_s
             if gen is None:
                 print(f"  trial {trial.number} {trial.state.name}")
                 continue
-            label = trial.user_attrs["config"]["label"]
+            label = TrialRecord.of(trial).label
             print(f"  trial {trial.number} {label:<45} wall {wall:6.2f}s generation {gen:6.2f}s "
                   f"not generation {100 * (wall - gen) / wall:4.1f}%")
     engine.close()

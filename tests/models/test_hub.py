@@ -26,7 +26,8 @@ from autotune.errors import HubSourceError, SearchSpaceError
 from autotune.models.hub import file_revisions, hub_files
 from autotune.models.files import resolve_model_files
 from autotune.presets.export import export_presets
-from autotune.study.search import preset_from, pull_latest
+from autotune.presets.confirmed import preset_from
+from autotune.presets.nightly import pull_latest
 from autotune.spec.space import HubSource, load_space
 from autotune.testing import tiny_gguf
 from autotune.testing.hub_fixtures import HubRepo, LocalHubEndpoint, repo_folder, write_hub_cache

@@ -18,7 +18,7 @@ from autotune.study.best import best_result
 from autotune.study.search import SearchOptions, check_inputs, runnable_space
 from autotune.spec.default import SPEC_DEFAULT_PARAMS
 from storage import open_storage, resolve_storage_url
-from autotune.study.tuner import Tuner
+from autotune.study.tuner import SearchSettings, Tuner
 
 SPEC_DEFAULT_FLAGS = ["--spec-type", "ngram-mod", "--spec-ngram-mod-n-match", "24", "--spec-ngram-mod-n-max", "64",
                       "--spec-ngram-mod-n-min", "48"]
@@ -116,16 +116,16 @@ class _Notes:
 
 
 def test_an_engine_without_ngram_mod_says_once_that_the_study_has_no_spec_default(tiny_space, models_dir):
-    options = SearchOptions(trials=2, engine_name="python", prompts_file=None, per_category=1, max_tokens=4,
-                            storage_url=None, models_dir=models_dir, space_file=tiny_space, seed=0, threads=None)
+    options = SearchOptions(SearchSettings("tiny", trials=2, max_tokens=4, seed=0), engine_name="python",
+                            models_dir=models_dir, space_file=tiny_space)
     notes = _Notes()
-    inputs = check_inputs("tiny", options)
+    inputs = check_inputs(options)
     storage = open_storage(resolve_storage_url(None))
     with _EngineWithoutNgramMod(context_size=512) as engine:
         space = runnable_space(inputs.space, engine, inputs.candidates, notes)
         for _ in range(2):  # a resumed study does not say it again
             study = Tuner(space, inputs.candidates, inputs.mix.take(per_category=1), engine,
-                          options.settings("tiny"), notes).run(storage)
+                          options.settings, notes).run(storage)
     assert [line for line in notes.lines if "--spec-default" in line] == [
         "the python engine cannot run ngram-mod, what llama.cpp's --spec-default turns on: this study has no "
         "--spec-default reference"]
@@ -142,7 +142,7 @@ def _stored_trial(role: str | None, label: str, tok_s: float, speedup: float) ->
 
 
 def test_a_winning_spec_default_is_named_as_such_with_the_best_searched_configuration_beside_it():
-    from autotune.cli.main import _best_text
+    from autotune.cli.output import best_text
 
     study = optuna.create_study(direction="maximize")
     for trial in (_stored_trial("baseline", "none", 50.0, 1.0), _stored_trial("spec-default", "--spec-default", 66.0, 1.32),
@@ -154,7 +154,7 @@ def test_a_winning_spec_default_is_named_as_such_with_the_best_searched_configur
     confirmation = Confirmation("server", "b1", 2, "2026-12-03", [row("baseline", 0, 50.0)],
                                 [row("trial", 2, 60.0)], [row("spec-default", 1, 72.0)])
     study.set_user_attr("confirmation", confirmation.as_dict())
-    lines = _best_text(best_result(study)).splitlines()
+    lines = best_text(best_result(study)).splitlines()
     assert lines[0].endswith("--spec-default")  # trial 1's command
     assert lines[2] == ("# this is llama.cpp's --spec-default: the fastest searched configuration (trial) ran 60.0 "
                         "tok/s [59.0-61.0] in the same rounds, 0.83x of it")
