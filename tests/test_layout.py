@@ -1,0 +1,157 @@
+"""The house rules of the package layout, read from the code's own imports (every `import` statement,
+function-level ones included): no import cycle, no package importing one above it, nothing outside
+`autotune.cli` importing it, no other package's `_private` module, no module past ~400 lines.
+
+Run alone with `python -m pytest tests/test_layout.py`; it reads files and imports nothing.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+OURS = ("autotune", "storage", "search_spaces")
+
+#: Lowest first: a package may import its own modules and those of packages before it, never after.
+LAYERS = (
+    ("autotune", "autotune.errors", "autotune.settings", "autotune.hardware"),  # the ground: import nothing of ours
+    ("autotune.llamacpp",),
+    ("autotune.spec",),
+    ("autotune.gguf",),
+    ("autotune.measure",),
+    ("autotune.engines",),
+    ("autotune.models",),
+    ("storage", "search_spaces"),
+    ("autotune.study",),
+    ("autotune.presets",),
+    ("autotune.report",),
+    ("autotune.testing",),
+    ("autotune.cli", "autotune.__main__"),
+)
+MAX_LINES = 400
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for top in OURS:
+        for path in (ROOT / top).rglob("*.py"):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+MODULES = _modules()
+
+
+def _imports(name: str) -> set[str]:
+    """The modules of ours that `name` imports (`from a.b import c` is a.b.c when c is a module)."""
+    tree = ast.parse(MODULES[name].read_text())
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.split(".")[0] in OURS)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and node.module.split(".")[0] in OURS:
+            for alias in node.names:
+                child = f"{node.module}.{alias.name}"
+                found.add(child if child in MODULES else node.module)
+    return {m for m in found if m in MODULES and m != name}
+
+
+GRAPH = {name: _imports(name) for name in MODULES}
+
+
+def _package(module: str) -> str:
+    """The layer entry a module belongs to: its longest prefix listed in LAYERS."""
+    entries = [e for layer in LAYERS for e in layer if module == e or module.startswith(e + ".")]
+    assert entries, f"{module} belongs to no layer: add it to LAYERS in {__file__}"
+    return max(entries, key=len)
+
+
+def _rank(module: str) -> int:
+    package = _package(module)
+    return next(i for i, layer in enumerate(LAYERS) if package in layer)
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one node (Tarjan), i.e. the import cycles."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(graph.get(node, ())):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                top = stack.pop()
+                on_stack.discard(top)
+                component.append(top)
+                if top == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_the_layout_is_read_from_a_real_tree():
+    assert len(MODULES) > 60 and sum(len(v) for v in GRAPH.values()) > 150
+    assert "autotune.study.search" in GRAPH["autotune.cli.study"]
+
+
+def test_no_module_import_cycle():
+    assert _cycles(GRAPH) == []
+
+
+def test_no_package_import_cycle():
+    packages: dict[str, set[str]] = {}
+    for module, imported in GRAPH.items():
+        packages.setdefault(_package(module), set()).update(_package(m) for m in imported if _package(m) != _package(module))
+    assert _cycles(packages) == []
+
+
+def test_nothing_imports_a_package_above_it():
+    upward = sorted(f"{module} imports {imported}" for module, targets in GRAPH.items() for imported in targets
+                    if _rank(imported) > _rank(module))
+    assert upward == []
+
+
+def test_only_the_cli_imports_the_cli():
+    outside = sorted(f"{m} imports {i}" for m, targets in GRAPH.items() for i in targets
+                     if _package(i) == "autotune.cli" and _package(m) != "autotune.cli"
+                     and m != "autotune.__main__")  # `python -m autotune`: the command line's other door
+    assert outside == []
+
+
+def test_no_module_imports_another_packages_private_module():
+    private = sorted(f"{m} imports {i}" for m, targets in GRAPH.items() for i in targets
+                     if i.rsplit(".", 1)[-1].startswith("_") and not i.endswith("__main__")
+                     and i.rsplit(".", 1)[0] != m.rsplit(".", 1)[0])
+    assert private == []
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if not m.startswith("autotune.testing")))
+def test_module_size(module):
+    lines = len(MODULES[module].read_text().splitlines())
+    assert lines <= MAX_LINES, f"{module} has {lines} lines: split it along its seams"
+
+
+@pytest.mark.parametrize("package", sorted(m for m, p in MODULES.items() if p.name == "__init__.py"))
+def test_every_package_says_what_lives_there(package):
+    assert ast.get_docstring(ast.parse(MODULES[package].read_text())), f"{package}/__init__.py has no docstring"
