@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from autotune.testing import tiny_gguf
+from autotune.testing.processes import our_llama_servers
 
 
 @pytest.fixture(autouse=True)
@@ -76,6 +77,14 @@ def models_dir(tmp_path, tiny_dir) -> Path:
     target = tmp_path / "models"
     shutil.copytree(tiny_dir, target)
     return target
+
+
+@pytest.fixture(scope="module")
+def no_server_left_behind():
+    """After a module's tests, no llama-server they started may still exist (modules that start servers
+    use it: `pytestmark = pytest.mark.usefixtures("no_server_left_behind")`)."""
+    yield
+    assert not our_llama_servers(), f"llama-server processes left behind: {sorted(our_llama_servers())}"
 
 
 @pytest.fixture(scope="session")

@@ -1,6 +1,6 @@
 """What autotune needs to know about a GGUF file, read from its header without loading weights.
 
-`read_gguf_info` parses the header with autotune.gguf.header (through `models.check_gguf`, which
+`read_gguf_info` parses the header with autotune.gguf.header (through `check_gguf`, which
 also refuses truncated files); tensor data is never read. Results are cached per (path, size, mtime).
 
 Each token's text is kept as an 8-byte BLAKE2b digest (`token_text_hashes`), so two files'

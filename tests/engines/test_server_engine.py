@@ -26,6 +26,8 @@ from autotune.spec.config import SpecConfig
 from autotune.testing import tiny_gguf
 from autotune.testing.processes import our_llama_servers
 
+pytestmark = pytest.mark.usefixtures("no_server_left_behind")
+
 TINY_MIX = PromptMix(
     "test",
     (
@@ -33,13 +35,6 @@ TINY_MIX = PromptMix(
         Prompt("b", "rag", "Hello, world! This is a test prompt. Hello, world! This is a test prompt."),
     ),
 )
-
-
-@pytest.fixture(scope="module", autouse=True)
-def no_server_left_behind():
-    """After this module's tests, no llama-server they started may still exist."""
-    yield
-    assert not our_llama_servers(), f"llama-server processes left behind: {sorted(our_llama_servers())}"
 
 
 @pytest.fixture(scope="module")

@@ -30,8 +30,9 @@ from autotune.spec.space import load_space
 from autotune.spec.config import SpecConfig
 from autotune.study.catalog import study_name
 from autotune.testing import tiny_gguf
-from autotune.testing.processes import our_llama_servers
 from storage.presets import Preset, PresetStore
+
+pytestmark = pytest.mark.usefixtures("no_server_left_behind")
 
 MIX = PromptMix("test", (
     Prompt("a", "qa", "The quick brown fox jumps over the lazy dog and the quick brown fox runs."),
@@ -39,12 +40,6 @@ MIX = PromptMix("test", (
     Prompt("c", "code", "def f(x): return x + 1\ndef g(x): return f(x) * 2\n"),
 ))
 NGRAM = {"ngram_simple_size_n": 2, "ngram_simple_size_m": 8}
-
-
-@pytest.fixture(scope="module", autouse=True)
-def no_server_left_behind():
-    yield
-    assert not our_llama_servers(), f"llama-server processes left behind: {sorted(our_llama_servers())}"
 
 
 @pytest.fixture(scope="module")
