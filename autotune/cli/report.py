@@ -28,5 +28,7 @@ def report(model, hardware, engine, objective, concurrency, storage, out_dir):
     from autotune.report import write_report
     from autotune.study.catalog import open_study_of
 
-    for path in write_report(open_study_of(model, hardware, engine, storage, objective, concurrency), out_dir):
+    study = open_study_of(model, hardware=hardware, engine=engine, storage_url=storage, objective=objective,
+                          concurrency=concurrency)
+    for path in write_report(study, out_dir):
         click.echo(str(path))

@@ -69,9 +69,10 @@ def best(model, hardware, engine, objective, concurrency, storage, as_json):
     from autotune.study.catalog import open_study_of
 
     try:
-        result = best_result(open_study_of(model, hardware, engine, storage, objective, concurrency))
+        result = best_result(open_study_of(model, hardware=hardware, engine=engine, storage_url=storage,
+                                           objective=objective, concurrency=concurrency))
     except StudyNotFoundError:
-        preset = stored_preset(model, hardware, storage, concurrency or 1)
+        preset = stored_preset(model, hardware=hardware, storage_url=storage, concurrency=concurrency or 1)
         if preset is None:
             raise
         result = PresetResult(preset)
@@ -91,7 +92,8 @@ def trials(model, hardware, engine, objective, concurrency, storage, as_json):
     from autotune.study.catalog import open_study_of
     from autotune.study.best import trial_rows
 
-    rows = trial_rows(open_study_of(model, hardware, engine, storage, objective, concurrency))
+    rows = trial_rows(open_study_of(model, hardware=hardware, engine=engine, storage_url=storage, objective=objective,
+                                    concurrency=concurrency))
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return

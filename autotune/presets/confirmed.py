@@ -35,16 +35,16 @@ def run_confirm(
     llama-server, and make the confirmed winner this machine's preset for that load. `sampling` holds
     the settings given on the command line (None: the study's own)."""
     url = resolve_storage_url(storage_url)
-    study = open_study_of(model, None, engine_name, url, objective, concurrency)
+    study = open_study_of(model, engine=engine_name, storage_url=url, objective=objective, concurrency=concurrency)
     confirmation = confirm_study(study, top=top, repeats=repeats, engine_name="server", server_bin=server_bin,
                                  on_measured=on_measured, sampling=sampling)
     if confirmation.winner is not None:
         with PresetStore(url) as store:
-            store.save(preset_from(model, study, confirmation, confirmation.winner))
+            store.save(preset_from(model, study, confirmation=confirmation, row=confirmation.winner))
     return confirmation
 
 
-def preset_from(model: str, study: optuna.Study, confirmation: Confirmation, row: ConfirmedConfig) -> Preset:
+def preset_from(model: str, study: optuna.Study, *, confirmation: Confirmation, row: ConfirmedConfig) -> Preset:
     """The preset a confirmed configuration of `study` makes on this machine."""
     record = TrialRecord.of(next(t for t in study.trials if t.number == row.trial))
     return Preset(
@@ -67,7 +67,7 @@ def preset_from(model: str, study: optuna.Study, confirmation: Confirmation, row
     )
 
 
-def stored_preset(model: str, hardware: str | None, storage_url: str | None, concurrency: int = 1) -> Preset | None:
+def stored_preset(model: str, *, hardware: str | None, storage_url: str | None, concurrency: int = 1) -> Preset | None:
     with PresetStore(resolve_storage_url(storage_url)) as store:
         return store.get(model, hardware or hardware_key(), concurrency)
 

@@ -133,7 +133,7 @@ def run_nightly(options: SearchOptions, *, top: int, confirm_repeats: int, serve
                                          f"confirm round {r + 1}: {label}: {tok_s}"))
         outcome = decide(model, confirmation, preset)
         if outcome.new_winner is not None:
-            store.save(preset_from(model, study, confirmation, outcome.new_winner))
+            store.save(preset_from(model, study, confirmation=confirmation, row=outcome.new_winner))
     return outcome
 
 

@@ -162,7 +162,8 @@ def best_result(study: optuna.Study) -> BestResult:
     reference = TrialRecord.of(best).speedup_baseline_trial  # the baseline its speedup divides by
     baseline = (next(t for t in complete if t.number == reference) if reference is not None
                 else baseline_trial(study, Path(TrialRecord.of(best).config["target"])))
-    return BestResult(study.study_name, best, baseline, confirmation, front, spec_default_near(study, best), objective)
+    return BestResult(study.study_name, best, baseline, confirmation=confirmation, front=front,
+                      spec_default=spec_default_near(study, best), objective=objective)
 
 
 def trial_rows(study: optuna.Study) -> list[dict]:

@@ -91,8 +91,9 @@ def study_names(storage: optuna.storages.BaseStorage) -> set[str]:
     return {s.study_name for s in optuna.get_all_study_summaries(storage, include_best_trial=False)}
 
 
-def open_study_of(model: str, hardware: str | None, engine: str | None, storage_url: str | None,
-                  objective: str | None = None, concurrency: int | None = None) -> optuna.Study:
+def open_study_of(model: str, *, hardware: str | None = None, engine: str | None = None,
+                  storage_url: str | None = None, objective: str | None = None,
+                  concurrency: int | None = None) -> optuna.Study:
     """The newest stored study of `model` on `hardware` (this machine's by default). With `engine`,
     `objective` or `concurrency` unset, the one study that exists for them; several are a UsageError
     naming the flags that pick each."""

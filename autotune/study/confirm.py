@@ -196,14 +196,17 @@ def confirm(
         values = samples[index]
         argv = command.argv(config)
         if index in failures or not values:
-            return ConfirmedConfig(_label(role, config), role, number, str(config.target), argv, values, 0.0,
-                                   (0.0, 0.0), None, None, failures.get(index), serving[index], concurrency)
+            return ConfirmedConfig(label=_label(role, config), role=role, trial=number, target=str(config.target),
+                                   argv=argv, samples=values, mean_tok_s=0.0, ci95=(0.0, 0.0), p_value=None,
+                                   speedup=None, failure=failures.get(index), figures=serving[index],
+                                   concurrency=concurrency)
         base = baseline_samples[config.target]
         mean = float(np.mean(values))
         p_value = None if config.is_baseline else welch_p(values, base)
         speedup = None if config.is_baseline else round(mean / float(np.mean(base)), 4)
-        return ConfirmedConfig(_label(role, config), role, number, str(config.target), argv, values, round(mean, 3),
-                               ci95(values) or (mean, mean), p_value, speedup, figures=serving[index], concurrency=concurrency)
+        return ConfirmedConfig(label=_label(role, config), role=role, trial=number, target=str(config.target),
+                               argv=argv, samples=values, mean_tok_s=round(mean, 3), ci95=ci95(values) or (mean, mean),
+                               p_value=p_value, speedup=speedup, figures=serving[index], concurrency=concurrency)
 
     confirmation = Confirmation(
         engine=engine.name,

@@ -111,7 +111,8 @@ def check_inputs(options: SearchOptions) -> SearchInputs:
         prompts_file, mix_note = default_mix_path(candidates.targets)
         mix = load_prompt_mix(prompts_file)
         notes += [mix_note] if mix_note else []
-    return SearchInputs(space, mix.take(per_category=options.per_category), files, candidates, tuple(notes))
+    return SearchInputs(space=space, mix=mix.take(per_category=options.per_category), files=files, candidates=candidates,
+                        notes=tuple(notes))
 
 
 def run_search(options: SearchOptions, *, reporter: SearchReporter, server_bin: str | None = None,
@@ -162,13 +163,13 @@ def run_study(
     binary, missing = command_binary(server_bin)
     if missing:
         reporter.note(missing)
-    command = ServerCommand(model.context_size, tuple(model.base_flags), binary, settings.threads, settings.sampling,
-                            parallel=settings.concurrency)
+    command = ServerCommand(model.context_size, tuple(model.base_flags), binary=binary, threads=settings.threads,
+                            sampling=settings.sampling, parallel=settings.concurrency)
     with create_engine(
         engine_name, context_size=model.context_size, threads=settings.threads, server_bin=server_bin,
         base_flags=model.base_flags, sampling=settings.sampling, concurrency=settings.concurrency,
     ) as engine:
-        runnable = runnable_space(inputs.space, engine, inputs.candidates, reporter, settings.sampling)
+        runnable = runnable_space(inputs.space, engine, inputs.candidates, reporter=reporter, sampling=settings.sampling)
         for target in inputs.candidates.targets:
             engine.prepare(SpecConfig(target), inputs.mix, max_tokens=settings.max_tokens)
         storage = open_storage(resolve_storage_url(storage_url), heartbeat_interval_s=heartbeat_s,
@@ -181,7 +182,8 @@ def run_study(
         if new_version and name in study_names(storage):
             version = (version or 1) + 1
         settings = replace(settings, version=version)
-        tuner = Tuner(runnable, inputs.candidates, inputs.mix, engine, settings, reporter, command)
+        tuner = Tuner(space=runnable, candidates=inputs.candidates, mix=inputs.mix, engine=engine, settings=settings,
+                      reporter=reporter, command=command)
         study = tuner.run(storage, warm_start=warm_start, study_attrs=study_attrs)
     complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
     if not complete:

@@ -108,8 +108,8 @@ class Tuner:
 
     @property
     def study_name(self) -> str:
-        return study_name(self.settings.model, hardware_key(), self.engine.name, self.settings.version,
-                          self.settings.objective, self.settings.concurrency)
+        return study_name(self.settings.model, hardware_key(), self.engine.name, version=self.settings.version,
+                          objective=self.settings.objective, concurrency=self.settings.concurrency)
 
     @property
     def objective(self):

@@ -322,7 +322,8 @@ def test_the_revision_is_recorded_with_trials_presets_and_exports(tmp_path, tiny
     baseline = ConfirmedConfig("none", "baseline", 0, target, ["none"], [10.0, 10.0], 10.0, (9.0, 11.0), None, 1.0)
     row = ConfirmedConfig("draft", "trial", trial.number, target, trial.user_attrs["argv"], [12.0, 12.0], 12.0,
                           (11.0, 13.0), 0.01, 1.2)
-    preset = preset_from("tiny", study, Confirmation("server", "b1", 2, "2026-12-03", [baseline], [row]), row)
+    preset = preset_from("tiny", study, confirmation=Confirmation("server", "b1", 2, "2026-12-03", [baseline], [row]),
+                         row=row)
     assert preset.file_revisions == {"draft-A.gguf": revision}
     with PresetStore(url) as store:
         store.save(preset)
