@@ -23,29 +23,24 @@ import numpy as np
 from autotune.llamacpp.bindings import Context, LoadedModel, llama_build
 from autotune.engines.prompt_tokens import PromptTokens
 from autotune.engines.sampler import SamplerChain
+from autotune.engines.speculation import speculate
 from autotune.engines.base import Engine, ProgressCallback
 from autotune.engines.drafters.base import Drafter
+from autotune.engines.drafters.build import CHAINABLE_TYPES, build_drafter
 from autotune.engines.drafters.draft_model import DraftModelDrafter
-from autotune.engines.drafters.chain import ChainDrafter
-from autotune.engines.drafters.ngram_cache import NgramCacheDrafter
-from autotune.engines.drafters.ngram_map import NgramMapDrafter, NgramSimpleDrafter
-from autotune.engines.drafters.ngram_mod import NgramModDrafter
 from autotune.engines.dflash.drafter import DFLASH_TYPES, DFlashDrafter
 from autotune.engines.dflash.contexts import DFlashPair, dflash_available
 from autotune.engines import memory
 from autotune.engines.memory import ContextShape
 from autotune.measure.lossless import TieEvidence
-from autotune.measure.measurement import GenerationResult, Measurement, extend_until_stop, timed_result
+from autotune.measure.measurement import GenerationResult, Measurement, timed_result
 from autotune.measure.prompts import Prompt, PromptMix
 from autotune.llamacpp.runtime import Runtime, runtime_from_flags
 from autotune.spec.sampling import GREEDY, Sampling
-from autotune.errors import EngineError, ModelFileError, TrialFailure
+from autotune.errors import ModelFileError, TrialFailure
 from autotune.spec.config import SpecConfig
 from autotune.spec.params import SpecParam
-from autotune.spec.types import combinations_of, spec_members
-
-#: Spec types this engine's generation loop runs, alone or combined (ChainDrafter).
-CHAINABLE_TYPES = ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache", "draft-simple")
+from autotune.spec.types import combinations_of
 
 #: Parameters only llama-server applies (probabilistic drafting verifies by rejection sampling).
 SERVER_ONLY_PARAMS = frozenset({"draft_sampling"})
@@ -180,6 +175,14 @@ class PythonEngine(Engine):
                 on_prompt(index, result)
         return Measurement(results)
 
+    def prompt_tokens(self, target: Path, prompt: Prompt, max_tokens: int) -> list[int]:
+        """The token ids this engine (and the server engine) generate `prompt` from."""
+        return self._prompts.tokens(target, prompt, max_tokens)
+
+    def model(self, path: Path) -> LoadedModel:
+        """A model `load` loaded."""
+        return self._models[path]
+
     def tie_evidence(
         self, target: Path, prompt: Prompt, generated: Sequence[int], token_a: int, token_b: int
     ) -> TieEvidence:
@@ -189,7 +192,7 @@ class PythonEngine(Engine):
         the lowest of them, a lower bound far above any tie."""
         leading_ids, leading_logits = self._replay(target, prompt, generated)[len(generated)]
         one_by_one = dict(zip(leading_ids.tolist(), leading_logits.tolist()))
-        context = self._context("target", target)
+        context = self.context("target", target)
         context.clear()
         batched = context.decode(self._prompts.tokens(target, prompt, 0) + list(generated), 0)[-1]
         difference = leading_logits - batched[leading_ids]
@@ -205,7 +208,7 @@ class PythonEngine(Engine):
         cached = self._replays.get(key)
         if cached is not None and cached[0][: len(generated)] == list(generated) and len(cached[1]) > len(generated):
             return cached[1]
-        context = self._context("target", target)
+        context = self.context("target", target)
         tokens = self._prompts.tokens(target, prompt, 0)
         context.clear()
         row = context.decode(tokens, 0)[-1]
@@ -233,14 +236,16 @@ class PythonEngine(Engine):
         self._contexts.clear()
         self._models.clear()
 
-    def _context(self, role: str, path: Path) -> Context:
+    def context(self, role: str, path: Path) -> Context:
+        """The loaded model `path`'s context as `role` ("target" or "draft": the draft's KV cache types),
+        kept across measurements; the cost model and the replay's draft chains decode on these too."""
         key = (role, path)
         if key not in self._contexts:
             runtime = self.runtime.for_draft() if role == "draft" else self.runtime
             self._contexts[key] = Context(self._models[path], n_ctx=self.context_size, runtime=runtime)
         return self._contexts[key]
 
-    def _sampler(self, role: str, path: Path) -> SamplerChain:
+    def sampler(self, role: str, path: Path) -> SamplerChain:
         """The request's chain over the target `path` (reset at each generation), or a draft's chain."""
         key = (role, path)
         if key not in self._samplers:
@@ -251,10 +256,10 @@ class PythonEngine(Engine):
 
     def _generator(self, config: SpecConfig) -> Generate:
         """The generation loop for `config`: DFlash and DSpark run their own (layer features, trees)."""
-        sampler = self._sampler("target", config.target)
+        sampler = self.sampler("target", config.target)
         if config.spec_type in DFLASH_TYPES:
             return DFlashDrafter(self._dflash_pair(config), config, sampler).generate
-        target = self._context("target", config.target)
+        target = self.context("target", config.target)
         drafter = self._drafter(config)
         return lambda prompt, tokens, max_tokens: self._generate(target, sampler, drafter, prompt, tokens, max_tokens)
 
@@ -268,25 +273,8 @@ class PythonEngine(Engine):
         return self._contexts[key]
 
     def _drafter(self, config: SpecConfig) -> Drafter | None:
-        """The drafter of `config` (None for the baseline); a combination chains its members' drafters
-        in llama.cpp's precedence order. One drafter serves the whole measurement, as one llama-server does."""
-        if config.is_baseline:
-            return None
-        members = [self._member_drafter(config, member) for member in spec_members(config.spec_type)]
-        return members[0] if len(members) == 1 else ChainDrafter(members)
-
-    def _member_drafter(self, config: SpecConfig, spec_type: str) -> Drafter:
-        if spec_type == "ngram-simple":
-            return NgramSimpleDrafter(config)
-        if spec_type in ("ngram-map-k", "ngram-map-k4v"):
-            return NgramMapDrafter(config, spec_type.replace("-", "_"))
-        if spec_type == "ngram-mod":
-            return NgramModDrafter(config)
-        if spec_type == "ngram-cache":
-            return NgramCacheDrafter(config)
-        if spec_type == "draft-simple":
-            return DraftModelDrafter(self._context("draft", config.draft), self._sampler("draft", config.draft), config)
-        raise EngineError(f"the python engine cannot run {spec_type} in {config.spec_type}")
+        return build_drafter(config, lambda: DraftModelDrafter(self.context("draft", config.draft),
+                                                               self.sampler("draft", config.draft), config))
 
     @staticmethod
     def _generate(
@@ -303,30 +291,19 @@ class PythonEngine(Engine):
             drafter.begin(tokens)
         last = sampler.sample(target, -1)
         first_token_at = time.perf_counter()
-        history = list(tokens)  # every token in the target's KV cache
-        generated = [last]
-        drafted = accepted = verify_steps = 0
-        while len(generated) < max_tokens and not model.is_eog(last):
-            room = max_tokens - len(generated) - 1
-            draft = drafter.draft(history, last, room)[:room] if drafter is not None and room > 0 else []
-            target.decode([last] + draft, len(history), n_outputs=len(draft) + 1)
-            if drafter is not None:
-                drafter.process([last] + draft, len(history))
+
+        def verify(last: int, draft: list[int], position: int) -> list[int]:
+            target.decode([last] + draft, position, n_outputs=len(draft) + 1)
             emitted = sampler.sample_and_accept(target, draft, model.is_eog)
-            n_ok = len(emitted) - 1
-            if draft:
-                drafter.accept(n_ok)  # common_speculative_accept runs only after a draft was verified
-                drafted += len(draft)
-                accepted += n_ok
-                verify_steps += 1
-                if n_ok < len(draft):
-                    target.truncate(len(history) + 1 + n_ok)
-            history.append(last)
-            history.extend(draft[:n_ok])
-            extend_until_stop(generated, emitted, max_tokens, model.is_eog)
-            last = generated[-1]
+            if len(emitted) - 1 < len(draft):
+                target.truncate(position + len(emitted))  # the rejected tail leaves the KV cache
+            return emitted
+
+        generated = [last]
+        steps = speculate(drafter, verify, history=list(tokens), generated=generated, max_tokens=max_tokens,
+                          is_eog=model.is_eog)
         return timed_result(prompt.id, prompt.category, len(tokens), start, first_token_at, time.perf_counter(),
-                            generated, drafted, accepted, verify_steps)
+                            generated, steps.drafted, steps.accepted, steps.verify_steps)
 
 
 def _load_model(path: Path) -> LoadedModel:

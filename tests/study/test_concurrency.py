@@ -179,18 +179,18 @@ def test_the_python_engine_applies_runtime_values_to_its_contexts(target):
         config = SpecConfig(target, "ngram-simple", params=NGRAM,
                             runtime={"ubatch_size": 64, "batch_size": 256, "flash_attn": "off", "cache_type_k": "q8_0"})
         measurement = engine.measure(config, MIX, max_tokens=16)
-        context = engine._context("target", target)
+        context = engine.context("target", target)
         assert llama_cpp.llama_n_ubatch(context.ptr) == 64 and llama_cpp.llama_n_batch(context.ptr) == 256
         assert measurement.results[0].n_generated == 16
         engine.measure(SpecConfig(target), MIX, max_tokens=4)  # back to the defaults: new contexts
-        assert llama_cpp.llama_n_ubatch(engine._context("target", target).ptr) == 512
+        assert llama_cpp.llama_n_ubatch(engine.context("target", target).ptr) == 512
     finally:
         engine.close()
 
 
 def test_a_runtime_flag_the_python_engine_cannot_apply_is_bad_input(tmp_path, models_dir, autotune_home):
     space = runtime_space(tmp_path, "backend_sampling = [false, true]")
-    done = autotune("search", "--model", "tiny", "--space", str(space), "--models-dir", str(models_dir),
+    done = autotune("search", "--strategy", "measure", "--model", "tiny", "--space", str(space), "--models-dir", str(models_dir),
                     "--trials", "2", home=autotune_home)
     assert_one_line_usage_error(done, "backend_sampling (-bs)", "--engine server")
     assert_no_study(autotune_home)
@@ -198,7 +198,7 @@ def test_a_runtime_flag_the_python_engine_cannot_apply_is_bad_input(tmp_path, mo
 
 def test_a_joint_study_searches_runtime_and_spec_parameters(tmp_path, models_dir, autotune_home):
     space = runtime_space(tmp_path, 'ubatch_size = [64, 512, 64]\nflash_attn = ["on", "off"]')
-    run("search", "--model", "tiny", "--space", str(space), "--models-dir", str(models_dir), "--trials", "4",
+    run("search", "--strategy", "measure", "--model", "tiny", "--space", str(space), "--models-dir", str(models_dir), "--trials", "4",
         "--max-tokens", "8", "--seed", "3", "--no-confirm", "--no-pruning", "--baseline-every", "0")
     study = optuna.load_study(study_name=study_name("tiny", hardware_key(), "python"),
                               storage=f"sqlite:///{autotune_home / 'autotune.db'}")
@@ -216,14 +216,14 @@ def test_a_joint_study_searches_runtime_and_spec_parameters(tmp_path, models_dir
 
 @pytest.mark.parametrize("levels", ["0", "1,0", "two"])
 def test_bad_concurrency_is_one_line_and_exit_2(tiny_space, models_dir, autotune_home, levels):
-    done = autotune("search", "--model", "tiny", "--space", str(tiny_space), "--models-dir", str(models_dir),
+    done = autotune("search", "--strategy", "measure", "--model", "tiny", "--space", str(tiny_space), "--models-dir", str(models_dir),
                     "--concurrency", levels, home=autotune_home)
     assert_one_line_usage_error(done, "--concurrency")
     assert_no_study(autotune_home)
 
 
 def test_concurrency_without_a_llama_server_is_bad_input(tiny_space, models_dir, tmp_path, autotune_home):
-    done = autotune("search", "--model", "tiny", "--space", str(tiny_space), "--models-dir", str(models_dir),
+    done = autotune("search", "--strategy", "measure", "--model", "tiny", "--space", str(tiny_space), "--models-dir", str(models_dir),
                     "--concurrency", "1,2", "--server-bin", str(tmp_path / "no-such-llama-server"), home=autotune_home)
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
     assert_no_study(autotune_home)
@@ -231,7 +231,7 @@ def test_concurrency_without_a_llama_server_is_bad_input(tiny_space, models_dir,
 
 def test_search_at_two_streams_runs_on_the_server_and_reports_serving_figures(tiny_space, models_dir, autotune_home,
                                                                              tmp_path):
-    result = run("search", "--model", "tiny", "--space", str(tiny_space), "--models-dir", str(models_dir),
+    result = run("search", "--strategy", "measure", "--model", "tiny", "--space", str(tiny_space), "--models-dir", str(models_dir),
                  "--trials", "3", "--max-tokens", "8", "--seed", "1", "--concurrency", "2,1", "--objective",
                  "throughput", "--threads", "1", "--confirm-top", "1", "--confirm-repeats", "2", "--baseline-every", "0")
     assert result.output.count("the python engine measures one stream: --concurrency 2 runs on the server engine") == 1
@@ -261,7 +261,7 @@ def test_search_at_two_streams_runs_on_the_server_and_reports_serving_figures(ti
 
 
 def test_min_stream_tok_s_is_a_constraint_never_a_score(tiny_space, models_dir, autotune_home):
-    done = run("search", "--model", "tiny", "--space", str(tiny_space), "--models-dir", str(models_dir), "--trials", "3",
+    done = run("search", "--strategy", "measure", "--model", "tiny", "--space", str(tiny_space), "--models-dir", str(models_dir), "--trials", "3",
                "--max-tokens", "8", "--seed", "2", "--no-confirm", "--min-stream-tok-s", "1e12", "--baseline-every",
                "0", ok=False)
     assert done.exit_code == 1 and "no configuration meets its --min-stream-tok-s bound" in done.output

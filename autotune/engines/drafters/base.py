@@ -16,6 +16,10 @@ class Drafter(ABC):
     across requests). Each step the engine calls `draft`, cuts the draft to the room left, verifies
     it and, only when the draft was not empty, calls `accept` (common_speculative_accept)."""
 
+    #: single-token decodes a draft model has run so far (0 for drafters without one): what the cost
+    #: model charges a draft model's drafting
+    draft_decodes: int = 0
+
     def begin(self, prompt: list[int]) -> None:
         """A new generation starts from `prompt` (the target has just processed it, and `process` has seen it)."""
 

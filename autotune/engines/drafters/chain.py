@@ -18,6 +18,10 @@ class ChainDrafter(Drafter):
         self.members = list(members)
         self._last: Drafter | None = None
 
+    @property
+    def draft_decodes(self) -> int:
+        return sum(member.draft_decodes for member in self.members)
+
     def begin(self, prompt: list[int]) -> None:
         for member in self.members:
             member.begin(prompt)
