@@ -23,6 +23,7 @@ LAYERS = (
     ("autotune.gguf",),
     ("autotune.measure",),
     ("autotune.engines",),
+    ("autotune.predict",),
     ("autotune.models",),
     ("storage", "search_spaces"),
     ("autotune.study",),

@@ -23,8 +23,9 @@ storage_option = click.option(
 )
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 study_engine_option = click.option(
-    "--engine", type=click.Choice(ENGINE_NAMES), default=None,
-    help="The study measured by this engine (default: the model's only study on this hardware).",
+    "--engine", type=click.Choice([*ENGINE_NAMES, "predicted"]), default=None,
+    help="The study measured by this engine, or `predicted`: the default search's predicted study, whose race "
+         "ran on llama-server (default: the model's only study on this hardware).",
 )
 server_bin_option = click.option(
     "--server-bin", type=click.Path(dir_okay=False),

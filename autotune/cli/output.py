@@ -64,12 +64,17 @@ def best_text(result: BestResult | PresetResult) -> str:
                          f"{TrialRecord.of(member).figures['e2e_tok_s']:7.1f} e2e  {TrialRecord.of(member).label}")
     engine = TrialRecord.of(result.trial).engine
     which = f"trial {result.trial.number}" + (f" ({SPEC_DEFAULT_FLAG})" if is_spec_default(result.trial) else "")
-    measured = f"{result.tok_s:.1f} tok/s decode in the search ({which}, {ENGINE_LABELS.get(engine, engine)}, " \
-               "one measurement)"
-    if result.baseline_tok_s:
-        measured += f", baseline {result.baseline_tok_s:.1f}, speedup {result.speedup:.2f}x"
-    if result.speedup_vs_spec_default is not None and not is_spec_default(result.trial):
-        measured += f", {result.speedup_vs_spec_default:.2f}x over --spec-default ({result.spec_default_tok_s:.1f})"
+    if result.predicted_speedup is not None and engine == "predicted":
+        error = "" if result.calibration_error is None else f", cost model {result.calibration_error:.1%} off llama-server"
+        measured = (f"predicted {result.tok_s:.1f} tok/s, speedup {result.predicted_speedup:.2f}x ({which}, from the "
+                    f"baseline's output and the measured step costs{error})")
+    else:
+        measured = f"{result.tok_s:.1f} tok/s decode in the search ({which}, {ENGINE_LABELS.get(engine, engine)}, " \
+                   "one measurement)"
+        if result.baseline_tok_s:
+            measured += f", baseline {result.baseline_tok_s:.1f}, speedup {result.speedup:.2f}x"
+        if result.speedup_vs_spec_default is not None and not is_spec_default(result.trial):
+            measured += f", {result.speedup_vs_spec_default:.2f}x over --spec-default ({result.spec_default_tok_s:.1f})"
     lines.append("# " + measured if confirmed is not None else "# " + measured + " — not confirmed")
     return "\n".join(lines)
 
@@ -102,12 +107,14 @@ def confirmation_table(result: Confirmation) -> str:
 def trials_table(rows: list[dict]) -> str:
     """What `autotune trials` prints: one line per trial."""
     lines = []
-    lines.append(f"{'#':>3}  {'state':<8} {'tok/s':>7} {'95% CI':>13} {'speedup':>7} {'accept':>6}  configuration")
+    lines.append(f"{'#':>3}  {'state':<8} {'tok/s':>7} {'95% CI':>13} {'speedup':>7} {'pred':>6} {'accept':>6}  "
+                 "configuration")
     for row in rows:
         tok_s = f"{row['tok_s']:.1f}" if row["tok_s"] is not None else "-"
         ci95 = f"{row['ci95'][0]:.1f}-{row['ci95'][1]:.1f}" if row["ci95"] else "-"
         speedup = f"{row['speedup']:.2f}x" if row["speedup"] is not None else "-"
         accept = f"{row['acceptance']:.0%}" if row["acceptance"] is not None else "-"
+        predicted = f"{row['predicted_speedup']:.2f}x" if row.get("predicted_speedup") is not None else "-"
         label = row["label"] or "-"
         if row["role"] == "baseline":
             label += " (baseline" + (f", drift {row['drift']:.3f})" if row["drift"] is not None else ")")
@@ -117,5 +124,6 @@ def trials_table(rows: list[dict]) -> str:
             label += f" [output differs, excluded: {row['lossless_reason']}]"
         if row["fail_reason"]:
             label += f" [{row['fail_reason']}]"
-        lines.append(f"{row['number']:>3}  {row['state']:<8} {tok_s:>7} {ci95:>13} {speedup:>7} {accept:>6}  {label}")
+        lines.append(f"{row['number']:>3}  {row['state']:<8} {tok_s:>7} {ci95:>13} {speedup:>7} {predicted:>6} "
+                     f"{accept:>6}  {label}")
     return "\n".join(lines)

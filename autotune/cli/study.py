@@ -26,27 +26,50 @@ from autotune.cli.output import best_text, confirmation_table, trials_table
               help="How many of the best configurations the final confirmation re-measures.")
 @click.option("--confirm-repeats", type=click.IntRange(min=2), default=3, show_default=True,
               help="Interleaved rounds of the final confirmation.")
-def search(options, server_bin, confirm_enabled, confirm_top, confirm_repeats):
-    """Run (or resume) an Optuna study of speculative settings for MODEL on this machine.
+@click.option("--strategy", type=click.Choice(["predict", "measure"]), default="predict", show_default=True,
+              help="predict: measure the baseline once, predict every configuration from its output and the step "
+                   "costs, then race the best few on llama-server; measure: a TPE study of --trials measured "
+                   "trials, then a confirmation. Prediction needs temperature 0, one stream and the decode "
+                   "objective; otherwise the search measures and says so.")
+@click.option("--race-top", type=click.IntRange(min=1), default=4, show_default=True,
+              help="How many of the best predicted configurations race (with the baseline and --spec-default).")
+@click.option("--race-rounds", type=click.IntRange(min=2), default=3, show_default=True,
+              help="Most interleaved rounds of the race; a configuration significantly slower than the leader "
+                   "leaves after a round.")
+@click.option("--predict-trials", type=click.IntRange(min=1), default=400, show_default=True,
+              help="Configurations the predicted study samples (TPE) where the grid is larger than "
+                   "it can replay point by point.")
+def search(options, server_bin, confirm_enabled, confirm_top, confirm_repeats, strategy, race_top, race_rounds,
+           predict_trials):
+    """Find the fastest speculative settings for MODEL on this machine and print their command line.
 
-    Trial 0 is the baseline without speculation; every trial generates the prompt mix for real and
-    is stored in the study database. The top configurations are then re-measured with the baseline,
-    interleaved (on llama-server when one resolves), and the winner's llama-server command line is
-    printed with those figures.
+    By default (`--strategy predict`) the baseline is measured once; every configuration of the search
+    space is then predicted from the baseline's output (what each drafter would draft and the target
+    accept) and from measured step costs, and the best few race the baseline and --spec-default on
+    llama-server in interleaved rounds. `--strategy measure` runs (or resumes) an Optuna study of
+    measured trials instead, trial 0 the baseline, and confirms its best the same way. Either way the
+    printed figures are the final rounds', and every trial is stored in the study database.
 
     \b
     Example:
-        autotune search --model gemma3-270m --trials 12 --max-tokens 48
+        autotune search --model gemma3-270m --max-tokens 48
     """
     from autotune.cli.progress import TerminalReporter
     from autotune.engines import choose_engine
+    from autotune.study.predicted import RaceOptions, run_predicted_search
     from autotune.study.search import ConfirmOptions, run_search
 
     for level in options.levels:  # bad input (no llama-server for N > 1) before anything is measured
         choose_engine(options.engine_name, concurrency=level, server_bin=server_bin)
+    confirm_options = ConfirmOptions(confirm_enabled, confirm_top, confirm_repeats)
     for level in options.levels:
-        best = run_search(options.at_level(level), reporter=TerminalReporter(), server_bin=server_bin,
-                          confirm_options=ConfirmOptions(confirm_enabled, confirm_top, confirm_repeats))
+        if strategy == "predict":
+            best = run_predicted_search(options.at_level(level), reporter=TerminalReporter(), server_bin=server_bin,
+                                        race_options=RaceOptions(race_top, race_rounds, predict_trials),
+                                        confirm_options=confirm_options)
+        else:
+            best = run_search(options.at_level(level), reporter=TerminalReporter(), server_bin=server_bin,
+                              confirm_options=confirm_options)
         click.echo(best_text(best))
 
 

@@ -28,6 +28,8 @@ class BestResult:
     front: tuple[optuna.trial.FrozenTrial, ...] = ()  # a pareto study's front (lossless members)
     spec_default: optuna.trial.FrozenTrial | None = None  # `--spec-default` measured nearest the trial
     objective: str = DEFAULT_OBJECTIVE  # what the study maximized (autotune.study.objectives)
+    #: a predicted study's cost-model error against llama-server (median over the configurations it measured)
+    calibration_error: float | None = None
 
     @property
     def record(self) -> TrialRecord:
@@ -40,6 +42,11 @@ class BestResult:
             return None
         rows = self.confirmation.configs + self.confirmation.spec_defaults
         return next((c for c in rows if c.trial == self.trial.number), None)
+
+    @property
+    def predicted_speedup(self) -> float | None:
+        """The speedup predicted for this configuration (a predicted study's trials; None when measured)."""
+        return self.record.predicted.get("speedup")
 
     @property
     def argv(self) -> list[str]:
@@ -99,6 +106,8 @@ class BestResult:
             "runtime": dict(config.get("runtime", {})),
             **self.serving(),
             "objective": self.objective,
+            "predicted_speedup": self.predicted_speedup,
+            "calibration_error": self.calibration_error,
             "engine": record.engine,
             "figures": record.figures or None,
             "llama_cpp_build": record.llama_cpp_build,
@@ -163,14 +172,31 @@ def best_result(study: optuna.Study) -> BestResult:
     baseline = (next(t for t in complete if t.number == reference) if reference is not None
                 else baseline_trial(study, Path(TrialRecord.of(best).config["target"])))
     return BestResult(study.study_name, best, baseline, confirmation=confirmation, front=front,
-                      spec_default=spec_default_near(study, best), objective=objective)
+                      spec_default=spec_default_near(study, best), objective=objective,
+                      calibration_error=_calibration_error(study, TrialRecord.of(best).config_target))
+
+
+def _calibration_error(study: optuna.Study, target: str | None) -> float | None:
+    """The cost model's error for `target` after the race refitted it (before, where no race ran)."""
+    prediction = StudyRecord.of(study).prediction
+    for key in ("calibration_refit", "calibration"):
+        found = prediction.get(key, {}).get(target or "")
+        if found and found.get("error") is not None:
+            return found["error"]
+    return None
 
 
 def trial_rows(study: optuna.Study) -> list[dict]:
     """One JSON-ready row per trial, in trial order."""
     rows = []
+    confirmation = stored_confirmation(study)
+    raced = {c.trial: c for c in (confirmation.configs if confirmation else []) if c.failure is None}
     for trial in study.get_trials(deepcopy=False):
         record = TrialRecord.of(trial)
+        measured = {"tok_s": record.tok_s, "speedup": record.speedup}
+        if record.predicted and record.role is None:  # a predicted trial: measured only if it raced
+            row = raced.get(trial.number)
+            measured = {"tok_s": row.mean_tok_s if row else None, "speedup": row.speedup if row else None}
         rows.append(
             {
                 "number": trial.number,
@@ -179,18 +205,19 @@ def trial_rows(study: optuna.Study) -> list[dict]:
                 "spec_type": record.spec_type,
                 "params": record.config.get("params", {}),
                 "label": record.label,
-                "tok_s": record.tok_s,
+                "tok_s": measured["tok_s"],
                 "ci95": record.ci95,
                 "cv": record.cv,
                 "drift": record.drift,
                 "drift_check": record.drift_check,
                 "e2e_tok_s": record.figure("e2e_tok_s"),
                 "lossless_reason": record.lossless_reason,
-                "speedup": record.speedup,
+                "speedup": measured["speedup"],
                 "acceptance": record.figure("acceptance"),
                 "mean_accepted_length": record.figure("mean_accepted_length"),
                 "prompt_tok_s": record.figure("prompt_tok_s"),
                 "lossless": record.lossless,
+                "predicted_speedup": record.predicted.get("speedup"),
                 "fail_reason": record.fail_reason,
                 "wall_s": record.wall_s,
             }

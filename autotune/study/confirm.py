@@ -50,6 +50,7 @@ class ConfirmedConfig:
     #: every round's serving figures (aggregate_tok_s, per_stream_tok_s, per_stream_p10_tok_s, mix_tok_s)
     figures: dict[str, list[float]] = field(default_factory=dict)
     concurrency: int = 1
+    dropped: str | None = None  # a race entrant that left before the last round, and why
 
     @property
     def significantly_faster(self) -> bool:
@@ -93,7 +94,8 @@ class Confirmation:
     def winner(self) -> ConfirmedConfig | None:
         """The fastest of the study's finalists, or llama.cpp's default where it measured faster than all
         of them: the command a user should run is the fastest one, whoever found it."""
-        measured = [c for c in self.configs + self.spec_defaults if c.failure is None and c.role != "preset"]
+        measured = [c for c in self.configs + self.spec_defaults
+                    if c.failure is None and c.role != "preset" and c.dropped is None]
         return max(measured, key=lambda c: c.mean_tok_s) if measured else None
 
     @property

@@ -55,6 +55,7 @@ class TrialRecord:
     generation_s: float | None = None
     startup_s: float | None = None
     wall_s: float | None = None
+    predicted: dict = field(default_factory=dict)  # a predicted trial's replayed counts, tok/s and speedup
     # -- against the baseline
     drift: float | None = None  # a baseline's mix tok/s over the first baseline's
     speedup: float | None = None  # over the baseline measured nearest before it
@@ -114,7 +115,8 @@ class StudyRecord:
     files: dict = field(default_factory=dict)  # the candidate files' fingerprint
     llama_server: dict = field(default_factory=dict)  # ServerCommand.as_dict(): what every argv carries
     file_hashes: dict = field(default_factory=dict)  # a nightly version's files
-    confirmation: dict | None = None  # Confirmation.as_dict() of the last confirmation
+    confirmation: dict | None = None  # Confirmation.as_dict() of the last confirmation (or race)
+    prediction: dict = field(default_factory=dict)  # a predicted study's trajectories, costs and calibration
 
     @classmethod
     def of(cls, study: optuna.Study) -> "StudyRecord":

@@ -116,7 +116,7 @@ def main() -> None:
 
     models_dir = Path(tempfile.mkdtemp(prefix="autotune-gpu-check-models-"))
     (models_dir / gemma.name).symlink_to(gemma.resolve())
-    argv = [sys.executable, "-m", "autotune", "search", "--model", "gemma3-270m", "--trials", str(args.trials),
+    argv = [sys.executable, "-m", "autotune", "search", "--strategy", "measure", "--model", "gemma3-270m", "--trials", str(args.trials),
             "--max-tokens", str(args.max_tokens), "--per-category", "1", "--models-dir", str(models_dir), "--seed", "0",
             *args.search_args.split()]
     print(f"search: {' '.join(argv[1:])}", flush=True)

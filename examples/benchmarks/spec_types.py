@@ -62,7 +62,7 @@ def users_path(trials: int) -> None:
     env = {**os.environ, "AUTOTUNE_HOME": home}
     print(f"\nuser's path: autotune search --model gemma3-270m --trials {trials}", flush=True)
     started = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "autotune", "search", "--model", "gemma3-270m", "--trials", str(trials)],
+    done = subprocess.run([sys.executable, "-m", "autotune", "search", "--strategy", "measure", "--model", "gemma3-270m", "--trials", str(trials)],
                           env=env, capture_output=True, text=True, check=True)
     print(f"  (took {time.perf_counter() - started:.0f} s)")
     print("\n".join("  " + line for line in done.stdout.splitlines()))

@@ -41,7 +41,7 @@ def test_a_draft_the_target_cannot_use_is_refused_with_llama_cpps_reason(models_
 
 
 def test_search_on_a_target_file_makes_a_study_that_best_and_trials_read(models_dir, autotune_home):
-    result = run("search", "--target", str(models_dir / "tiny-target.gguf"), "--draft", str(models_dir / "tiny-draft.gguf"),
+    result = run("search", "--strategy", "measure", "--target", str(models_dir / "tiny-target.gguf"), "--draft", str(models_dir / "tiny-draft.gguf"),
                  "--trials", "3", "--max-tokens", "8", "--no-confirm", "--seed", "0")
     assert result.stdout.startswith(("llama-server", "/"))
     best = json.loads(run("best", "--model", "tiny-qwen3-a-s0", "--json").stdout)
@@ -49,7 +49,7 @@ def test_search_on_a_target_file_makes_a_study_that_best_and_trials_read(models_
     rows = json.loads(run("trials", "--model", "tiny-qwen3-a-s0", "--json").stdout)
     assert rows[0]["spec_type"] == "none"
     # the same study resumes from the same command, named by --model where given
-    run("search", "--target", str(models_dir / "tiny-target.gguf"), "--draft", str(models_dir / "tiny-draft.gguf"),
+    run("search", "--strategy", "measure", "--target", str(models_dir / "tiny-target.gguf"), "--draft", str(models_dir / "tiny-draft.gguf"),
         "--trials", "3", "--max-tokens", "8", "--no-confirm")
     assert len(json.loads(run("trials", "--model", "tiny-qwen3-a-s0", "--json").stdout)) == len(rows)
 
@@ -61,7 +61,7 @@ def test_search_on_a_target_file_makes_a_study_that_best_and_trials_read(models_
     ([], "name a model: --model NAME"),
 ])
 def test_bad_ad_hoc_input_is_one_line_exit_2_and_nothing_written(models_dir, autotune_home, argv, message):
-    result = run("search", *[a.format(dir=models_dir) for a in argv], "--trials", "2", ok=False)
+    result = run("search", "--strategy", "measure", *[a.format(dir=models_dir) for a in argv], "--trials", "2", ok=False)
     assert result.exit_code == 2
     assert message in result.output and len(result.output.strip().splitlines()) == 1
     assert not (autotune_home / "autotune.db").exists()

@@ -34,13 +34,13 @@ def assert_nothing_written(home):
 
 
 def test_unknown_model_lists_known_ones(autotune_home):
-    done = autotune("search", "--model", "llama-9000", home=autotune_home)
+    done = autotune("search", "--strategy", "measure", "--model", "llama-9000", home=autotune_home)
     assert_usage_error(done, "unknown model 'llama-9000'", "gemma3-270m")
     assert_nothing_written(autotune_home)
 
 
 def test_missing_model_file(tiny_space, tmp_path, autotune_home):
-    done = autotune("search", "--model", "tiny", "--space", str(tiny_space), "--models-dir", str(tmp_path / "empty"),
+    done = autotune("search", "--strategy", "measure", "--model", "tiny", "--space", str(tiny_space), "--models-dir", str(tmp_path / "empty"),
                     home=autotune_home)
     assert_usage_error(done, "no file matching 'tiny-target.gguf'")
     assert_nothing_written(autotune_home)
@@ -51,7 +51,7 @@ def test_corrupt_gguf(tiny_space, models_dir, autotune_home, damage):
     target = models_dir / "tiny-target.gguf"
     data = target.read_bytes()
     target.write_bytes(data[: len(data) // 2] if damage == "truncate" else b"not a gguf file at all")
-    done = autotune("search", "--model", "tiny", "--space", str(tiny_space), "--models-dir", str(models_dir),
+    done = autotune("search", "--strategy", "measure", "--model", "tiny", "--space", str(tiny_space), "--models-dir", str(models_dir),
                     home=autotune_home)
     assert_usage_error(done, str(target))
     assert_nothing_written(autotune_home)
@@ -60,7 +60,7 @@ def test_corrupt_gguf(tiny_space, models_dir, autotune_home, damage):
 def test_bad_prompt_file_names_the_line(tiny_space, models_dir, tmp_path, autotune_home):
     prompts = tmp_path / "p.jsonl"
     prompts.write_text('{"category": "qa", "prompt": "ok"}\n{"category": "qa"}\n')
-    done = autotune("search", "--model", "tiny", "--space", str(tiny_space), "--models-dir", str(models_dir),
+    done = autotune("search", "--strategy", "measure", "--model", "tiny", "--space", str(tiny_space), "--models-dir", str(models_dir),
                     "--prompts", str(prompts), home=autotune_home)
     assert_usage_error(done, f"{prompts}:2", "'prompt'")
     assert_nothing_written(autotune_home)
@@ -69,7 +69,7 @@ def test_bad_prompt_file_names_the_line(tiny_space, models_dir, tmp_path, autotu
 def test_bad_search_space_file(models_dir, tmp_path, autotune_home):
     space = tmp_path / "tiny.toml"
     space.write_text('[model]\nname = "tiny"\ntarget = "tiny-target.gguf"\n[spec_types.ngram-simple]\nngram_simple_size_n = [5, 2]\n')
-    done = autotune("search", "--model", "tiny", "--space", str(space), "--models-dir", str(models_dir), home=autotune_home)
+    done = autotune("search", "--strategy", "measure", "--model", "tiny", "--space", str(space), "--models-dir", str(models_dir), home=autotune_home)
     assert_usage_error(done, str(space), "spec_types.ngram-simple.ngram_simple_size_n", "empty range")
     assert_nothing_written(autotune_home)
 
@@ -81,7 +81,7 @@ def test_best_without_a_study(autotune_home):
 
 @pytest.mark.parametrize("trials", ["0", "-3"])
 def test_trials_zero_or_negative_is_a_usage_error(autotune_home, trials):
-    done = autotune("search", "--model", "gemma3-270m", "--trials", trials, home=autotune_home)
+    done = autotune("search", "--strategy", "measure", "--model", "gemma3-270m", "--trials", trials, home=autotune_home)
     assert_usage_error(done, "--trials")
     assert_nothing_written(autotune_home)
 
@@ -96,7 +96,7 @@ def test_trials_zero_or_negative_is_a_usage_error(autotune_home, trials):
     ],
 )
 def test_unusable_storage_fails_before_any_measuring(tiny_space, models_dir, autotune_home, url, needle):
-    done = autotune("search", "--model", "tiny", "--space", str(tiny_space), "--models-dir", str(models_dir),
+    done = autotune("search", "--strategy", "measure", "--model", "tiny", "--space", str(tiny_space), "--models-dir", str(models_dir),
                     "--storage", url, home=autotune_home)
     assert_usage_error(done, needle)
     assert "[1/" not in done.stderr  # no trial started
@@ -108,7 +108,7 @@ def test_wrong_arch_draft_is_named(tmp_path, models_dir, autotune_home):
                      '[drafts.draft-dspark]\nfile = "tiny-draft.gguf"\n'
                      '[spec_types.draft-dspark]\ndraft_n_max = [1, 4]\n'
                      '[spec_types.ngram-simple]\nngram_simple_size_n = [1, 3]\n')
-    done = autotune("search", "--model", "tiny", "--space", str(space), "--models-dir", str(models_dir), home=autotune_home)
+    done = autotune("search", "--strategy", "measure", "--model", "tiny", "--space", str(space), "--models-dir", str(models_dir), home=autotune_home)
     assert_usage_error(done, "tiny-draft.gguf", "dflash-architecture")
     assert_nothing_written(autotune_home)
 
@@ -117,7 +117,7 @@ def test_vocab_mismatched_draft_is_named(tmp_path, models_dir, autotune_home):
     space = tmp_path / "tiny.toml"
     space.write_text('[model]\nname = "tiny"\ntarget = "tiny-target.gguf"\ndraft = "tiny-otherwords.gguf"\n'
                      '[spec_types.draft-simple]\ndraft_n_max = [1, 4]\n')
-    done = autotune("search", "--model", "tiny", "--space", str(space), "--models-dir", str(models_dir), home=autotune_home)
+    done = autotune("search", "--strategy", "measure", "--model", "tiny", "--space", str(space), "--models-dir", str(models_dir), home=autotune_home)
     assert_usage_error(done, "tiny-otherwords.gguf", "token 5")
     assert_nothing_written(autotune_home)
 
@@ -125,6 +125,6 @@ def test_vocab_mismatched_draft_is_named(tmp_path, models_dir, autotune_home):
 def test_empty_prompt_file(tiny_space, models_dir, tmp_path, autotune_home):
     prompts = tmp_path / "empty.jsonl"
     prompts.write_text("")
-    done = autotune("search", "--model", "tiny", "--space", str(tiny_space), "--models-dir", str(models_dir),
+    done = autotune("search", "--strategy", "measure", "--model", "tiny", "--space", str(tiny_space), "--models-dir", str(models_dir),
                     "--prompts", str(prompts), home=autotune_home)
     assert_usage_error(done, str(prompts), "no prompts")

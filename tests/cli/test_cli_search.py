@@ -29,7 +29,7 @@ def run(*args: str, ok: bool = True):
 
 
 def tiny_search(tiny_space, models_dir, *extra):
-    return run("search", "--model", "tiny", "--space", str(tiny_space), "--models-dir", str(models_dir),
+    return run("search", "--strategy", "measure", "--model", "tiny", "--space", str(tiny_space), "--models-dir", str(models_dir),
                "--max-tokens", "12", "--per-category", "1", *extra)
 
 
@@ -84,7 +84,7 @@ def test_rerun_resumes_the_same_study(tiny_space, models_dir, autotune_home):
 
 def test_changed_measurement_settings_are_refused(tiny_space, models_dir):
     tiny_search(tiny_space, models_dir, "--trials", "2")
-    result = run("search", "--model", "tiny", "--space", str(tiny_space), "--models-dir", str(models_dir),
+    result = run("search", "--strategy", "measure", "--model", "tiny", "--space", str(tiny_space), "--models-dir", str(models_dir),
                  "--max-tokens", "20", "--trials", "3", ok=False)
     assert result.exit_code == 2 and "--max-tokens 12" in result.output
 
@@ -123,7 +123,7 @@ def test_gemma_search_end_to_end_in_a_real_process(tmp_path, gemma_path, autotun
     models = tmp_path / "models"
     models.mkdir()
     env = {**os.environ, "AUTOTUNE_HOME": str(autotune_home), "AUTOTUNE_MODELS_DIR": str(models)}
-    args = [sys.executable, "-m", "autotune", "search", "--model", "gemma3-270m", "--trials", "4",
+    args = [sys.executable, "-m", "autotune", "search", "--strategy", "measure", "--model", "gemma3-270m", "--trials", "4",
             "--max-tokens", "16", "--seed", "2", "--confirm-top", "1", "--confirm-repeats", "2"]
     done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr

@@ -50,7 +50,7 @@ def searched(trials: list[optuna.trial.FrozenTrial]) -> list[optuna.trial.Frozen
 
 
 def search(space, models_dir, *extra, ok: bool = True):
-    return run("search", "--model", "tiny", "--space", str(space), "--models-dir", str(models_dir),
+    return run("search", "--strategy", "measure", "--model", "tiny", "--space", str(space), "--models-dir", str(models_dir),
                "--max-tokens", "12", "--per-category", "1", "--no-pruning", *extra, ok=ok)
 
 

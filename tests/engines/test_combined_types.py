@@ -138,7 +138,7 @@ def test_a_search_measures_a_combination_in_process(tmp_path, models_dir, autotu
     path = space_file(tmp_path, SPACE.split("[spec_types.draft-simple]")[0]
                       + '[spec_types."draft-simple,ngram-mod"]\ndraft_n_max = [2, 4]\nngram_mod_n_match = [1, 3]\n'
                         'ngram_mod_n_min = 0\n')
-    result = CliRunner().invoke(cli, ["search", "--model", "tiny", "--space", str(path), "--models-dir", str(models_dir),
+    result = CliRunner().invoke(cli, ["search", "--strategy", "measure", "--model", "tiny", "--space", str(path), "--models-dir", str(models_dir),
                                       "--max-tokens", "12", "--per-category", "1", "--trials", "3", "--seed", "2",
                                       "--no-confirm", "--no-pruning"])
     assert result.exit_code == 0, result.output

@@ -123,7 +123,7 @@ def test_a_study_fails_the_trials_that_do_not_fit_and_goes_on(tmp_path, models_d
     """))
     with PythonEngine(context_size=512, threads=1) as probe:
         monkeypatch.setenv("AUTOTUNE_MEMORY_BUDGET_GIB", str(fitting_budget_gib(probe, target, models_dir / big_draft.name)))
-    result = CliRunner().invoke(cli, ["search", "--model", "tiny", "--space", str(space), "--models-dir", str(models_dir),
+    result = CliRunner().invoke(cli, ["search", "--strategy", "measure", "--model", "tiny", "--space", str(space), "--models-dir", str(models_dir),
                                       "--max-tokens", "8", "--per-category", "1", "--trials", "6", "--seed", "1",
                                       "--no-confirm", "--no-pruning"])
     assert result.exit_code == 0, result.output

@@ -176,7 +176,7 @@ def test_close_ends_the_worker(target):
 def test_bad_input_is_a_one_line_usage_error_before_any_study(tiny_space, models_dir, autotune_home, extra,
                                                               space_line, needle):
     tiny_space.write_text(tiny_space.read_text().replace("context_size = 512", f"context_size = 512\n{space_line}"))
-    result = CliRunner().invoke(cli, ["search", "--model", "tiny", "--space", str(tiny_space), "--models-dir",
+    result = CliRunner().invoke(cli, ["search", "--strategy", "measure", "--model", "tiny", "--space", str(tiny_space), "--models-dir",
                                       str(models_dir), *extra])
     assert result.exit_code == 2, result.output
     *notes, line = result.output.strip().splitlines()  # notes (the base model's mix) may come first
@@ -228,7 +228,7 @@ def test_a_study_whose_worker_is_killed_finishes_with_every_trial_accounted_for(
 
     killer = threading.Thread(target=kill_once_a_trial_completed)
     killer.start()
-    result = CliRunner().invoke(cli, ["search", "--model", "tiny", "--space", str(tiny_space), "--models-dir",
+    result = CliRunner().invoke(cli, ["search", "--strategy", "measure", "--model", "tiny", "--space", str(tiny_space), "--models-dir",
                                       str(models_dir), "--trials", "6", "--max-tokens", "120", "--no-pruning",
                                       "--baseline-every", "0", "--no-confirm"])
     killer.join()
@@ -248,7 +248,7 @@ def test_a_study_whose_worker_is_killed_finishes_with_every_trial_accounted_for(
 
 
 def test_ctrl_c_kills_the_worker_and_leaves_no_process_behind(tiny_space, models_dir, autotune_home):
-    argv = [sys.executable, "-m", "autotune", "search", "--model", "tiny", "--space", str(tiny_space),
+    argv = [sys.executable, "-m", "autotune", "search", "--strategy", "measure", "--model", "tiny", "--space", str(tiny_space),
             "--models-dir", str(models_dir), "--trials", "5", "--max-tokens", "200",
             "--no-pruning", "--no-confirm"]
     env = {**os.environ, "AUTOTUNE_HOME": str(autotune_home), "PYTHONUNBUFFERED": "1"}

@@ -112,7 +112,7 @@ def test_both_engines_tokenize_a_base_model_prompt_as_raw_text_and_a_chat_prompt
 
 
 def test_search_of_a_base_model_says_it_measures_the_continuation_mix(tiny_space, models_dir, autotune_home):
-    done = CliRunner().invoke(cli, ["search", "--model", "tiny", "--space", str(tiny_space), "--models-dir",
+    done = CliRunner().invoke(cli, ["search", "--strategy", "measure", "--model", "tiny", "--space", str(tiny_space), "--models-dir",
                                     str(models_dir), "--max-tokens", "8", "--per-category", "1", "--trials", "1",
                                     "--no-confirm"])
     assert done.exit_code == 0, done.output

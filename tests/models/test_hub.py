@@ -162,7 +162,7 @@ def test_targets_may_come_from_the_hub_too(tmp_path, tiny_dir, cache_dir, autotu
     space = write_space(tmp_path, HUB_SPACE.replace('target = "tiny-target.gguf"',
                                                     'target = "tiny-target.gguf"\nhf = "org/tiny-target"'))
     empty = tmp_path / "empty-models"
-    result = invoke("search", "--model", "tiny", "--space", str(space), "--models-dir", str(empty))
+    result = invoke("search", "--strategy", "measure", "--model", "tiny", "--space", str(space), "--models-dir", str(empty))
     assert result.exit_code == 2 and result.stderr.strip().splitlines() == [
         f"autotune: error: no file matching 'tiny-target.gguf' from org/tiny-target in the hub cache or {empty}: "
         "run `autotune pull --model tiny` to download it"]
@@ -182,7 +182,7 @@ def test_only_the_drafts_of_searched_types_are_pulled(tmp_path):
 
 def test_a_search_does_not_resume_across_a_new_release(tmp_path, tiny_dir, target_only, cache_dir):
     write_hub_cache(cache_dir, REPO, C1, {"draft-A.gguf": draft_bytes(tiny_dir)})
-    args = ["search", "--model", "tiny", "--space", str(write_space(tmp_path)), "--models-dir", str(target_only),
+    args = ["search", "--strategy", "measure", "--model", "tiny", "--space", str(write_space(tmp_path)), "--models-dir", str(target_only),
             "--max-tokens", "8", "--per-category", "1", "--no-confirm", "--no-pruning"]
     first = invoke(*args, "--trials", "2")
     assert first.exit_code == 0, first.output
@@ -306,7 +306,7 @@ def test_a_download_that_breaks_off_leaves_no_partial_file(tmp_path, tiny_dir, t
 def test_the_revision_is_recorded_with_trials_presets_and_exports(tmp_path, tiny_dir, target_only, cache_dir,
                                                                    autotune_home):
     write_hub_cache(cache_dir, REPO, C1, {"draft-A.gguf": draft_bytes(tiny_dir)})
-    result = invoke("search", "--model", "tiny", "--space", str(write_space(tmp_path)), "--models-dir", str(target_only),
+    result = invoke("search", "--strategy", "measure", "--model", "tiny", "--space", str(write_space(tmp_path)), "--models-dir", str(target_only),
                     "--trials", "3", "--max-tokens", "8", "--per-category", "1", "--no-confirm", "--no-pruning")
     assert result.exit_code == 0, result.output
     url = resolve_storage_url(None)

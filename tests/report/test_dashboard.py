@@ -34,7 +34,7 @@ def get_json(url: str, timeout_s: float = 10) -> dict:
 
 def test_optuna_dashboard_serves_the_study_and_its_user_attrs(tiny_space, models_dir, autotune_home, tmp_path):
     command = dashboard_command()
-    done = CliRunner().invoke(cli, ["search", "--model", "tiny", "--space", str(tiny_space), "--models-dir",
+    done = CliRunner().invoke(cli, ["search", "--strategy", "measure", "--model", "tiny", "--space", str(tiny_space), "--models-dir",
                                     str(models_dir), "--max-tokens", "12", "--per-category", "1", "--trials", "2",
                                     "--no-confirm"])
     assert done.exit_code == 0, done.output

@@ -67,7 +67,7 @@ def reports(tmp_path_factory, tiny_dir) -> Reports:
         env.setenv("AUTOTUNE_HOME", str(root / "home"))
         for var in ("AUTOTUNE_STORAGE", "AUTOTUNE_MODELS_DIR", "AUTOTUNE_DEBUG"):
             env.delenv(var, raising=False)
-        searched = run("search", "--model", "tiny", "--space", str(space), "--models-dir", str(tiny_dir),
+        searched = run("search", "--strategy", "measure", "--model", "tiny", "--space", str(space), "--models-dir", str(tiny_dir),
                        "--max-tokens", "8", "--trials", "8", "--seed", "1", "--no-pruning", "--baseline-every", "0",
                        "--no-confirm", "--threads", "1", "--storage", storage)
         assert searched.exit_code == 0, searched.output

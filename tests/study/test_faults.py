@@ -25,7 +25,7 @@ def study(home: Path, suffix: str = "", engine: str = "python") -> optuna.Study:
 
 
 def search_argv(space, models, *extra):
-    return [sys.executable, "-m", "autotune", "search", "--model", "tiny", "--space", str(space),
+    return [sys.executable, "-m", "autotune", "search", "--strategy", "measure", "--model", "tiny", "--space", str(space),
             "--models-dir", str(models), *extra]
 
 
@@ -91,7 +91,7 @@ def test_two_workers_on_one_sqlite_file_lose_no_trial(tiny_space, models_dir, au
 
 
 def test_repeats_give_intervals_and_drift_checks_are_recorded_not_counted(tiny_space, models_dir, autotune_home):
-    result = CliRunner().invoke(cli, ["search", "--model", "tiny", "--space", str(tiny_space), "--models-dir",
+    result = CliRunner().invoke(cli, ["search", "--strategy", "measure", "--model", "tiny", "--space", str(tiny_space), "--models-dir",
                                       str(models_dir), "--trials", "5", "--repeats", "3", "--baseline-every", "2",
                                       "--max-tokens", "16", "--no-pruning"])
     assert result.exit_code == 0, result.output
@@ -131,7 +131,7 @@ ngram_simple_size_m = [2, 8]
 def test_pruned_trials_never_become_the_best(tmp_path, models_dir, autotune_home):
     space = tmp_path / "slow-draft.toml"
     space.write_text(SLOW_DRAFT_SPACE)
-    result = CliRunner().invoke(cli, ["search", "--model", "tiny", "--space", str(space), "--models-dir",
+    result = CliRunner().invoke(cli, ["search", "--strategy", "measure", "--model", "tiny", "--space", str(space), "--models-dir",
                                       str(models_dir), "--trials", "8", "--max-tokens", "16", "--seed", "4"])
     assert result.exit_code == 0, result.output
     trials = study(autotune_home).trials
@@ -147,7 +147,7 @@ def test_pruned_trials_never_become_the_best(tmp_path, models_dir, autotune_home
 
 def test_pareto_study_prints_its_front_and_the_pick(tiny_space, models_dir, autotune_home):
     args = ["--model", "tiny", "--objective", "pareto"]
-    result = CliRunner().invoke(cli, ["search", *args, "--space", str(tiny_space), "--models-dir", str(models_dir),
+    result = CliRunner().invoke(cli, ["search", "--strategy", "measure", *args, "--space", str(tiny_space), "--models-dir", str(models_dir),
                                       "--trials", "5", "--max-tokens", "16"])
     assert result.exit_code == 0, result.output
     assert len(study(autotune_home, "+pareto").directions) == 2
@@ -159,7 +159,7 @@ def test_pareto_study_prints_its_front_and_the_pick(tiny_space, models_dir, auto
 
 
 def test_e2e_objective_is_its_own_study(tiny_space, models_dir, autotune_home):
-    result = CliRunner().invoke(cli, ["search", "--model", "tiny", "--objective", "e2e", "--space", str(tiny_space),
+    result = CliRunner().invoke(cli, ["search", "--strategy", "measure", "--model", "tiny", "--objective", "e2e", "--space", str(tiny_space),
                                       "--models-dir", str(models_dir), "--trials", "3", "--max-tokens", "16"])
     assert result.exit_code == 0, result.output
     e2e = study(autotune_home, "+e2e")
@@ -172,7 +172,7 @@ def test_a_trial_past_its_timeout_fails_and_the_study_goes_on(tmp_path, gemma_pa
     models = tmp_path / "models"
     models.mkdir()
     (models / "gemma-3-270m-Q4_K_M.gguf").symlink_to(gemma_path)
-    result = CliRunner().invoke(cli, ["search", "--model", "gemma3-270m", "--models-dir", str(models), "--trials", "2",
+    result = CliRunner().invoke(cli, ["search", "--strategy", "measure", "--model", "gemma3-270m", "--models-dir", str(models), "--trials", "2",
                                       "--max-tokens", "128", "--trial-timeout", "1", "--no-pruning"])
     assert result.exit_code == 1 and "every trial failed" in result.output
     trials = optuna.load_study(study_name=f"gemma3-270m@{hardware_key()}:python",

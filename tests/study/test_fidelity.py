@@ -39,7 +39,7 @@ def run(*args: str, ok: bool = True):
 
 
 def tiny_search(tiny_space, models_dir, *extra, ok: bool = True):
-    return run("search", "--model", "tiny", "--space", str(tiny_space), "--models-dir", str(models_dir),
+    return run("search", "--strategy", "measure", "--model", "tiny", "--space", str(tiny_space), "--models-dir", str(models_dir),
                "--max-tokens", "12", "--per-category", "1", "--seed", "2", *extra, ok=ok)
 
 
@@ -114,7 +114,7 @@ def test_a_base_flag_the_python_engine_cannot_apply_is_refused_before_any_trial(
     space = tmp_path / "flags.toml"
     space.write_text('[model]\nname = "tiny"\ntarget = "tiny-target.gguf"\ncontext_size = 512\n'
                      'base_flags = ["--mlock"]\n[spec_types.ngram-simple]\nngram_simple_size_n = [1, 3]\n')
-    result = run("search", "--model", "tiny", "--space", str(space), "--models-dir", str(models_dir), ok=False)
+    result = run("search", "--strategy", "measure", "--model", "tiny", "--space", str(space), "--models-dir", str(models_dir), ok=False)
     assert result.exit_code == 2
     assert "--mlock" in result.output and "--engine server" in result.output and "Traceback" not in result.output
     assert not (autotune_home / "autotune.db").exists() or not study_names(autotune_home)

@@ -40,7 +40,7 @@ def fresh_postgres(postgres_url):
 
 
 def worker_argv(space, models, *extra):
-    return [sys.executable, "-m", "autotune", "search", "--model", "tiny", "--space", str(space), "--models-dir",
+    return [sys.executable, "-m", "autotune", "search", "--strategy", "measure", "--model", "tiny", "--space", str(space), "--models-dir",
             str(models), "--baseline-every", "0", "--no-pruning", *extra]
 
 

@@ -31,7 +31,7 @@ def run(*args: str):
 
 
 def server_study(tiny_space, models_dir, autotune_home, *extra) -> optuna.Study:
-    run("search", "--model", "tiny", "--space", str(tiny_space), "--models-dir", str(models_dir), "--engine", "server",
+    run("search", "--strategy", "measure", "--model", "tiny", "--space", str(tiny_space), "--models-dir", str(models_dir), "--engine", "server",
         "--max-tokens", "8", "--per-category", "1", "--no-confirm", *extra)
     storage = f"sqlite:///{autotune_home / 'autotune.db'}"
     return optuna.load_study(study_name=f"tiny@{hardware_key()}:server", storage=storage)

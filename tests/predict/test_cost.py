@@ -1,0 +1,61 @@
+"""The cost model: curves measured on a real (tiny) model, interpolated per step, stored and read back;
+the calibration recovers a known scale and per-step time from llama-server-like measurements."""
+
+from __future__ import annotations
+
+import pytest
+
+from autotune.engines.python import PythonEngine
+from autotune.engines.speculation import Steps
+from autotune.predict.cost import CostModel, Curve, measure_curve, measure_sampler
+from autotune.predict.predictor import fit_calibration, predict, raw_decode_ms
+from autotune.predict.replay import PromptReplay, Replay
+from autotune.spec.config import SpecConfig
+
+
+def test_a_curve_is_measured_on_real_llama_cpp_and_stored(tiny_dir):
+    target = tiny_dir / "tiny-target.gguf"
+    with PythonEngine(context_size=512, threads=1) as engine:
+        engine.load(SpecConfig(target))
+        context = engine.context("target", target)
+        curve = measure_curve(context, list(range(3, 200)), depths=[16, 64], max_size=24, repeats=2)
+        sampler_ms = measure_sampler(context, engine.sampler("target", target), 5, count=10)
+    assert curve.sizes[0] == 1 and curve.sizes[-1] == 24 and curve.depths == (16, 64)
+    assert all(ms > 0 for row in curve.ms for ms in row) and curve.spread >= 0 and sampler_ms > 0
+    model = CostModel(curve, sampler_ms)
+    again = CostModel.from_dict(model.as_dict())
+    assert again.target.at(7, 40) == pytest.approx(curve.at(7, 40)) and again.sampler_ms == sampler_ms
+
+
+def test_interpolation_between_measured_sizes_and_depths():
+    curve = Curve(sizes=(1, 5), depths=(100, 300), ms=((10.0, 30.0), (20.0, 60.0)), spread=0.0)
+    assert curve.at(1, 100) == 10.0 and curve.at(5, 300) == 60.0
+    assert curve.at(3, 100) == pytest.approx(20.0)  # halfway in size
+    assert curve.at(3, 200) == pytest.approx(30.0)  # and halfway in depth: between 20 and 40
+    assert curve.at(9, 100) == 30.0  # past the largest measured batch: charged as it
+
+
+def _replay(batch_sizes: list[int]) -> Replay:
+    steps = Steps(batch_sizes=batch_sizes, positions=[100] * len(batch_sizes), emitted=list(batch_sizes))
+    return Replay((PromptReplay("p", 1 + sum(batch_sizes), steps),))
+
+
+def test_the_calibration_recovers_a_known_scale_and_per_step_time():
+    cost = CostModel(Curve(sizes=(1, 8), depths=(100,), ms=((10.0, 45.0),), spread=0.0), sampler_ms=0.5)
+    runs = []
+    for sizes in ([1] * 40, [8] * 5 + [1] * 2, [4] * 10, [2] * 20):
+        replayed = _replay(sizes)
+        server_ms = 1.3 * raw_decode_ms(replayed.prompts[0], cost, None) + 2.0 * len(sizes)  # the "server"
+        runs.append((replayed, None, [server_ms]))
+    calibration = fit_calibration(runs, cost)
+    assert calibration.scale == pytest.approx(1.3, rel=1e-6) and calibration.per_step_ms == pytest.approx(2.0, rel=1e-6)
+    assert calibration.error == pytest.approx(0.0, abs=1e-9)
+    baseline = predict(runs[0][0], cost, calibration).tok_s
+    assert baseline == pytest.approx(40 * 1000 / runs[0][2][0])
+
+
+def test_references_that_cannot_separate_the_terms_fit_the_scale_alone():
+    cost = CostModel(Curve(sizes=(1, 8), depths=(100,), ms=((10.0, 45.0),), spread=0.0), sampler_ms=0.0)
+    runs = [(_replay([1] * 40), None, [2.0 * 400]), (_replay([1] * 38), None, [2.0 * 380])]  # both one-token steps
+    calibration = fit_calibration(runs, cost)
+    assert calibration.per_step_ms == 0.0 and calibration.scale == pytest.approx(2.0)
