@@ -77,13 +77,16 @@ def test_ngram_replay_counts_equal_llama_servers(gemma_pair, mix):
     with ServerEngine(context_size=CONTEXT) as server:
         baseline = server.measure(SpecConfig(target), mix, max_tokens=MAX_TOKENS)
         trajectories = trajectories_of("server", target, baseline, mix)
-        total_drafted = 0
+        total_drafted = compared = 0
         for spec_type, params in NGRAM_CONFIGS:
             config = SpecConfig(target, spec_type, params=params)
             measured = server.measure(config, mix, max_tokens=MAX_TOKENS)
             replayed = replay(build_drafter(config), trajectories)
-            assert compare(replayed, measured, baseline) >= 3, config.describe()  # a near-tie may part an output
+            found = compare(replayed, measured, baseline)
+            assert found >= 2, config.describe()  # a near-tie may part an output from the baseline's
+            compared += found
             total_drafted += replayed.drafted
+    assert compared >= 0.7 * len(NGRAM_CONFIGS) * len(mix)  # most outputs stay the baseline's
     assert total_drafted > 100  # the mix makes the n-gram types draft: the counts compared are not zeros
 
 
