@@ -21,6 +21,7 @@ from autotune.engines.sampler import SamplerChain
 from autotune.llamacpp.bindings import Context
 from autotune.predict.trajectory import Trajectories
 from autotune.spec.config import SpecConfig
+from autotune.spec.space import SearchSpace
 
 #: one position's chain: the drafted tokens and each one's top-k probability
 Chain = tuple[tuple[int, ...], tuple[float, ...]]
@@ -108,6 +109,7 @@ class ChainCutDrafter(Drafter):
         return drafted if len(drafted) >= self.n_min else []
 
 
-def chain_length(space_ranges) -> int:
+def chain_length(space: SearchSpace) -> int:
     """The longest draft-simple draft a space allows: the chains are recorded that long."""
-    return int(max((r.high for r in space_ranges if r.param.name == "draft_n_max"), default=3))
+    return max((int(r.high) for ranges in space.spec_types.values() for r in ranges if r.param.name == "draft_n_max"),
+               default=3)

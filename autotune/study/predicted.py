@@ -28,6 +28,7 @@ from autotune.engines.python import PythonEngine
 from autotune.hardware import hardware_key
 from autotune.llamacpp.server_binary import command_binary
 from autotune.models.files import file_sha256
+from autotune.predict.chains import chain_length
 from autotune.predict.predictor import Prediction
 from autotune.predict.target import measure_target
 from autotune.spec.command import ServerCommand
@@ -39,7 +40,7 @@ from autotune.study.best import BestResult, best_result
 from autotune.study.catalog import study_name, study_names
 from autotune.study.race import Entrant, race
 from autotune.study.records import (
-    BASELINE_ROLE, SPEC_DEFAULT_ROLE, StudyRecord, TrialRecord, config_attrs, store_study, trial_attrs,
+    BASELINE_ROLE, SPEC_DEFAULT_ROLE, StudyRecord, TrialRecord, config_attrs, store_study, store_trial, trial_attrs,
 )
 from autotune.study.references import measures_spec_default
 from autotune.study.search import (
@@ -155,14 +156,12 @@ def _target_models(inputs: SearchInputs, settings: SearchSettings, arbiter: str,
         if spec_type in space.spec_types and spec_type in DRAFT_MODEL_TYPES:
             for target, draft in pairs:
                 drafts_of.setdefault(target, set()).add(draft)
-    chain_length = max((int(r.high) for ranges in space.spec_types.values() for r in ranges
-                        if r.param.name == "draft_n_max"), default=3)
     model = inputs.space.model
     with PythonEngine(context_size=model.context_size, threads=settings.threads, base_flags=model.base_flags,
                       sampling=settings.sampling) as local:
         return {target: measure_target(local, target, baseline, spec_default, inputs.mix, arbiter=arbiter,
                                        max_tokens=settings.max_tokens, drafts=sorted(drafts_of.get(target, ())),
-                                       chain_length=chain_length, note=reporter.note)
+                                       chain_length=chain_length(space), note=reporter.note)
                 for target, (baseline, spec_default) in references.items()}
 
 
@@ -212,15 +211,15 @@ def _predict_space(study: optuna.Study, space: SearchSpace, inputs: SearchInputs
         if label not in seen:
             seen[label] = targets[config.target].prediction(config)
         predicted = seen[label]
-        for key, value in trial_attrs(
+        store_trial(
+            trial,
             config=config_attrs(config), argv=command.argv(config), engine=PREDICTED_ENGINE,
             hardware=hardware_key(), predicted=predicted.as_dict(), speedup=predicted.as_dict()["speedup"],
             figures={"mix_tok_s": round(predicted.tok_s, 3), "acceptance": predicted.replay.acceptance,
                      "n_drafted": predicted.replay.drafted, "n_accepted": predicted.replay.accepted},
             speedup_baseline_trial=baselines[str(config.target)],
             lossless=None, lossless_reason="not measured: predicted along the baseline's output",
-        ).items():
-            trial.set_user_attr(key, value)
+        )
         return predicted.speedup or 0.0
 
     optuna.logging.set_verbosity(optuna.logging.ERROR)
