@@ -7,6 +7,7 @@ long busy timeout so that several `autotune search` processes can write to one f
 
 from __future__ import annotations
 
+import functools
 import os
 import sqlite3
 import time
@@ -19,6 +20,7 @@ import sqlalchemy.exc
 from sqlalchemy.engine import make_url
 
 from autotune.errors import StorageError
+from autotune.interrupts import deferred
 from autotune.settings import STORAGE_ENV, default_storage_url
 
 SQLITE_BUSY_TIMEOUT_S = 60
@@ -55,7 +57,7 @@ def open_storage(
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # the heartbeat is
-                return optuna.storages.RDBStorage(
+                return SignalSafeStorage(
                     url,
                     engine_kwargs=engine_kwargs,
                     heartbeat_interval=heartbeat_interval_s,
@@ -68,6 +70,27 @@ def open_storage(
                 reason = str(exc).splitlines()[0]
                 raise StorageError(f"cannot open storage {parsed.render_as_string(hide_password=True)}: {reason}") from exc
             time.sleep(0.5 * attempt)  # workers starting together on a new database race to create its tables
+
+
+class SignalSafeStorage(optuna.storages.RDBStorage):
+    """Optuna's RDB storage whose every call holds Ctrl-C, SIGTERM and SIGHUP until it returns.
+
+    A KeyboardInterrupt raised inside a SQLAlchemy session leaves SQLite locked by this very process,
+    so the write that marks the trial interrupted then fails with "database is locked"."""
+
+
+def _holding_signals(method):
+    @functools.wraps(method)
+    def call(*args, **kwargs):
+        with deferred():
+            return method(*args, **kwargs)
+
+    return call
+
+
+for _name, _method in vars(optuna.storages.RDBStorage).items():
+    if callable(_method) and not _name.startswith("__") and not isinstance(_method, (staticmethod, classmethod)):
+        setattr(SignalSafeStorage, _name, _holding_signals(_method))
 
 
 def _prepare_sqlite_file(database: str | None) -> None:

@@ -23,6 +23,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from autotune.spec.command import format_command
 from autotune.errors import ModelFileError, StorageError
+from autotune.interrupts import deferred
 from autotune.models.files import file_sha256
 from storage import SQLITE_BUSY_TIMEOUT_S, _prepare_sqlite_file
 from storage.schema import SCHEMA_VERSION, Base, FileHashRow, PresetRow, SchemaVersionRow
@@ -129,20 +130,22 @@ class PresetStore:
 
     @contextmanager
     def _session(self) -> Iterator[Session]:
-        """One transaction: committed when the block succeeds, rolled back otherwise."""
-        session = self._sessions()
-        try:
-            yield session
-            session.commit()
-        except sqlalchemy.exc.SQLAlchemyError as exc:
-            session.rollback()
-            reason = str(exc).splitlines()[0]
-            raise StorageError(f"cannot read or write presets in {self._shown_url}: {reason}") from exc
-        except BaseException:
-            session.rollback()
-            raise
-        finally:
-            session.close()
+        """One transaction: committed when the block succeeds, rolled back otherwise; a stop signal
+        waits for its end (see autotune.interrupts)."""
+        with deferred():
+            session = self._sessions()
+            try:
+                yield session
+                session.commit()
+            except sqlalchemy.exc.SQLAlchemyError as exc:
+                session.rollback()
+                reason = str(exc).splitlines()[0]
+                raise StorageError(f"cannot read or write presets in {self._shown_url}: {reason}") from exc
+            except BaseException:
+                session.rollback()
+                raise
+            finally:
+                session.close()
 
     def _prepare_schema(self) -> None:
         """Check the recorded schema version before touching any table, then create what is missing."""

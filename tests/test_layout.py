@@ -17,7 +17,7 @@ OURS = ("autotune", "storage", "search_spaces")
 
 #: Lowest first: a package may import its own modules and those of packages before it, never after.
 LAYERS = (
-    ("autotune", "autotune.errors", "autotune.settings", "autotune.hardware"),  # the ground: import nothing of ours
+    ("autotune", "autotune.errors", "autotune.interrupts", "autotune.settings", "autotune.hardware"),  # the ground: import nothing of ours
     ("autotune.llamacpp",),
     ("autotune.spec",),
     ("autotune.gguf",),

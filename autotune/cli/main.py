@@ -2,6 +2,8 @@
 
 Library errors (autotune.errors) become one-line messages with exit code 2 for bad input and 1 for
 run-time failures. Set AUTOTUNE_DEBUG=1 to see the traceback of an unexpected error instead.
+Ctrl-C, SIGTERM and SIGHUP stop a command cleanly with exit code 128 + the signal's number
+(autotune.interrupts); one the parent ignored (a background job's SIGINT) stays ignored.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import click
 
 from autotune import __version__
 from autotune.errors import AutotuneError
+from autotune.interrupts import Interrupted, handle_stop_signals
 
 DEBUG_ENV = "AUTOTUNE_DEBUG"
 
@@ -28,9 +31,8 @@ class AutotuneGroup(click.Group):
                 raise
             click.echo(f"autotune: error: {exc}", err=True)
             sys.exit(exc.exit_code)
-        except KeyboardInterrupt:
-            click.echo("autotune: interrupted", err=True)
-            sys.exit(130)
+        except KeyboardInterrupt as exc:
+            _exit_interrupted(exc)
 
 
 @click.group(cls=AutotuneGroup)
@@ -47,14 +49,26 @@ def cli() -> None:
 
 def main() -> None:
     """The console script: Click's own usage errors also become one line with exit code 2."""
+    handle_stop_signals()
     try:
         cli.main(prog_name="autotune", standalone_mode=False)
     except click.ClickException as exc:
         click.echo(f"autotune: error: {exc.format_message()}", err=True)
         sys.exit(exc.exit_code)
-    except click.exceptions.Abort:
-        click.echo("autotune: interrupted", err=True)
-        sys.exit(130)
+    except click.exceptions.Abort as exc:  # Click's wrapping of a KeyboardInterrupt outside a command
+        _exit_interrupted(exc.__context__)
+    except KeyboardInterrupt as exc:
+        _exit_interrupted(exc)
+
+
+def _exit_interrupted(exc: BaseException | None) -> None:
+    """Say which signal stopped us and exit with 128 + its number (130 for a plain KeyboardInterrupt)."""
+    interrupted = exc if isinstance(exc, Interrupted) else Interrupted()
+    try:
+        click.echo(f"autotune: interrupted by {interrupted}", err=True)
+    except OSError:
+        pass  # SIGHUP: the terminal that would show it is gone
+    sys.exit(interrupted.exit_code)
 
 
 def _register() -> None:

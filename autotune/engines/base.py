@@ -20,6 +20,8 @@ class Engine(ABC):
     """Measures real generation of a SpecConfig over a prompt mix."""
 
     name: str
+    #: What the engine found and did on start that the user should hear (a dead run's llama-server stopped).
+    startup_notes: tuple[str, ...] = ()
 
     @property
     @abstractmethod

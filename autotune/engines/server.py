@@ -39,6 +39,7 @@ from typing import Sequence
 from autotune.llamacpp.capabilities import ServerCapabilities, read_capabilities
 from autotune.spec.command import server_argv
 from autotune.engines.prompt_tokens import PromptTokens
+from autotune.engines.orphans import stop_orphaned_servers
 from autotune.engines.server_process import ServerProcess
 from autotune.errors import ServerFailure
 from autotune.engines.base import Engine, ProgressCallback
@@ -90,6 +91,9 @@ class ServerEngine(Engine):
         self.last_log_errors: list[str] = []
         self._prompts = PromptTokens(context_size)
         self._margin_server: tuple[Path, ServerProcess] | None = None
+        self.startup_notes = tuple(
+            f"stopped llama-server (pid {r.server_pid}) left running by autotune pid {r.owner_pid}, which is gone"
+            for r in stop_orphaned_servers())
 
     @property
     def capabilities(self) -> ServerCapabilities:

@@ -1,7 +1,9 @@
 """One llama-server subprocess: launch, wait until ready, talk JSON over HTTP, stop on every exit path.
 
 The server runs in its own process group (so Ctrl-C in a terminal reaches only us, and we stop the
-whole group ourselves) and logs to a temporary file whose last lines go onto every failure.
+whole group ourselves), dies with us even when we are killed (autotune.engines.orphans), and logs
+to a temporary file whose last lines go onto every failure. A stop signal waits while the server is
+being started or stopped, so its process is never lost between Popen and our handle on it.
 Only the standard library speaks HTTP here: llama-server's API is a handful of JSON endpoints.
 """
 
@@ -20,7 +22,9 @@ from collections import deque
 from pathlib import Path
 from typing import Sequence
 
+from autotune.engines.orphans import ServerRecord, die_with_parent, forget_server, record_server
 from autotune.errors import ServerFailure
+from autotune.interrupts import deferred
 
 LOG_TAIL_LINES = 30
 STOP_TIMEOUT_S = 10.0
@@ -56,6 +60,7 @@ class ServerProcess:
         self.request_timeout_s = request_timeout_s
         self.port = 0
         self._proc: subprocess.Popen | None = None
+        self._record: ServerRecord | None = None
         self._log_dir = tempfile.TemporaryDirectory(prefix="autotune-server-")
         self.log_path = Path(self._log_dir.name) / "llama-server.log"
 
@@ -77,11 +82,13 @@ class ServerProcess:
         for attempt in range(BIND_ATTEMPTS):
             self.port = free_port()
             self.argv = self.base_argv + ["--host", "127.0.0.1", "--port", str(self.port)]
-            with open(self.log_path, "ab") as log:
+            parent = os.getpid()
+            with deferred(), open(self.log_path, "ab") as log:
                 self._proc = subprocess.Popen(
                     self.argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                    env=server_env(), start_new_session=True,
+                    env=server_env(), start_new_session=True, preexec_fn=lambda: die_with_parent(parent),
                 )
+                self._record = record_server(self._proc.pid, self.argv)
             try:
                 self._wait_ready()
                 return
@@ -111,19 +118,23 @@ class ServerProcess:
 
     def stop(self) -> None:
         """SIGTERM to the process group, wait, then SIGKILL; safe to call twice and during Ctrl-C."""
-        proc, self._proc = self._proc, None
-        if proc is None:
-            return
-        try:
-            if proc.poll() is None:
-                _signal_group(proc.pid, signal.SIGTERM)
-                try:
-                    proc.wait(timeout=STOP_TIMEOUT_S)
-                except subprocess.TimeoutExpired:
-                    pass
-        finally:
-            _signal_group(proc.pid, signal.SIGKILL)  # also ends anything the server left in its group
-            proc.wait()
+        with deferred():
+            proc, self._proc = self._proc, None
+            if proc is None:
+                return
+            try:
+                if proc.poll() is None:
+                    _signal_group(proc.pid, signal.SIGTERM)
+                    try:
+                        proc.wait(timeout=STOP_TIMEOUT_S)
+                    except subprocess.TimeoutExpired:
+                        pass
+            finally:
+                _signal_group(proc.pid, signal.SIGKILL)  # also ends anything the server left in its group
+                proc.wait()
+                if self._record is not None:
+                    forget_server(self._record)
+                    self._record = None
 
     def close(self) -> None:
         try:

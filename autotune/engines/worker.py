@@ -11,8 +11,8 @@ stops at once, leaving the worker ready for the next call.
 
 When the worker dies the call raises WorkerDied with the reason (the signal; for an abort, llama.cpp's
 own last words: the worker's fd 2 goes to a file) and the next call starts a fresh worker. A deadline
-passed mid-prompt kills the worker, and so does Ctrl-C: the worker ignores SIGINT, so a terminal's
-Ctrl-C reaches only the parent, which decides.
+passed mid-prompt kills the worker, and so does Ctrl-C: the worker ignores SIGINT, SIGTERM and SIGHUP,
+so a terminal's Ctrl-C reaches only the parent, which decides; and it dies with the parent.
 """
 
 from __future__ import annotations
@@ -29,7 +29,9 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from autotune.engines.base import Engine, ProgressCallback
+from autotune.engines.orphans import die_with_parent
 from autotune.errors import EngineError, TrialFailure, WorkerDied
+from autotune.interrupts import STOP_SIGNALS, deferred
 from autotune.measure.lossless import TieEvidence
 from autotune.measure.measurement import Measurement
 from autotune.measure.prompts import Prompt, PromptMix
@@ -174,7 +176,7 @@ class WorkerEngine(Engine):
             context = multiprocessing.get_context("spawn")
             parent_end, child_end = context.Pipe()
             fd, stderr_path = tempfile.mkstemp(prefix="autotune-worker-", suffix=".stderr")
-            process = context.Process(target=_serve, args=(child_end, self._engine_kwargs, stderr_path),
+            process = context.Process(target=_serve, args=(child_end, self._engine_kwargs, stderr_path, os.getpid()),
                                       name="autotune python engine", daemon=True)
             self._stderr = (fd, Path(stderr_path))
             try:
@@ -206,18 +208,19 @@ class WorkerEngine(Engine):
 
     def _kill(self) -> None:
         """Kill the worker and whatever it started, and forget it (nothing is left running)."""
-        process, self._process = self._process, None
-        if process is None:
-            return
-        if process.exitcode is None:  # not reaped yet, so its pid is still its own
-            for pid in descendant_pids(process.pid):
-                _signal(pid, signal.SIGKILL)
-        process.kill()
-        process.join()
-        process.close()
-        self._conn.close()
-        self._conn = None
-        self._forget_stderr()
+        with deferred():
+            process, self._process = self._process, None
+            if process is None:
+                return
+            if process.exitcode is None:  # not reaped yet, so its pid is still its own
+                for pid in descendant_pids(process.pid):
+                    _signal(pid, signal.SIGKILL)
+            process.kill()
+            process.join()
+            process.close()
+            self._conn.close()
+            self._conn = None
+            self._forget_stderr()
 
     def _forget_stderr(self) -> None:
         fd, path = self._stderr
@@ -252,9 +255,11 @@ class _Stopped(Exception):
     """The parent asked the worker to stop measuring (the trial was pruned or timed out)."""
 
 
-def _serve(conn, engine_kwargs: dict, stderr_path: str) -> None:
+def _serve(conn, engine_kwargs: dict, stderr_path: str, parent_pid: int) -> None:
     """The worker: answer requests with a PythonEngine until "close" or until the parent is gone."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C is the parent's to handle
+    for signum in STOP_SIGNALS:  # a terminal's Ctrl-C, a hangup, a group's SIGTERM: the parent decides
+        signal.signal(signum, signal.SIG_IGN)
+    die_with_parent(parent_pid)  # killed with SIGKILL or by the OOM killer, the parent can decide nothing
     os.environ.setdefault("GGML_NO_BACKTRACE", "1")  # an abort ends with its message, not a gdb session
     stderr = os.open(stderr_path, os.O_WRONLY | os.O_APPEND)
     os.dup2(stderr, 2)  # C-level writes too: where llama.cpp's abort message lands

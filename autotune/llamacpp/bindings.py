@@ -15,6 +15,7 @@ import llama_cpp
 import numpy as np
 
 from autotune.errors import EngineError, ModelFileError
+from autotune.interrupts import deferred, held
 from autotune.llamacpp.runtime import Runtime
 
 _log_tail: deque[str] = deque(maxlen=40)
@@ -22,10 +23,13 @@ _log_tail: deque[str] = deque(maxlen=40)
 
 @llama_cpp.llama_log_callback
 def _capture_log(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
-    """Keep llama.cpp's log quiet but at hand, so an error message can quote why a load failed."""
-    line = text.decode("utf-8", errors="replace").rstrip()
-    if line:
-        _log_tail.append(line)
+    """Keep llama.cpp's log quiet but at hand, so an error message can quote why a load failed.
+
+    A stop signal is held meanwhile: an exception raised in a ctypes callback is printed and lost."""
+    with held():
+        line = text.decode("utf-8", errors="replace").rstrip()
+        if line:
+            _log_tail.append(line)
 
 
 llama_cpp.llama_log_set(_capture_log, ctypes.c_void_p(0))
@@ -57,7 +61,8 @@ class LoadedModel:
         params.n_gpu_layers = -1  # negative: all layers (a CPU build ignores it)
         params.vocab_only = vocab_only
         self.path = path
-        self.ptr = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
+        with deferred():  # a load logs all along: see _capture_log
+            self.ptr = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
         if not self.ptr:
             raise ModelFileError(f"{path}: llama.cpp cannot load this GGUF ({last_log_error()}); re-download or re-convert it")
         self.vocab = llama_cpp.llama_model_get_vocab(self.ptr)
@@ -123,6 +128,12 @@ def context_params(n_ctx: int, runtime: Runtime, *, n_batch: int | None = None, 
     return params
 
 
+def new_context(model: LoadedModel, params) -> llama_cpp.llama_context_p:
+    """`llama_init_from_model`, with stop signals held while it logs (see _capture_log)."""
+    with deferred():
+        return llama_cpp.llama_init_from_model(model.ptr, params)
+
+
 class Context:
     """A llama.cpp context with a reusable one-sequence batch; `n_seq_max` > 1 (tree verification)
     gives a unified KV cache shared by that many sequence ids."""
@@ -135,7 +146,7 @@ class Context:
         self.model = model
         self.n_ctx = n_ctx
         self.n_batch = n_batch
-        self.ptr = llama_cpp.llama_init_from_model(model.ptr, params)
+        self.ptr = new_context(model, params)
         if not self.ptr:
             raise EngineError(f"{model.path.name}: cannot create a llama.cpp context ({last_log_error()})")
         self.memory = llama_cpp.llama_get_memory(self.ptr)

@@ -107,6 +107,8 @@ def run_predicted_search(options: SearchOptions, *, reporter: SearchReporter, se
     engine_args = dict(context_size=model.context_size, threads=settings.threads, server_bin=server_bin,
                        base_flags=model.base_flags, sampling=settings.sampling)
     with create_engine(arbiter, **engine_args) as engine:
+        for note in engine.startup_notes:
+            reporter.note(note)
         space = runnable_space(inputs.space, engine, inputs.candidates, reporter, sampling=settings.sampling)
         space = _predictable(space, reporter)
         references = {}

@@ -43,6 +43,7 @@ class TrialRecord:
     hardware_detail: dict = field(default_factory=dict)
     model_files: dict = field(default_factory=dict)  # file name -> SHA-256
     model_revisions: dict = field(default_factory=dict)  # hub files: file name -> repo and commit
+    owner: dict = field(default_factory=dict)  # the process measuring it: host, pid, start time (orphans)
     # -- what it measured
     figures: dict = field(default_factory=dict)  # Measurement.summary() pooled over the repeats
     per_prompt: list = field(default_factory=list)  # GenerationResult.figures() of the first repeat

@@ -13,11 +13,13 @@ from pathlib import Path
 import optuna
 
 from autotune.engines.base import Engine
+from autotune.engines.orphans import is_gone
 from autotune.measure.measurement import GenerationResult
 from autotune.spec.config import SpecConfig
 from autotune.spec.default import SPEC_DEFAULT_PARAMS, SPEC_DEFAULT_TYPE, spec_default_config
 from autotune.spec.types import SPEC_TYPE_PARAMS
-from autotune.study.records import BASELINE_ROLE, REFERENCE_ROLES, SPEC_DEFAULT_ROLE, TrialRecord, trial_attrs
+from autotune.study.records import (BASELINE_ROLE, REFERENCE_ROLES, SPEC_DEFAULT_ROLE, TrialRecord, store_trial,
+                                    trial_attrs)
 from autotune.study.trials import baselines_of, is_reference, latest_baseline
 
 
@@ -99,6 +101,23 @@ def requeue_stale_trial(study: optuna.Study, trial: optuna.trial.FrozenTrial) ->
         return
     kept = {key: value for key, value in _identity(dead).items() if value}
     study.enqueue_trial(trial.params, user_attrs=trial_attrs(**kept, requeued_from=trial.number))
+
+
+def fail_trials_of_dead_runs(study: optuna.Study) -> int:
+    """Fail and re-queue (as the heartbeat would, without its grace period) every RUNNING trial whose
+    autotune process ran on this host and is gone (killed with SIGKILL, by the OOM killer, a power
+    loss); returns how many."""
+    failed = 0
+    for frozen in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+        owner = TrialRecord.of(frozen).owner
+        if not owner or not is_gone(owner):
+            continue
+        trial = optuna.trial.Trial(study, frozen._trial_id)
+        store_trial(trial, fail_reason=f"its autotune process (pid {owner['pid']}) died while measuring it")
+        study._storage.set_trial_state_values(frozen._trial_id, optuna.trial.TrialState.FAIL)
+        requeue_stale_trial(study, study._storage.get_trial(frozen._trial_id))
+        failed += 1
+    return failed
 
 
 def _identity(record: TrialRecord) -> dict:

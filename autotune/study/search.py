@@ -174,7 +174,7 @@ def run_study(
             engine.prepare(SpecConfig(target), inputs.mix, max_tokens=settings.max_tokens)
         storage = open_storage(resolve_storage_url(storage_url), heartbeat_interval_s=heartbeat_s,
                                stale_trial_callback=requeue_stale_trial)
-        for note in inputs.notes:
+        for note in (*engine.startup_notes, *inputs.notes):
             reporter.note(note)
         name, version = latest_version(
             storage, study_name(settings.model, hardware_key(), engine.name, objective=settings.objective,

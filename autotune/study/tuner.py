@@ -23,6 +23,7 @@ import numpy as np
 import optuna
 
 from autotune.engines.base import Engine
+from autotune.engines.orphans import this_process
 from autotune.errors import AutotuneError, ModelFileError, SpeculationInactiveError, TrialFailure, UsageError, WorkerDied
 from autotune.hardware import hardware_detail, hardware_key
 from autotune.measure.device_lock import device_lock
@@ -44,8 +45,8 @@ from autotune.study.records import (
     REFERENCE_ROLES, WARM_START_ROLE, StudyRecord, TrialRecord, config_attrs, store_study, store_trial, trial_attrs,
 )
 from autotune.study.references import (
-    baseline_prompt_scores, drift_corrected_score, enqueue_drift_checks, enqueue_missing, measures_spec_default,
-    reference_config, reference_configs, search_trials_since_reference,
+    baseline_prompt_scores, drift_corrected_score, enqueue_drift_checks, enqueue_missing, fail_trials_of_dead_runs,
+    measures_spec_default, reference_config, reference_configs, search_trials_since_reference,
 )
 from autotune.study.suggest import suggest_config
 from autotune.study.trials import baseline_trial, counted_trials, is_counted, is_reference, latest_baseline
@@ -169,6 +170,9 @@ class Tuner:
         if is_new and not measures_spec_default(self.engine):
             self.reporter.note(f"the {self.engine.name} engine cannot run {SPEC_DEFAULT_TYPE}, what llama.cpp's "
                                f"{SPEC_DEFAULT_FLAG} turns on: this study has no {SPEC_DEFAULT_FLAG} reference")
+        dead = fail_trials_of_dead_runs(study)
+        if dead:
+            self.reporter.note(f"{dead} trial(s) left running by an autotune process that died were failed and re-queued")
         enqueue_missing(study, self.references)
         if is_new and warm_start:
             self.reporter.note(f"warm start: {self.warm_start(study, list(warm_start))} earlier winners measured first")
@@ -228,6 +232,7 @@ class Tuner:
     def _objective(self, trial: optuna.Trial) -> list[float]:
         config = self._suggest(trial)
         started = time.perf_counter()
+        store_trial(trial, owner=this_process())
         store_trial(trial, config=config_attrs(config))
         store_trial(trial, argv=self.command.argv(config))
         store_trial(trial, engine=self.engine.name)

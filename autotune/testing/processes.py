@@ -1,8 +1,11 @@
-"""Which llama-server processes a test left behind: children of this process, found in /proc."""
+"""Processes in tests: which llama-server processes a test left behind (found in /proc), and autotune
+started as a terminal or a background script would start it."""
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 
@@ -19,4 +22,36 @@ def our_llama_servers() -> set[int]:
             continue
         if comm == "llama-server" and ppid == os.getpid():
             pids.add(int(entry))
+    return pids
+
+
+_EXEC_AUTOTUNE = (
+    "import os, signal, sys\n"
+    "signal.signal(signal.SIGINT, signal.SIG_IGN if sys.argv[1] == 'ignore' else signal.SIG_DFL)\n"
+    "os.execv(sys.executable, [sys.executable, '-m', 'autotune', *sys.argv[2:]])\n"
+)
+
+
+def start_autotune(args: list[str], *, env: dict, sigint: str = "default", **popen) -> subprocess.Popen:
+    """`python -m autotune ARGS` in a session of its own (a signal to its group reaches it and its
+    workers, as a terminal's Ctrl-C does), with SIGINT at its default or ignored (`sigint="ignore"`, as
+    a shell script's background job has it) whatever the test runner inherited: the disposition is
+    set, then autotune is exec'd in the same process, which keeps it."""
+    if sigint not in ("default", "ignore"):
+        raise ValueError(f"sigint must be 'default' or 'ignore', not {sigint!r}")
+    return subprocess.Popen([sys.executable, "-c", _EXEC_AUTOTUNE, sigint, *args], env=env, text=True,
+                            start_new_session=True, **popen)
+
+
+def process_ids_named(name: str, *, containing: str) -> list[int]:
+    """Pids of processes called `name` whose command line contains `containing`."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        try:
+            comm = Path(f"/proc/{entry}/comm").read_text().strip()
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        if comm == name and containing in cmdline:
+            pids.append(int(entry))
     return pids

@@ -3,8 +3,10 @@ Real llama.cpp on the tiny GGUF fixtures, real signals, real processes."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -23,6 +25,7 @@ from autotune.hardware import hardware_key
 from autotune.measure.prompts import Prompt, PromptMix
 from autotune.spec.config import SpecConfig
 from autotune.study.references import requeue_stale_trial
+from autotune.testing.processes import start_autotune
 
 # ~250 ms a prompt on one thread here: long enough for a signal or a deadline to land mid-prompt
 LONG_MIX = PromptMix("test", tuple(Prompt(f"p{i}", "qa", "The quick brown fox jumps over the lazy dog.")
@@ -247,33 +250,81 @@ def test_a_study_whose_worker_is_killed_finishes_with_every_trial_accounted_for(
     assert not workers_of(os.getpid())
 
 
-def test_ctrl_c_kills_the_worker_and_leaves_no_process_behind(tiny_space, models_dir, autotune_home):
-    argv = [sys.executable, "-m", "autotune", "search", "--strategy", "measure", "--model", "tiny", "--space", str(tiny_space),
-            "--models-dir", str(models_dir), "--trials", "5", "--max-tokens", "200",
-            "--no-pruning", "--no-confirm"]
-    env = {**os.environ, "AUTOTUNE_HOME": str(autotune_home), "PYTHONUNBUFFERED": "1"}
-    # a session of its own, so the SIGINT goes to its whole process group as a terminal's Ctrl-C does
-    proc = subprocess.Popen(argv, env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
-                            start_new_session=True)
+def measuring_trial(home: Path, number: int) -> bool:
+    """Whether trial `number` or a later one of the study in `home` is being measured: RUNNING, with everything the
+    tuner stores before it measures (its model files' revisions come last). Read-only SQL, so the test
+    never creates the tables autotune is about to create."""
+    database = home / "autotune.db"
+    if not database.exists():
+        return False
     try:
-        assert any(line.startswith("[1/5]") for line in proc.stderr), "the first trial did not finish"
-        time.sleep(0.3)  # into the second trial's measurement
+        with contextlib.closing(sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=5)) as db:
+            row = db.execute(
+                "SELECT 1 FROM trials t JOIN trial_user_attributes a ON a.trial_id = t.trial_id "
+                "WHERE t.number >= ? AND t.state = 'RUNNING' AND a.key = 'model_revisions'", (number,)).fetchone()
+    except sqlite3.OperationalError:
+        return False  # the tables are not there yet
+    return row is not None
+
+
+def wait_for(condition, what: str, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"{what} did not happen within {timeout_s:g} s"
+        time.sleep(0.05)
+
+
+def interrupted_search(tiny_space, models_dir, autotune_home, *, sigint: str, signals: list[int]) -> tuple[int, str, list]:
+    """Start a 5-trial search, wait until a trial after the baseline is being measured, send each of
+    `signals` to its process group a second apart; return its exit code, stderr and the processes it
+    had started."""
+    argv = ["search", "--strategy", "measure", "--model", "tiny", "--space", str(tiny_space), "--models-dir",
+            str(models_dir), "--trials", "5", "--max-tokens", "200", "--no-pruning", "--no-confirm"]
+    env = {**os.environ, "AUTOTUNE_HOME": str(autotune_home), "PYTHONUNBUFFERED": "1"}
+    proc = start_autotune(argv, env=env, sigint=sigint, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: measuring_trial(autotune_home, 1), "a measurement after the baseline's")
         left = descendant_pids(proc.pid)
         assert workers_of(proc.pid)
-        os.killpg(proc.pid, signal.SIGINT)
+        for sent, signum in enumerate(signals):
+            if sent:
+                time.sleep(1.0)
+                assert proc.poll() is None, f"autotune stopped on {signal.Signals(signals[sent - 1]).name}"
+                wait_for(lambda: measuring_trial(autotune_home, 1), "another measurement")
+            time.sleep(0.2)  # inside the generation: the worker is decoding
+            os.killpg(proc.pid, signum)
         proc.wait(timeout=60)
     finally:
         proc.kill()
-    assert proc.returncode == 130
-    assert "interrupted" in proc.stderr.read()
-    deadline = time.monotonic() + 10
-    while any(alive(pid) for pid in left) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not [pid for pid in left if alive(pid)]
-    trials = load(autotune_home).trials
+    return proc.returncode, proc.stderr.read(), left
+
+
+def assert_nothing_left_and_one_trial_interrupted(left: list[int], home: Path) -> None:
+    wait_for(lambda: not any(alive(pid) for pid in left), "the end of every process autotune started", 10)
+    trials = load(home).trials
     assert optuna.trial.TrialState.RUNNING not in [t.state for t in trials]
     (interrupted,) = [t for t in trials if t.user_attrs.get("interrupted")]
     assert interrupted.state == optuna.trial.TrialState.FAIL
+    assert interrupted.number == trials[-1].number >= 1  # the one being measured: nothing started after it
+
+
+def test_ctrl_c_kills_the_worker_and_leaves_no_process_behind(tiny_space, models_dir, autotune_home):
+    code, stderr, left = interrupted_search(tiny_space, models_dir, autotune_home, sigint="default",
+                                            signals=[signal.SIGINT])
+    assert code == 130, stderr
+    assert "autotune: interrupted by SIGINT" in stderr
+    assert "Traceback" not in stderr
+    assert_nothing_left_and_one_trial_interrupted(left, autotune_home)
+
+
+def test_started_with_sigint_ignored_it_stays_deaf_to_ctrl_c_and_sigterm_stops_it(tiny_space, models_dir,
+                                                                                   autotune_home):
+    """A background job of a shell script has SIGINT ignored; autotune keeps that, as the README says."""
+    code, stderr, left = interrupted_search(tiny_space, models_dir, autotune_home, sigint="ignore",
+                                            signals=[signal.SIGINT, signal.SIGTERM])
+    assert code == 128 + signal.SIGTERM, stderr
+    assert "autotune: interrupted by SIGTERM" in stderr
+    assert_nothing_left_and_one_trial_interrupted(left, autotune_home)
 
 
 def _stale(study: optuna.Study, params: dict, **attrs) -> optuna.trial.FrozenTrial:

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import optuna
@@ -17,6 +18,7 @@ from click.testing import CliRunner
 
 from autotune.cli.main import cli
 from autotune.hardware import hardware_key
+from autotune.testing.processes import process_ids_named, start_autotune
 
 
 def study(home: Path, suffix: str = "", engine: str = "python") -> optuna.Study:
@@ -24,9 +26,13 @@ def study(home: Path, suffix: str = "", engine: str = "python") -> optuna.Study:
                              storage=f"sqlite:///{home / 'autotune.db'}")
 
 
+def search_args(space, models, *extra):
+    return ["search", "--strategy", "measure", "--model", "tiny", "--space", str(space), "--models-dir", str(models),
+            *extra]
+
+
 def search_argv(space, models, *extra):
-    return [sys.executable, "-m", "autotune", "search", "--strategy", "measure", "--model", "tiny", "--space", str(space),
-            "--models-dir", str(models), *extra]
+    return [sys.executable, "-m", "autotune", *search_args(space, models, *extra)]
 
 
 def env_for(home):
@@ -35,44 +41,86 @@ def env_for(home):
 
 def llama_servers_for(models: Path) -> list[int]:
     """llama-server processes running on files of this test's models dir."""
-    pids = []
-    for entry in os.listdir("/proc"):
-        try:
-            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().decode(errors="replace")
-        except OSError:
-            continue
-        if "llama-server" in cmdline and str(models) in cmdline:
-            pids.append(int(entry))
-    return pids
+    return process_ids_named("llama-server", containing=str(models))
 
 
-def test_ctrl_c_closes_the_running_trial_kills_the_server_and_the_study_resumes(tiny_space, models_dir, autotune_home):
-    argv = search_argv(tiny_space, models_dir, "--engine", "server", "--trials", "5", "--max-tokens", "48",
-                       "--per-category", "4", "--no-pruning", "--baseline-every", "0")
-    proc = subprocess.Popen(argv, env=env_for(autotune_home), stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+def server_is_ready(pid: int) -> bool:
+    """Whether the llama-server `pid` answers /health with 200 (then it generates within milliseconds)."""
     try:
-        assert any(line.startswith("[1/5]") for line in proc.stderr), "the first trial did not finish"
-        deadline = time.monotonic() + 30
-        while not llama_servers_for(models_dir) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert llama_servers_for(models_dir), "the second trial's server never started"
-        proc.send_signal(signal.SIGINT)
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+        port = int(argv[argv.index("--port") + 1])
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1) as answer:
+            return answer.status == 200
+    except (OSError, ValueError):
+        return False
+
+
+def signal_a_server_run(argv, home: Path, models: Path, signum: int, window: str) -> subprocess.Popen:
+    """Start `argv`, and once the second trial's llama-server is in `window` ("start-up": it exists but
+    does not answer yet; "generation": it answers), send `signum` to autotune alone (a `timeout`, a
+    cron job's kill, a dropped ssh session), not to its group. Returns the finished process."""
+    proc = start_autotune(argv, env=env_for(home), stderr=subprocess.PIPE, stdout=subprocess.DEVNULL)
+    try:
+        assert any(line.startswith("[1/") for line in proc.stderr), "the first trial did not finish"
+        deadline = time.monotonic() + 60
+        while True:
+            assert time.monotonic() < deadline, f"the second trial's server never reached {window}"
+            servers = llama_servers_for(models)
+            if servers and (window == "start-up") != server_is_ready(servers[0]):
+                break
+            time.sleep(0.01)
+        os.kill(proc.pid, signum)
         proc.wait(timeout=60)
     finally:
         proc.kill()
-    assert proc.returncode == 130
-    assert "interrupted" in proc.stderr.read()
-    assert not llama_servers_for(models_dir)
-    states = [t.state for t in study(autotune_home, engine="server").trials]
-    assert optuna.trial.TrialState.RUNNING not in states
-    assert states[:2] == [optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL]
+    return proc
 
-    done = subprocess.run(argv, env=env_for(autotune_home), capture_output=True, text=True, timeout=300)
+
+@pytest.mark.parametrize("signum, window", [(signal.SIGINT, "generation"), (signal.SIGTERM, "start-up"),
+                                            (signal.SIGHUP, "generation")])
+def test_a_stop_signal_closes_the_running_trial_kills_the_server_and_the_study_resumes(
+        tiny_space, models_dir, autotune_home, signum, window):
+    argv = search_args(tiny_space, models_dir, "--engine", "server", "--trials", "5", "--max-tokens", "48",
+                       "--per-category", "4", "--no-pruning", "--baseline-every", "0", "--no-confirm")
+    proc = signal_a_server_run(argv, autotune_home, models_dir, signum, window)
+    stderr = proc.stderr.read()
+    assert proc.returncode == 128 + signum, stderr
+    assert f"autotune: interrupted by {signal.Signals(signum).name}" in stderr
+    assert not llama_servers_for(models_dir)
+    trials = study(autotune_home, engine="server").trials
+    assert [t.state for t in trials] == [optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL]
+    assert trials[1].user_attrs["interrupted"]
+
+    done = subprocess.run([sys.executable, "-m", "autotune", *argv], env=env_for(autotune_home), capture_output=True,
+                          text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     trials = study(autotune_home, engine="server").trials
     # 5 counted, the interrupted --spec-default and the one measured on resuming
     assert sum(t.state.is_finished() for t in trials) == len(trials) == 7
     assert not llama_servers_for(models_dir)
+
+
+def test_autotune_killed_leaves_no_server_and_the_next_run_requeues_its_trial(tiny_space, models_dir, autotune_home):
+    argv = search_args(tiny_space, models_dir, "--engine", "server", "--trials", "3", "--max-tokens", "48",
+                       "--per-category", "4", "--no-pruning", "--baseline-every", "0", "--no-confirm")
+    proc = signal_a_server_run(argv, autotune_home, models_dir, signal.SIGKILL, "generation")
+    assert proc.returncode == -signal.SIGKILL
+    deadline = time.monotonic() + 5
+    while llama_servers_for(models_dir):
+        assert time.monotonic() < deadline, "the server outlived autotune by 5 s"
+        time.sleep(0.05)
+    assert study(autotune_home, engine="server").trials[1].state == optuna.trial.TrialState.RUNNING
+
+    done = subprocess.run([sys.executable, "-m", "autotune", *argv], env=env_for(autotune_home), capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "1 trial(s) left running by an autotune process that died were failed and re-queued" in done.stderr
+    trials = study(autotune_home, engine="server").trials
+    assert optuna.trial.TrialState.RUNNING not in [t.state for t in trials]
+    assert "died while measuring it" in trials[1].user_attrs["fail_reason"]
+    (again,) = [t for t in trials if t.user_attrs.get("requeued_from") == 1]
+    assert again.state == optuna.trial.TrialState.COMPLETE
+    assert again.user_attrs["role"] == "spec-default"
 
 
 def test_two_workers_on_one_sqlite_file_lose_no_trial(tiny_space, models_dir, autotune_home):

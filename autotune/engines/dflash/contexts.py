@@ -23,7 +23,7 @@ import llama_cpp
 import numpy as np
 
 from autotune.engines.dflash import bindings as dfc
-from autotune.llamacpp.bindings import Context, LoadedModel, context_params, last_log_error
+from autotune.llamacpp.bindings import Context, LoadedModel, context_params, last_log_error, new_context
 from autotune.engines.dflash.pctree import MAX_TREE_LEAVES, MarkovHead
 from autotune.errors import EngineError, ModelFileError
 from autotune.llamacpp.runtime import Runtime
@@ -178,7 +178,7 @@ class DraftContext:
         params.ctx_other = target.ptr
         self.model = model
         self.n_batch = target.n_batch
-        self.ptr = llama_cpp.llama_init_from_model(model.ptr, params)
+        self.ptr = new_context(model, params)
         if not self.ptr:
             raise EngineError(f"{model.path.name}: cannot create the DSpark draft context ({last_log_error()})")
         self.memory = llama_cpp.llama_get_memory(self.ptr)
