@@ -163,7 +163,11 @@ def best_result(study: optuna.Study) -> BestResult:
         front = tuple(t for t in study.best_trials if t.number in numbers) or tuple(eligible)
         best = max(front, key=lambda t: TrialRecord.of(t).figures[pick])
     else:
-        best = max(eligible, key=lambda t: drift_corrected(t, complete))
+        ranked = [t for t in eligible if drift_corrected(t, complete) is not None]
+        if not ranked:
+            raise StudyNotFoundError(f"study {study.study_name!r} has no trial measured against a baseline yet: "
+                                     "run `autotune search`")
+        best = max(ranked, key=lambda t: drift_corrected(t, complete))
     confirmation = stored_confirmation(study)
     winner = confirmation.winner if confirmation else None
     if winner is not None:

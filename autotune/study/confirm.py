@@ -118,7 +118,8 @@ def top_trials(study: optuna.Study, top: int) -> list[optuna.trial.FrozenTrial]:
     complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
     seen: set[str] = set()
     chosen = []
-    for trial in sorted(complete, key=lambda t: drift_corrected(t, complete), reverse=True):
+    ranked = [t for t in complete if drift_corrected(t, complete) is not None]
+    for trial in sorted(ranked, key=lambda t: drift_corrected(t, complete), reverse=True):
         record = TrialRecord.of(trial)
         label = record.label
         if (is_reference(trial) or record.lossless is False or label in seen

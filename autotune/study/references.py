@@ -8,6 +8,7 @@ sees each prompt's score over that baseline's, so drift (heat, other load) cance
 from __future__ import annotations
 
 import dataclasses
+import time
 from pathlib import Path
 
 import optuna
@@ -20,7 +21,10 @@ from autotune.spec.default import SPEC_DEFAULT_PARAMS, SPEC_DEFAULT_TYPE, spec_d
 from autotune.spec.types import SPEC_TYPE_PARAMS
 from autotune.study.records import (BASELINE_ROLE, REFERENCE_ROLES, SPEC_DEFAULT_ROLE, TrialRecord, store_trial,
                                     trial_attrs)
-from autotune.study.trials import baselines_of, is_reference, latest_baseline
+from autotune.study.trials import baseline_trial, baselines_of, is_baseline, is_reference, latest_baseline
+
+#: how long a trial that finished first waits for the baseline another worker is measuring
+BASELINE_WAIT_S = 900
 
 
 def measures_spec_default(engine: Engine) -> bool:
@@ -55,6 +59,22 @@ def enqueue_missing(study: optuna.Study, references: list[tuple[str, SpecConfig]
 def enqueue_drift_checks(study: optuna.Study, references: list[tuple[str, SpecConfig]]) -> None:
     for role, config in references:
         study.enqueue_trial({}, user_attrs=trial_attrs(role=role, target=str(config.target), drift_check=True))
+
+
+def wait_for_baseline(study: optuna.Study, target: Path, *, timeout_s: float = BASELINE_WAIT_S,
+                      poll_s: float = 0.5) -> optuna.trial.FrozenTrial | None:
+    """`target`'s first completed baseline, waiting while another worker measures one; None when none
+    completed and none is running (it failed, or is still queued) or after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        found = baseline_trial(study, target)
+        if found is not None:
+            return found
+        running = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
+        if time.monotonic() > deadline or not any(
+                is_baseline(t) and TrialRecord.of(t).target == str(target) for t in running):
+            return None
+        time.sleep(poll_s)
 
 
 def search_trials_since_reference(study: optuna.Study) -> int:

@@ -82,11 +82,12 @@ def counted_trials(study: optuna.Study) -> int:
                and t.number not in requeued for t in trials)
 
 
-def drift_corrected(trial: optuna.trial.FrozenTrial, complete: list[optuna.trial.FrozenTrial]) -> float:
-    """A trial's objective over that of the baseline measured nearest before it (a baseline: 1), so trials
-    measured while the machine ran hot or cold compare fairly; raw when no baseline came before."""
+def drift_corrected(trial: optuna.trial.FrozenTrial, complete: list[optuna.trial.FrozenTrial]) -> float | None:
+    """A trial's objective over that of the baseline its speedup divides by (a baseline: 1), so trials
+    measured while the machine ran hot or cold compare fairly. None without that baseline: a raw tok/s
+    is never ranked against ratios."""
     if is_baseline(trial):
         return 1.0
     reference = TrialRecord.of(trial).speedup_baseline_trial
     baseline = next((t for t in complete if t.number == reference), None)
-    return trial.values[0] / baseline.values[0] if baseline is not None and baseline.values[0] else trial.values[0]
+    return trial.values[0] / baseline.values[0] if baseline is not None and baseline.values[0] else None

@@ -46,7 +46,7 @@ from autotune.study.records import (
 )
 from autotune.study.references import (
     baseline_prompt_scores, drift_corrected_score, enqueue_drift_checks, enqueue_missing, fail_trials_of_dead_runs,
-    measures_spec_default, reference_config, reference_configs, search_trials_since_reference,
+    measures_spec_default, reference_config, reference_configs, search_trials_since_reference, wait_for_baseline,
 )
 from autotune.study.suggest import suggest_config
 from autotune.study.trials import baseline_trial, counted_trials, is_counted, is_reference, latest_baseline
@@ -292,7 +292,7 @@ class Tuner:
             self.reporter.prompt_done(index, total, result)
             if deadline is not None and time.monotonic() > deadline:
                 raise TrialFailure(f"timeout: the trial ran past --trial-timeout {self.settings.trial_timeout_s:g} s")
-            if first and reported:
+            if first and reported and (config.is_baseline or reference is not None):  # ratios only
                 score = self.objective.prompt_score(result)
                 trial.report(drift_corrected_score(score, index, reference, config.is_baseline), step=index)
                 if prunable and trial.should_prune():
@@ -330,12 +330,16 @@ class Tuner:
         store_trial(trial, generation_s=round(pooled.generation_ms / 1000, 3))
         store_trial(trial, startup_s=round(pooled.startup_ms / 1000, 3))
         values = [float(np.mean(column)) for column in zip(*(self.objective.values_of(m) for m in measurements))]
-        reference = baseline_trial(trial.study, config.target)
-        if reference is None:
-            return values
         if config.is_baseline:
-            store_trial(trial, drift=round(pooled.mix_tok_s / TrialRecord.of(reference).tok_s, 4))
+            reference = baseline_trial(trial.study, config.target)
+            if reference is not None:
+                store_trial(trial, drift=round(pooled.mix_tok_s / TrialRecord.of(reference).tok_s, 4))
             return values
+        reference = wait_for_baseline(trial.study, config.target)
+        if reference is None:  # raw tok/s never ranks against speedups: this trial is not a result
+            raise TrialFailure(f"no baseline of {config.target.name} completed (it failed or is still queued), so "
+                               "this trial's speedup and output cannot be checked and it is not ranked (the next run measures "
+                               "the baseline again)")
         latest = latest_baseline(trial.study, config.target)
         latest_tok_s = TrialRecord.of(latest).tok_s
         store_trial(trial, speedup=round(pooled.mix_tok_s / latest_tok_s, 4) if latest_tok_s else None)

@@ -308,6 +308,38 @@ def assert_nothing_left_and_one_trial_interrupted(left: list[int], home: Path) -
     assert interrupted.number == trials[-1].number >= 1  # the one being measured: nothing started after it
 
 
+def test_after_the_baseline_killed_the_worker_no_trial_is_ranked_on_raw_tok_s(tiny_space, models_dir, autotune_home):
+    """With no baseline, a trial's tok/s (~thousands here) would outrank every speedup (~1): such trials
+    fail with the reason instead, and `best` has nothing to print."""
+    killed = []
+
+    def kill_during_the_baseline() -> None:
+        wait_for(lambda: measuring_trial(autotune_home, 0) and workers_of(os.getpid()), "the baseline's measurement")
+        time.sleep(0.1)
+        killed.extend(workers_of(os.getpid()))
+        os.kill(killed[0], signal.SIGKILL)
+
+    killer = threading.Thread(target=kill_during_the_baseline)
+    killer.start()
+    args = ["--model", "tiny", "--space", str(tiny_space), "--models-dir", str(models_dir)]
+    result = CliRunner().invoke(cli, ["search", "--strategy", "measure", *args, "--trials", "4", "--max-tokens", "300",
+                                      "--no-pruning", "--baseline-every", "0", "--no-confirm"])
+    killer.join()
+    assert killed
+    trials = load(autotune_home).trials
+    baseline = trials[0]
+    assert baseline.user_attrs["role"] == "baseline" and baseline.user_attrs.get("worker_died"), result.output
+    later = [t for t in trials[1:] if "figures" in t.user_attrs]  # measured after the baseline died
+    assert later, result.output
+    for trial in later:
+        assert trial.state == optuna.trial.TrialState.FAIL
+        assert trial.user_attrs["fail_reason"].startswith("no baseline of tiny-target.gguf completed")
+    assert result.exit_code == 1
+    assert "every trial failed" in result.output
+    best = CliRunner().invoke(cli, ["best", "--model", "tiny"])
+    assert best.exit_code != 0 and "no completed trial" in best.output
+
+
 def test_ctrl_c_kills_the_worker_and_leaves_no_process_behind(tiny_space, models_dir, autotune_home):
     code, stderr, left = interrupted_search(tiny_space, models_dir, autotune_home, sigint="default",
                                             signals=[signal.SIGINT])

@@ -136,6 +136,13 @@ def test_two_workers_on_one_sqlite_file_lose_no_trial(tiny_space, models_dir, au
     assert 10 <= len(trials) <= 13  # two baselines may be enqueued at once, and each worker finishes its trial
     reported = sum(err.count("] trial ") for _, err in outputs)
     assert reported == len(trials)
+    # a trial that finished before the other worker's baseline waited for it: every one is a ratio
+    complete = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE and "role" not in t.user_attrs]
+    assert complete
+    for trial in complete:
+        baseline = trials[trial.user_attrs["speedup_baseline_trial"]]
+        assert baseline.user_attrs["role"] == "baseline" and baseline.state == optuna.trial.TrialState.COMPLETE
+        assert trial.user_attrs["lossless"] is not None
 
 
 def test_repeats_give_intervals_and_drift_checks_are_recorded_not_counted(tiny_space, models_dir, autotune_home):
