@@ -35,7 +35,7 @@ class TrialRecord:
     drift_check: bool = False  # a reference re-measured between search trials (not counted)
     requeued_from: int | None = None  # the trial of a dead worker this one measures again
     # -- what ran
-    config: dict = field(default_factory=dict)  # config_attrs(SpecConfig): what was measured, clamped
+    config: dict = field(default_factory=dict)  # config_attrs(SpecConfig): what was measured (the asked params and the fixed ones)
     argv: list = field(default_factory=list)  # the llama-server command it prints
     engine: str | None = None
     llama_cpp_build: str | None = None

@@ -1,15 +1,20 @@
 """What a search trial measures: the sampler picks a spec type, a (target, draft) pair, the type's
-parameters and the `[runtime]` flags, each within the search space; the values are then made feasible
-(n-min up to n-max, an n-gram's m up to its n) so that nothing is measured that cannot draft."""
+parameters and the `[runtime]` flags, each within the search space. A bounded parameter (n-min at most
+n-max, an n-gram's m at least its n) is asked for after its bound, within the range the bound leaves
+(Optuna's define-by-run ranges), so every point the sampler proposes is what is measured: it never
+learns from a combination that cannot draft and was run as another. Where the bound leaves no value
+of the space's range, the parameter takes the bound without asking the sampler."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import optuna
 
 from autotune.models.candidates import Candidates, pair_label
 from autotune.spec.config import SpecConfig
 from autotune.spec.space import ParamRange, SearchSpace
-from autotune.spec.types import BASELINE, DRAFT_MODEL_TYPES, SPEC_TYPE_PARAMS
+from autotune.spec.types import BASELINE, DRAFT_MODEL_TYPES
 
 
 def suggest_config(trial: optuna.Trial, space: SearchSpace, candidates: Candidates) -> SpecConfig:
@@ -17,11 +22,11 @@ def suggest_config(trial: optuna.Trial, space: SearchSpace, candidates: Candidat
     spec_type = trial.suggest_categorical("spec_type", candidates.spec_types([t for t in space.spec_types if t != BASELINE]))
     target, draft = suggest_files(trial, spec_type, candidates)
     params: dict[str, int | float | bool | str] = {}
-    for r in space.spec_types[spec_type]:
+    for r in sorted(space.spec_types[spec_type], key=lambda r: bool(r.param.at_most or r.param.at_least)):
         if r.param.requires and not params.get(r.param.requires):
             continue
-        params[r.param.name] = suggest_value(trial, r)
-    return SpecConfig(target=target, spec_type=spec_type, draft=draft, params=feasible_params(spec_type, params),
+        params[r.param.name] = suggest_value(trial, within_bounds(r, params))
+    return SpecConfig(target=target, spec_type=spec_type, draft=draft, params=params,
                       runtime=suggest_runtime(trial, space, has_draft=draft is not None))
 
 
@@ -60,16 +65,22 @@ def suggest_value(trial: optuna.Trial, r: ParamRange) -> int | float | bool | st
     return trial.suggest_float(r.param.name, r.low, r.high, step=r.step)
 
 
-def feasible_params(spec_type: str, params: dict) -> dict:
-    """`params` with every `at_most`/`at_least` bound met (n-min up to n-max, an n-gram's m up to its n):
-    a combination that cannot draft is never measured, and TPE learns from the equivalent one measured.
-    The trial's `config` attribute records what was measured."""
-    known = SPEC_TYPE_PARAMS[spec_type]
-    feasible = dict(params)
-    for name, value in params.items():
-        param = known[name]
-        if param.at_most in feasible:
-            feasible[name] = min(value, feasible[param.at_most])
-        if param.at_least in feasible:
-            feasible[name] = max(value, feasible[param.at_least])
-    return feasible
+def within_bounds(r: ParamRange, chosen: dict) -> ParamRange:
+    """`r` narrowed by the values already `chosen` for its `at_most` / `at_least` bound (on its step grid);
+    fixed at the bound where nothing of `r` is left."""
+    low, high = r.low, r.high
+    if r.param.at_most in chosen:
+        high = min(high, chosen[r.param.at_most])
+        if high < low:
+            return replace(r, low=high, high=high)
+    if r.param.at_least in chosen:
+        low = max(low, chosen[r.param.at_least])
+        if low > high:
+            return replace(r, low=low, high=low)
+    if r.step and (low, high) != (r.low, r.high):
+        low = r.low + -(-(low - r.low) // r.step) * r.step  # up to the grid
+        high = r.low + (high - r.low) // r.step * r.step  # down to the grid
+        if low > high:
+            bound = high if r.param.at_most in chosen else low
+            return replace(r, low=bound, high=bound)
+    return replace(r, low=low, high=high)
