@@ -126,3 +126,18 @@ def postgres_url(tmp_path_factory):
         yield f"postgresql+psycopg://autotune@127.0.0.1:{port}/autotune"
     finally:
         run(str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate", "-w", "stop", check=False)
+
+
+@pytest.fixture
+def confirmed_pick():
+    """The issue's rule for what `best` prints after a confirmation, written out independently of
+    Confirmation.winner: among rows that did not fail, those significantly faster than their baseline
+    (p < 0.05 and speedup > 1), the one with the highest speedup; None (the plain command) when none is."""
+
+    def pick(confirmation: dict) -> dict | None:
+        rows = [c for c in confirmation["configs"] + confirmation["spec_defaults"]
+                if c["role"] != "preset" and not c["failure"] and not c.get("dropped")]
+        faster = [c for c in rows if c["p_value"] is not None and c["p_value"] < 0.05 and c["speedup"] > 1]
+        return max(faster, key=lambda c: c["speedup"]) if faster else None
+
+    return pick

@@ -21,7 +21,18 @@ def best_text(result: BestResult | PresetResult) -> str:
     if isinstance(result, PresetResult):
         return "\n".join(lines + [result.summary()])
     confirmed = result.confirmed
-    if confirmed is not None:
+    if confirmed is not None and confirmed.role == "baseline":
+        confirmation, fastest = result.confirmation, result.confirmation.fastest
+        if fastest is None:
+            why = "every finalist failed there (see `autotune confirm`)"
+        else:
+            p_value = fastest.p_value if fastest.p_value is not None else float("nan")
+            why = (f"no configuration was significantly faster in {confirmation.repeats} interleaved rounds (the "
+                   f"fastest, {fastest.label}, ran {fastest.speedup:.2f}x, p={p_value:.3g}; `autotune confirm "
+                   "--repeats N` measures longer)")
+        lines.append(f"# the plain command, {confirmed.mean_tok_s:.1f} tok/s [95% CI {confirmed.ci95[0]:.1f}-"
+                     f"{confirmed.ci95[1]:.1f}] on {ENGINE_LABELS.get(confirmation.engine, confirmation.engine)}: {why}")
+    elif confirmed is not None:
         confirmation = result.confirmation
         baseline = confirmation.baseline_of(confirmed)
         verdict = "significantly faster" if confirmed.significantly_faster else "NOT significantly faster"

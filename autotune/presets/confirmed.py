@@ -12,7 +12,7 @@ import optuna
 from autotune.hardware import hardware_key
 from autotune.spec.command import ServerCommand
 from autotune.study.catalog import open_study_of
-from autotune.study.confirm import Confirmation, ConfirmedConfig, confirm_study
+from autotune.study.confirm import Confirmation, ConfirmedConfig, confirm_study, trial_of
 from autotune.study.records import StudyRecord, TrialRecord
 from storage import resolve_storage_url
 from storage.presets import Preset, PresetStore
@@ -38,22 +38,22 @@ def run_confirm(
     study = open_study_of(model, engine=engine_name, storage_url=url, objective=objective, concurrency=concurrency)
     confirmation = confirm_study(study, top=top, repeats=repeats, engine_name="server", server_bin=server_bin,
                                  on_measured=on_measured, sampling=sampling)
-    if confirmation.winner is not None:
+    if confirmation.pick is not None:  # the plain command where nothing was significantly faster
         with PresetStore(url) as store:
-            store.save(preset_from(model, study, confirmation=confirmation, row=confirmation.winner))
+            store.save(preset_from(model, study, confirmation=confirmation, row=confirmation.pick))
     return confirmation
 
 
 def preset_from(model: str, study: optuna.Study, *, confirmation: Confirmation, row: ConfirmedConfig) -> Preset:
     """The preset a confirmed configuration of `study` makes on this machine."""
-    record = TrialRecord.of(next(t for t in study.trials if t.number == row.trial))
+    record = TrialRecord.of(trial_of(study, row))
     return Preset(
         model=model,
         hardware=hardware_key(),
         argv=tuple(row.argv),
         tok_s=row.mean_tok_s,
         baseline_tok_s=confirmation.baseline_of(row).mean_tok_s,
-        speedup=row.speedup or 0.0,
+        speedup=1.0 if row.role == "baseline" else row.speedup or 0.0,
         ci95_low=row.ci95[0],
         ci95_high=row.ci95[1],
         p_value=row.p_value,

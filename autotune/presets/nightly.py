@@ -57,11 +57,13 @@ def unchanged_files(model: str) -> NightlyOutcome:
 
 
 def decide(model: str, confirmation: Confirmation, preset: Preset | None) -> NightlyOutcome:
-    """Compare the confirmed new winner with the preset's configuration measured in the same run."""
-    winner = confirmation.winner
+    """Compare the confirmed new pick (the winner, or the plain command where nothing was significantly
+    faster than the baseline) with the preset's configuration measured in the same run."""
+    winner = confirmation.pick
     if winner is None:
         return NightlyOutcome("unchanged", f"{model}: no configuration could be confirmed; preset kept")
-    figures = f"{winner.label} {winner.mean_tok_s:.1f} tok/s ({winner.speedup:.2f}x)"
+    figures = (f"{winner.label} {winner.mean_tok_s:.1f} tok/s ({winner.speedup:.2f}x)" if winner.role != "baseline" else
+               f"the plain command {winner.mean_tok_s:.1f} tok/s (nothing was significantly faster)")
     if preset is None:
         return NightlyOutcome("improved", f"{model}: first preset: {figures}", winner)
     current = confirmation.preset

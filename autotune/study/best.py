@@ -9,7 +9,7 @@ import optuna
 
 from autotune.errors import AutotuneError, StudyNotFoundError
 from autotune.spec.command import format_command
-from autotune.study.confirm import Confirmation, ConfirmedConfig, stored_confirmation
+from autotune.study.confirm import Confirmation, ConfirmedConfig, stored_confirmation, trial_of
 from autotune.study.objectives import DEFAULT_OBJECTIVE, OBJECTIVES
 from autotune.study.records import StudyRecord, TrialRecord
 from autotune.study.trials import baseline_trial, decode_tok_s, drift_corrected, is_baseline, spec_default_near
@@ -37,9 +37,13 @@ class BestResult:
 
     @property
     def confirmed(self) -> ConfirmedConfig | None:
-        """The re-measured figures of this trial's configuration, when `autotune confirm` ran."""
+        """The re-measured figures of this trial's configuration, when `autotune confirm` ran (the
+        baseline's row where the baseline is the answer: nothing was significantly faster)."""
         if self.confirmation is None:
             return None
+        if is_baseline(self.trial):
+            target = self.record.config_target
+            return next((b for b in self.confirmation.baselines if b.target == target), None)
         rows = self.confirmation.configs + self.confirmation.spec_defaults
         return next((c for c in rows if c.trial == self.trial.number), None)
 
@@ -143,8 +147,9 @@ class BestResult:
 
 
 def best_result(study: optuna.Study) -> BestResult:
-    """The winner: the fastest confirmed configuration when `autotune confirm` ran, else the completed
-    trial with the best objective whose output matched the baseline's. In a pareto study (decode and
+    """The winner: when a confirmation (or race) ran, its winner, or the baseline where no configuration
+    was significantly faster than it there; else the completed trial with the best objective whose
+    output matched the baseline's. In a pareto study (decode and
     prompt tok/s) the pick on the front is the member with the best end-to-end tok/s."""
     complete = study.get_trials(deepcopy=False, states=(COMPLETE,))
     eligible = [t for t in complete if TrialRecord.of(t).lossless is not False]
@@ -169,9 +174,9 @@ def best_result(study: optuna.Study) -> BestResult:
                                      "run `autotune search`")
         best = max(ranked, key=lambda t: drift_corrected(t, complete))
     confirmation = stored_confirmation(study)
-    winner = confirmation.winner if confirmation else None
-    if winner is not None:
-        best = next((t for t in complete if t.number == winner.trial), best)
+    pick = confirmation.pick if confirmation is not None else None
+    if pick is not None:  # the winner, or the plain command where nothing earned its flags there
+        best = trial_of(study, pick) or best
     reference = TrialRecord.of(best).speedup_baseline_trial  # the baseline its speedup divides by
     baseline = (next(t for t in complete if t.number == reference) if reference is not None
                 else baseline_trial(study, Path(TrialRecord.of(best).config["target"])))

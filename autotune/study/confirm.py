@@ -1,7 +1,10 @@
 """Confirm a study's winners on another engine: re-measure the top configurations and the references
 (the baseline and, where the study measured it, llama.cpp's `--spec-default`), interleaved (baseline,
 default, A, B, baseline, default, A, B, ...) so drift hits all alike, and test each against the
-baseline with Welch's t-test.
+baseline with Welch's t-test. A row that drafted nothing or whose output is not the baseline's fails
+with the reason (autotune.study.checks). The winner is the row with the highest speedup over its own
+target's baseline among those significantly faster than it; where none is, there is no winner and
+the plain command is the answer.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from autotune.spec.command import ServerCommand
 from autotune.spec.config import SpecConfig
 from autotune.spec.default import SPEC_DEFAULT_FLAG
 from autotune.study.objectives import DEFAULT_OBJECTIVE, OBJECTIVES
+from autotune.study.checks import MeasurementCheck
 from autotune.study.records import SPEC_DEFAULT_ROLE, StudyRecord, TrialRecord, store_study
 from autotune.study.trials import baselines_of, drift_corrected, is_reference
 
@@ -91,12 +95,29 @@ class Confirmation:
         return round(row.mean_tok_s / reference.mean_tok_s, 4) if reference and reference.mean_tok_s else None
 
     @property
+    def fastest(self) -> ConfirmedConfig | None:
+        """The finalist (llama.cpp's default included: the command a user should run is the fastest one,
+        whoever found it) with the highest speedup over its own target's baseline, significant or not."""
+        return _by_speedup(self._finalists())
+
+    @property
     def winner(self) -> ConfirmedConfig | None:
-        """The fastest of the study's finalists, or llama.cpp's default where it measured faster than all
-        of them: the command a user should run is the fastest one, whoever found it."""
-        measured = [c for c in self.configs + self.spec_defaults
-                    if c.failure is None and c.role != "preset" and c.dropped is None]
-        return max(measured, key=lambda c: c.mean_tok_s) if measured else None
+        """The finalist with the highest speedup among those significantly faster than their baseline;
+        None where none is: no speculative configuration earned its flags in these rounds."""
+        return _by_speedup([c for c in self._finalists() if c.significantly_faster])
+
+    @property
+    def pick(self) -> ConfirmedConfig | None:
+        """What to run: the winner, else the baseline row of the fastest finalist's target (the plain
+        command: no speculative configuration was significantly faster)."""
+        if self.winner is not None:
+            return self.winner
+        target = self.fastest.target if self.fastest is not None else None
+        return next((b for b in self.baselines if target in (None, b.target)), None)
+
+    def _finalists(self) -> list[ConfirmedConfig]:
+        return [c for c in self.configs + self.spec_defaults
+                if c.failure is None and c.role != "preset" and c.dropped is None and c.speedup is not None]
 
     @property
     def preset(self) -> ConfirmedConfig | None:
@@ -105,6 +126,18 @@ class Confirmation:
     def welch_p(self, a: ConfirmedConfig, b: ConfirmedConfig) -> float | None:
         """Welch's t-test p-value (two-sided) between two rows' samples."""
         return welch_p(a.samples, b.samples)
+
+
+def _by_speedup(rows: list[ConfirmedConfig]) -> ConfirmedConfig | None:
+    return max(rows, key=lambda c: c.speedup) if rows else None
+
+
+def trial_of(study: optuna.Study, row: ConfirmedConfig) -> optuna.trial.FrozenTrial | None:
+    """The study trial a confirmed row measured again (a baseline row: its target's first baseline)."""
+    if row.role == "baseline" and row.trial is None:
+        found = baselines_of(study, Path(row.target))
+        return found[0] if found else None
+    return next((t for t in study.get_trials(deepcopy=False) if t.number == row.trial), None)
 
 
 def stored_confirmation(study: optuna.Study) -> Confirmation | None:
@@ -172,6 +205,7 @@ def confirm(
     samples: dict[int, list[float]] = {index: [] for index in range(len(entries))}
     serving: dict[int, dict[str, list[float]]] = {index: {} for index in range(len(entries))}
     concurrency = getattr(command, "parallel", 1)
+    check = MeasurementCheck(engine, mix, compare_output=command.sampling.is_greedy and concurrency == 1)
     failures: dict[int, str] = {}
     for round_ in range(repeats):
         for index, (role, _, config) in enumerate(entries):
@@ -180,6 +214,9 @@ def confirm(
             try:
                 with device_lock():
                     measurement = engine.measure(config, mix, max_tokens=max_tokens)
+                reason = check.failure(config, measurement)
+                if reason is not None:
+                    raise TrialFailure(reason)
                 tok_s = getattr(measurement, figure)  # what is compared: the study's objective's figure
                 for name in SERVING_FIGURES:
                     serving[index].setdefault(name, []).append(round(getattr(measurement, name), 3))

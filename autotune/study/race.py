@@ -6,7 +6,8 @@ the second round on, every entrant is compared with the leader (the fastest by m
 by prompt: a one-sided paired t-test on the log ratio of each prompt's mean decode tok/s, Holm-corrected
 over the comparisons of that round. An entrant significantly slower than the leader is dropped; the
 references are never dropped (every speedup is over the baseline measured in the same rounds). An
-entrant that drafts nothing is dropped at once: its server did not speculate.
+entrant that drafts nothing, or whose output is not the baseline's, is dropped at once
+(autotune.study.checks).
 
 The result is a `Confirmation` (autotune.study.confirm) like the measured strategy's, so `best`, the
 presets and the report read it the same way.
@@ -31,6 +32,7 @@ from autotune.measure.stats import ci95, welch_p
 from autotune.spec.command import ServerCommand
 from autotune.spec.config import SpecConfig
 from autotune.spec.default import SPEC_DEFAULT_FLAG
+from autotune.study.checks import MeasurementCheck
 from autotune.study.confirm import Confirmation, ConfirmedConfig
 from autotune.study.records import BASELINE_ROLE, SPEC_DEFAULT_ROLE
 
@@ -75,6 +77,7 @@ def race(engine: Engine, entrants: list[Entrant], mix: PromptMix, *, max_tokens:
          on_dropped: Callable[[Entrant], None] = lambda entrant: None) -> Confirmation:
     """Run the race (see the module docstring); entrants' configurations must share the baselines' targets."""
     played = 0
+    check = MeasurementCheck(engine, mix, compare_output=command.sampling.is_greedy and command.parallel == 1)
     for round_ in range(rounds):
         alive = [e for e in entrants if e.in_race]
         shift = round_ % len(alive)
@@ -86,8 +89,9 @@ def race(engine: Engine, entrants: list[Entrant], mix: PromptMix, *, max_tokens:
                 _drop(entrant, str(exc), round_, on_dropped)
                 on_measured(round_, entrant.label, None)
                 continue
-            if not entrant.config.is_baseline and measurement.n_drafted == 0:
-                _drop(entrant, "drafted nothing: speculation was inactive on the server", round_, on_dropped)
+            reason = check.failure(entrant.config, measurement)
+            if reason is not None:
+                _drop(entrant, reason, round_, on_dropped)
                 on_measured(round_, entrant.label, None)
                 continue
             _record(entrant, measurement)

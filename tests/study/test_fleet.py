@@ -97,8 +97,9 @@ def test_a_killed_worker_trial_is_failed_by_the_heartbeat_and_requeued(tiny_spac
     if killed == "search trial":
         (copy,) = requeued
         assert copy.state.is_finished() and copy.params == running.params
-    else:  # the survivor, finding no --spec-default measured, enqueued its own: the dead one is not re-queued
-        assert requeued == []
+    else:  # the survivor found the dead worker's process gone and re-queued its --spec-default (or, where
+        # the heartbeat failed it first, enqueued its own): measured once either way, below
+        assert len(requeued) <= 1
     assert all(t.state.is_finished() for t in trials)
     assert len(trials) == 6  # 4 counted trials, --spec-default and the dead worker's one
     for role in ("baseline", "spec-default"):  # each reference measured once

@@ -56,4 +56,10 @@ def test_a_race_on_llama_server_drops_a_slower_configuration_and_keeps_the_basel
     assert baseline_row.dropped is None and len(baseline_row.samples) == confirmation.repeats
     assert slow_row.dropped and "slower than the leader" in slow_row.dropped
     assert slow_row.speedup < 0.8  # measured: a same-size draft costs about what it saves, and more
-    assert confirmation.winner is not None and confirmation.winner.trial == 2
+    assert confirmation.fastest.trial == 2
+    # the winner only where significantly faster than the baseline (48 tokens here: often 1.0-1.1x, p > 0.05)
+    fast_row = next(c for c in confirmation.configs if c.trial == 2)
+    if fast_row.p_value < 0.05 and fast_row.speedup > 1:
+        assert confirmation.winner is fast_row
+    else:
+        assert confirmation.winner is None
