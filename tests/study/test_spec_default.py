@@ -4,7 +4,6 @@ re-measured at each drift check, confirmed with the finalists, and reported agai
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 
 import optuna
 import pytest
@@ -16,12 +15,33 @@ from autotune.engines.python import PythonEngine
 from autotune.hardware import hardware_key
 from autotune.study.best import best_result
 from autotune.study.search import SearchOptions, check_inputs, runnable_space
-from autotune.spec.default import SPEC_DEFAULT_PARAMS
 from storage import open_storage, resolve_storage_url
 from autotune.study.tuner import SearchSettings, Tuner
 
+#: llama.cpp's --spec-default (common/arg.cpp): ngram-mod, n-match 24, n-max 64, n-min 48, spelled out
 SPEC_DEFAULT_FLAGS = ["--spec-type", "ngram-mod", "--spec-ngram-mod-n-match", "24", "--spec-ngram-mod-n-max", "64",
                       "--spec-ngram-mod-n-min", "48"]
+SPEC_DEFAULT_STORED = {"ngram_mod_n_match": 24, "ngram_mod_n_min": 48, "ngram_mod_n_max": 64}
+
+#: a passage given twice, the second copy begun: ngram-mod's 24-token match finds the first copy, so
+#: --spec-default drafts (its 48-token minimum is there to copy) and Gemma, which continues the copy, accepts
+PASSAGE = ("The lighthouse keeper climbed the spiral stairs every evening at dusk, carrying a can of oil, a box of "
+           "matches and a small notebook in which he wrote the colour of the sky, the height of the waves and the "
+           "names of the ships that passed the point. In forty years he never missed a night, and the notebooks, "
+           "stacked in the cellar of the tower, became the only record of the harbour's traffic that survived the "
+           "fire which destroyed the town hall and its archives.")
+COPY_PROMPT = f"Passage:\n\n{PASSAGE}\n\nThe same passage, copied word for word:\n\n{PASSAGE[:160]}"
+
+GEMMA_SPACE = """
+[model]
+name = "gemma-copy"
+target = "{target}"
+context_size = 1024
+
+[spec_types.ngram-simple]
+ngram_simple_size_n = [1, 3]
+ngram_simple_size_m = [2, 8]
+"""
 
 
 def run(*args: str):
@@ -37,60 +57,99 @@ def server_study(tiny_space, models_dir, autotune_home, *extra) -> optuna.Study:
     return optuna.load_study(study_name=f"tiny@{hardware_key()}:server", storage=storage)
 
 
+@pytest.fixture
+def gemma_copy_study(gemma_path, tmp_path, autotune_home) -> optuna.Study:
+    """A server-engine study of the real Gemma 3 270M on the copy prompt: 3 trials, a drift check after each
+    searched one (so --spec-default is measured twice)."""
+    models = tmp_path / "gemma-models"
+    models.mkdir()
+    (models / gemma_path.name).symlink_to(gemma_path)
+    space = tmp_path / "gemma-copy.toml"
+    space.write_text(GEMMA_SPACE.format(target=gemma_path.name))
+    prompts = tmp_path / "copy.jsonl"
+    prompts.write_text(json.dumps({"id": "copy", "category": "copy", "prompt": COPY_PROMPT}) + "\n")
+    run("search", "--strategy", "measure", "--model", "gemma-copy", "--space", str(space), "--models-dir", str(models),
+        "--engine", "server", "--prompts", str(prompts), "--max-tokens", "8", "--no-confirm", "--trials", "3",
+        "--baseline-every", "1", "--seed", "1")
+    storage = f"sqlite:///{autotune_home / 'autotune.db'}"
+    return optuna.load_study(study_name=f"gemma-copy@{hardware_key()}:server", storage=storage)
+
+
 @pytest.mark.slow
-def test_spec_default_is_measured_after_the_baseline_again_at_each_drift_check_and_reported_by_best(
-        tiny_space, models_dir, autotune_home):
-    study = server_study(tiny_space, models_dir, autotune_home, "--trials", "5", "--baseline-every", "2", "--seed", "1")
-    trials = study.get_trials()
+def test_spec_default_is_measured_after_the_baseline_again_at_each_drift_check_and_reported_by_best(gemma_copy_study):
+    trials = gemma_copy_study.get_trials()
     roles = [t.user_attrs.get("role") for t in trials]
     assert roles[:2] == ["baseline", "spec-default"]
     spec_defaults = [t for t in trials if t.user_attrs.get("role") == "spec-default"]
     assert len(spec_defaults) >= 2 and all(t.user_attrs.get("drift_check") for t in spec_defaults[1:])
     for trial in spec_defaults:
-        # a reference is never pruned nor failed for drafting nothing (random weights draft nothing here)
         assert trial.state == optuna.trial.TrialState.COMPLETE, trial.user_attrs.get("fail_reason")
         assert trial.user_attrs["argv"][-len(SPEC_DEFAULT_FLAGS):] == SPEC_DEFAULT_FLAGS
-        assert trial.user_attrs["config"]["params"] == SPEC_DEFAULT_PARAMS
-        assert trial.user_attrs["speedup"] > 0
+        config = trial.user_attrs["config"]
+        assert (config["spec_type"], config["params"]) == ("ngram-mod", SPEC_DEFAULT_STORED)
+        # llama-server's own counts: the reference really ran llama.cpp's default, and Gemma kept copying
+        figures = trial.user_attrs["figures"]
+        assert figures["n_drafted"] > 0 and figures["n_accepted"] > 0, figures
+        # its speedup is over the baseline measured last before it (the drift check's own, after the first)
+        baseline = [t for t in trials if t.user_attrs.get("role") == "baseline" and t.number < trial.number][-1]
+        assert trial.user_attrs["speedup"] == pytest.approx(
+            figures["mix_tok_s"] / baseline.user_attrs["figures"]["mix_tok_s"], rel=1e-3)
     # neither drift checks nor the --spec-default reference count against --trials
     counted = [t for t in trials if not t.user_attrs.get("drift_check") and t.user_attrs.get("role") != "spec-default"]
-    assert len(counted) == 5 and counted[0].user_attrs["role"] == "baseline"
+    assert len(counted) == 3 and counted[0].user_attrs["role"] == "baseline"
 
-    best = json.loads(run("best", "--model", "tiny", "--json").stdout)
+    best = json.loads(run("best", "--model", "gemma-copy", "--json").stdout)
     chosen = next(t for t in trials if t.number == best["trial"])
     nearest = [t for t in spec_defaults if t.number <= chosen.number] or spec_defaults[:1]  # else the first after
     assert best["spec_default_tok_s"] == pytest.approx(nearest[-1].user_attrs["figures"]["mix_tok_s"], abs=1e-3)
     assert best["speedup_vs_spec_default"] == pytest.approx(best["speedup"] / nearest[-1].user_attrs["speedup"],
                                                             rel=1e-3)
-    assert "--spec-default" in run("best", "--model", "tiny").stdout
+    assert "--spec-default" in run("best", "--model", "gemma-copy").stdout
 
 
 @pytest.mark.slow
 def test_the_confirmation_measures_spec_default_in_the_same_rounds(tiny_space, models_dir, autotune_home):
-    server_study(tiny_space, models_dir, autotune_home, "--trials", "4", "--seed", "2", "--no-pruning")
+    study = server_study(tiny_space, models_dir, autotune_home, "--trials", "4", "--seed", "2", "--no-pruning")
+    # the tiny model's random output has no 24-token repeat, so --spec-default drafts nothing here: a reference
+    # is kept all the same in the study, never failed as inactive speculation (a searched configuration would be)
+    reference = next(t for t in study.trials if t.user_attrs.get("role") == "spec-default")
+    assert reference.state == optuna.trial.TrialState.COMPLETE, reference.user_attrs.get("fail_reason")
+    assert reference.user_attrs["figures"]["n_drafted"] == 0
     result = run("confirm", "--model", "tiny", "--top", "1", "--repeats", "2")
     assert "--spec-default" in result.output
+    # measured in the first round with the others; drafting nothing there too, it cannot be the winner
+    (row,) = optuna.load_study(study_name=study.study_name,
+                               storage=f"sqlite:///{autotune_home / 'autotune.db'}").user_attrs["confirmation"]["spec_defaults"]
+    assert row["trial"] == reference.number
+    assert row["failure"].startswith("drafted nothing: speculation was inactive")
     best = json.loads(run("best", "--model", "tiny", "--json").stdout)
-    confirmed = best["confirmed"]
-    assert confirmed["spec_default_tok_s"] > 0
-    assert confirmed["speedup_vs_spec_default"] == pytest.approx(confirmed["tok_s"] / confirmed["spec_default_tok_s"],
-                                                                 rel=1e-3)
+    assert best["confirmed"]["spec_default_tok_s"] is None and best["trial"] != reference.number
 
 
-def _row(role: str, trial: int, mean: float) -> ConfirmedConfig:
+def _row(role: str, trial: int | None, mean: float, p_value: float | None, speedup: float | None) -> ConfirmedConfig:
     return ConfirmedConfig(role, role, trial, "/m/t.gguf", ["llama-server"], [mean, mean + 1], mean, (mean - 1, mean + 1),
-                           None, None)
+                           p_value, speedup)
 
 
-def test_spec_default_is_the_winner_when_it_measured_fastest():
-    confirmation = Confirmation("server", "b1", 2, "2026-12-03", [_row("baseline", 0, 50.0)],
-                                [_row("trial", 5, 60.0)], [_row("spec-default", 1, 70.0)])
-    assert confirmation.winner.role == "spec-default"
+def test_spec_default_is_the_winner_when_it_is_significantly_fastest():
+    confirmation = Confirmation("server", "b1", 2, "2026-12-03", [_row("baseline", None, 50.0, None, None)],
+                                [_row("trial", 5, 60.0, 0.02, 1.2)], [_row("spec-default", 1, 70.0, 0.01, 1.4)])
+    assert confirmation.winner.role == "spec-default" and confirmation.pick is confirmation.winner
     assert confirmation.speedup_vs_spec_default(confirmation.configs[0]) == pytest.approx(60 / 70, rel=1e-3)
     restored = Confirmation.from_dict(confirmation.as_dict())
     assert restored == confirmation
     older = {k: v for k, v in confirmation.as_dict().items() if k != "spec_defaults"}  # stored before this reference
     assert Confirmation.from_dict(older).spec_defaults == []
+
+
+def test_a_faster_row_that_is_not_significant_never_wins_and_with_none_the_plain_command_does():
+    baseline = _row("baseline", None, 50.0, None, None)
+    noisy = _row("trial", 5, 70.0, 0.2, 1.4)
+    steady = _row("trial", 6, 60.0, 0.01, 1.2)
+    confirmation = Confirmation("server", "b1", 3, "2026-12-03", [baseline], [noisy, steady])
+    assert confirmation.fastest is noisy and confirmation.winner is steady
+    alone = Confirmation("server", "b1", 3, "2026-12-03", [baseline], [noisy])
+    assert alone.winner is None and alone.pick is baseline
 
 
 class _EngineWithoutNgramMod(PythonEngine):
@@ -149,7 +208,7 @@ def test_a_winning_spec_default_is_named_as_such_with_the_best_searched_configur
                   _stored_trial(None, "ngram-map-k", 63.0, 1.26)):
         study.add_trial(trial)
     def row(role: str, trial: int, mean: float) -> ConfirmedConfig:
-        return replace(_row(role, trial, mean), speedup=None if role == "baseline" else mean / 50.0, p_value=0.01)
+        return _row(role, trial, mean, None if role == "baseline" else 0.01, None if role == "baseline" else mean / 50.0)
 
     confirmation = Confirmation("server", "b1", 2, "2026-12-03", [row("baseline", 0, 50.0)],
                                 [row("trial", 2, 60.0)], [row("spec-default", 1, 72.0)])
