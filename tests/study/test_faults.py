@@ -77,7 +77,8 @@ def signal_a_server_run(argv, home: Path, models: Path, signum: int, window: str
 
 
 @pytest.mark.parametrize("signum, window", [(signal.SIGINT, "generation"), (signal.SIGTERM, "start-up"),
-                                            (signal.SIGHUP, "generation")])
+                                            (signal.SIGHUP, "generation")],
+                         ids=["SIGINT-generation", "SIGTERM-start-up", "SIGHUP-generation"])
 def test_a_stop_signal_closes_the_running_trial_kills_the_server_and_the_study_resumes(
         tiny_space, models_dir, autotune_home, signum, window):
     argv = search_args(tiny_space, models_dir, "--engine", "server", "--trials", "5", "--max-tokens", "48",
