@@ -84,22 +84,23 @@ def one_fault(models: Path, home: Path, signum: int, window: str) -> tuple[int |
 
 
 def fault_run(models: Path, runs: int) -> None:
-    print(f"(a) fault run: Gemma 3 270M, server engine, {runs} runs per signal and window")
+    print(f"(a) fault run: Gemma 3 270M, server engine, {runs} runs per signal and window, each in a fresh study")
     print(f"{'signal':8} {'window':10} {'exit codes':22} {'servers left':>12} {'RUNNING':>8} {'after next run':>14}")
     for name, signum in SIGNALS.items():
         for window in WINDOWS:
-            with tempfile.TemporaryDirectory(prefix="autotune-signals-") as home_dir:
-                home = Path(home_dir)
-                codes, left, running = Counter(), 0, 0
-                for _ in range(runs):
+            codes, left, running, after = Counter(), 0, 0, 0
+            for _ in range(runs):
+                with tempfile.TemporaryDirectory(prefix="autotune-signals-") as home_dir:
+                    home = Path(home_dir)
                     code, servers, stuck = one_fault(models, home, signum, window)
                     codes[code] += 1
                     left += servers
-                    running = stuck
-                env = {**os.environ, "AUTOTUNE_HOME": str(home)}
-                subprocess.run([sys.executable, "-m", "autotune", *search_args(models)], env=env, capture_output=True,
-                               timeout=900)
-                after = running_trials(home)
+                    running += stuck
+                    if stuck:  # the next run of the same command must close what the dead one left
+                        env = {**os.environ, "AUTOTUNE_HOME": str(home)}
+                        subprocess.run([sys.executable, "-m", "autotune", *search_args(models)], env=env,
+                                       capture_output=True, timeout=900)
+                        after += running_trials(home)
             shown = ", ".join(f"{c}x{n}" for c, n in sorted(codes.items(), key=lambda kv: str(kv[0])))
             print(f"{name:8} {window:10} {shown:22} {left:>12} {running:>8} {after:>14}", flush=True)
 
