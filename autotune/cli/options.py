@@ -140,6 +140,10 @@ _MEASUREMENT_OPTIONS = [
                       "and the --draft files."),
     click.option("--draft", "draft_files", type=click.Path(path_type=Path, dir_okay=False), multiple=True,
                  help="With --target: a draft GGUF (repeatable); its spec type follows from its architecture."),
+    click.option("--offline", is_flag=True,
+                 help="Download nothing from the Hugging Face Hub: use the files on disk (as HF_HUB_OFFLINE=1). "
+                      "Without it, the files the search space names on the hub that are not on disk are "
+                      "downloaded before the first trial."),
     click.option("--min-stream-tok-s", type=click.FloatRange(min=0, min_open=True),
                  help="Service level: a configuration whose per-stream decode tok/s (10th percentile) falls "
                       "below this is infeasible."),
@@ -151,7 +155,7 @@ _SETTINGS_FLAGS = ("trials", "max_tokens", "seed", "threads", "objective", "repe
                    "trial_timeout_s", "min_stream_tok_s")
 #: ... and those that say where its inputs come from and where it is kept (SearchOptions)
 _INPUT_FLAGS = ("engine_name", "prompts_file", "per_category", "storage_url", "space_file", "heartbeat_s",
-                "target_file", "draft_files")
+                "target_file", "draft_files", "offline")
 
 
 def measurement_options(command):

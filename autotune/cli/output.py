@@ -6,7 +6,7 @@ from __future__ import annotations
 from autotune.presets.confirmed import PresetResult
 from autotune.spec.command import format_command
 from autotune.spec.default import SPEC_DEFAULT_FLAG
-from autotune.study.best import BestResult
+from autotune.study.best import BestResult, SetAside
 from autotune.study.confirm import Confirmation
 from autotune.study.records import SPEC_DEFAULT_ROLE, TrialRecord
 from autotune.study.trials import is_spec_default
@@ -87,7 +87,18 @@ def best_text(result: BestResult | PresetResult) -> str:
         if result.speedup_vs_spec_default is not None and not is_spec_default(result.trial):
             measured += f", {result.speedup_vs_spec_default:.2f}x over --spec-default ({result.spec_default_tok_s:.1f})"
     lines.append("# " + measured if confirmed is not None else "# " + measured + " — not confirmed")
+    if result.set_aside is not None:
+        lines.append(set_aside_line(result.set_aside))
     return "\n".join(lines)
+
+
+def set_aside_line(set_aside: SetAside) -> str:
+    """The faster configuration the printed command's llama-server cannot run, and what it needs."""
+    record = TrialRecord.of(set_aside.trial)
+    speedup = f"{set_aside.speedup:.2f}x, " if set_aside.speedup is not None else ""
+    engine = ENGINE_LABELS.get(record.engine, record.engine)
+    return (f"# faster in the search: trial {set_aside.trial.number}, {record.label} ({speedup}{engine}): it "
+            f"{set_aside.needs}; `autotune best --server-bin BINARY` with a build that has them prints its command")
 
 
 def confirmation_table(result: Confirmation) -> str:

@@ -76,24 +76,29 @@ def search(options, server_bin, confirm_enabled, confirm_top, confirm_repeats, s
 @click.command()
 @study_options
 @json_option
-def best(model, hardware, engine, objective, concurrency, storage, as_json):
+@server_bin_option
+def best(model, hardware, engine, objective, concurrency, storage, as_json, server_bin):
     """Print the fastest configuration found for MODEL as a llama-server command line.
 
     The first line is the command; then its mix tok/s, the baseline's and the speedup. Without a
-    study for that hardware, the hardware's preset (from `confirm` or `nightly`) is printed.
+    study for that hardware, the hardware's preset (from `confirm` or `nightly`) is printed. The
+    command uses only flags the llama-server it names has (--server-bin, else the one that resolves);
+    a faster configuration that needs others (a fork's) is named in one line.
 
     \b
     Example:
         autotune best --model gemma3-270m --json
     """
     from autotune.errors import StudyNotFoundError
+    from autotune.llamacpp.runnable import command_check
     from autotune.presets.confirmed import PresetResult, stored_preset
     from autotune.study.best import best_result
     from autotune.study.catalog import open_study_of
 
     try:
         result = best_result(open_study_of(model, hardware=hardware, engine=engine, storage_url=storage,
-                                           objective=objective, concurrency=concurrency))
+                                           objective=objective, concurrency=concurrency),
+                             check=command_check(server_bin))
     except StudyNotFoundError:
         preset = stored_preset(model, hardware=hardware, storage_url=storage, concurrency=concurrency or 1)
         if preset is None:

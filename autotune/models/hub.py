@@ -58,7 +58,7 @@ def hub_endpoint() -> str | None:
     return os.environ.get("HF_ENDPOINT") or None
 
 
-def offline() -> bool:
+def offline_mode() -> bool:
     """The library's own offline switch, `HF_HUB_OFFLINE`, as it is now."""
     return os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in ("1", "ON", "YES", "TRUE")
 
@@ -67,8 +67,8 @@ def hub_files(space: SearchSpace) -> list[HubFile]:
     """Every file the space names on the hub: the targets, then the files of each draft type it searches."""
     found = []
     tables = [("model", space.model.targets)]
-    tables += [(f"drafts.{name}", pattern) for name, pattern in space.drafts.items()
-               if name in DRAFT_MODEL_TYPES and name in space.spec_types]
+    tables += [(f"drafts.{name}", pattern) for name, patterns in space.drafts.items()
+               if name in DRAFT_MODEL_TYPES and name in space.spec_types for pattern in patterns]
     for role, pattern in tables:
         if pattern.source is not None:
             found += [HubFile(role, pattern.source, name) for _, name in pattern.patterns()]
@@ -111,15 +111,16 @@ class PullResult:
     unreachable: str | None = None  # why the hub could not be asked (nothing was downloaded then)
 
 
-def pull(space: SearchSpace, *, latest: bool, cache_dir: Path | None = None,
+def pull(space: SearchSpace, *, latest: bool, offline: bool = False, cache_dir: Path | None = None,
          on_file: Callable[[HubFile, str], None] = lambda f, what: None) -> PullResult:
     """Download the space's hub files into the hub cache.
 
     `latest` off (`autotune pull`): only the files not in the cache. `latest` on (nightly): ask the hub
     for the current revision of every source first, and download a file whose revision is new.
     Every source is checked before anything is downloaded: a repo, revision or file that does not
-    exist raises HubSourceError (bad input). When the hub cannot be asked, the result says why and
-    the files on disk stay as they are; a file missing then raises AutotuneError only without `latest`.
+    exist raises HubSourceError (bad input). When the hub cannot be asked (or `offline`), the result says
+    why and the files on disk stay as they are; a file missing then raises AutotuneError only without
+    `latest`. `on_file` hears why each file is downloaded and how large it is, before its progress bar.
     """
     cache_dir = cache_dir or hub_cache_dir()
     files = hub_files(space)
@@ -127,7 +128,7 @@ def pull(space: SearchSpace, *, latest: bool, cache_dir: Path | None = None,
     if not wanted:
         return PullResult([(f, cached_file(f.source, f.filename, cache_dir), False) for f in files])
     try:
-        commits = _check_sources(wanted)
+        commits, sizes = _check_sources(wanted, offline=offline)
     except HubUnreachable as exc:
         if not latest:
             raise AutotuneError(f"cannot download {wanted[0].label}: {exc}") from None
@@ -138,39 +139,81 @@ def pull(space: SearchSpace, *, latest: bool, cache_dir: Path | None = None,
         if hub_file not in wanted or (before is not None and file_revision(before)["revision"] == commits[hub_file.source]):
             done.append((hub_file, before, False))
             continue
-        on_file(hub_file, "a new revision" if before is not None else "not in the cache")
+        why = "a new revision" if before is not None else "not in the cache"
+        on_file(hub_file, f"{why}, {format_size(sizes.get(hub_file))}")
         done.append((hub_file, _download(hub_file, cache_dir), True))
     return PullResult(done)
 
 
-def _check_sources(files: list[HubFile]) -> dict[HubSource, str]:
-    """The current commit of each source, after checking that its repo, revision and files exist."""
+def fetch_missing(missing: list[HubFile], *, offline: bool = False, cache_dir: Path | None = None,
+                  on_start: Callable[[str], None] = lambda line: None) -> str | None:
+    """Download `missing` (hub files a search needs that are on neither the hub cache nor the models dir)
+    before the first trial: `on_start` hears one line naming them and their sizes (from the hub's
+    metadata), then each shows huggingface_hub's progress bar. Offline (`offline`, or HF_HUB_OFFLINE) or
+    with the hub out of reach nothing is downloaded and the line that says so is returned: the search
+    goes on with the files on disk. A source that does not exist raises HubSourceError first."""
+    if not missing:
+        return None
+    names = ", ".join(f.label for f in missing)
+    try:
+        _, sizes = _check_sources(missing, offline=offline)
+    except HubUnreachable as exc:
+        return f"not downloaded ({exc}): {names}; going on with the files on disk"
+    cache_dir = cache_dir or hub_cache_dir()
+    known = [size for size in sizes.values() if size is not None]
+    total = format_size(sum(known)) if len(known) == len(missing) else "size unknown"
+    on_start(f"downloading {len(missing)} file{'s' if len(missing) > 1 else ''} from the hub ({total}) into "
+             f"{cache_dir}: " + "; ".join(f"{f.label} ({format_size(sizes.get(f))})" for f in missing))
+    for hub_file in missing:
+        _download(hub_file, cache_dir)
+    return None
+
+
+def format_size(size: int | None) -> str:
+    """Bytes as the hub shows them (decimal units): 5.03 GB, 639 MB."""
+    if size is None:
+        return "size unknown"
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if size >= scale:
+            return f"{size / scale:.3g} {unit}"
+    return f"{size} B"
+
+
+def _check_sources(files: list[HubFile], *, offline: bool) -> tuple[dict[HubSource, str], dict[HubFile, int | None]]:
+    """The current commit of each source and the size of each file, after checking that its repo,
+    revision and files exist."""
     commits: dict[HubSource, str] = {}
+    sizes: dict[HubFile, int | None] = {}
     for source in dict.fromkeys(f.source for f in files):
-        info = _model_info(source)
-        names = {s.rfilename for s in info.siblings or ()}
+        info = _model_info(source, offline=offline)
+        siblings = {s.rfilename: s for s in info.siblings or ()}
         for hub_file in files:
-            if hub_file.source == source and hub_file.filename not in names:
+            if hub_file.source != source:
+                continue
+            if hub_file.filename not in siblings:
                 raise HubSourceError(
                     f"{source.repo} has no file {hub_file.filename} at revision {source.revision or 'main'} "
                     f"(named by {hub_file.role} of the search space)"
                 )
+            sizes[hub_file] = getattr(siblings[hub_file.filename], "size", None)
         commits[source] = info.sha
-    return commits
+    return commits, sizes
 
 
-def _model_info(source: HubSource):
+def _model_info(source: HubSource, *, offline: bool):
     from huggingface_hub import HfApi
     from huggingface_hub.errors import (
         GatedRepoError, HfHubHTTPError, OfflineModeIsEnabled, RepositoryNotFoundError, RevisionNotFoundError,
     )
 
     try:
-        if offline():
-            raise OfflineModeIsEnabled("HF_HUB_OFFLINE is set")
-        return HfApi(endpoint=hub_endpoint()).model_info(source.repo, revision=source.revision)
-    except OfflineModeIsEnabled:
-        raise HubUnreachable("offline mode (HF_HUB_OFFLINE=1)") from None
+        if offline:
+            raise OfflineModeIsEnabled("--offline")
+        if offline_mode():
+            raise OfflineModeIsEnabled("HF_HUB_OFFLINE=1")
+        return HfApi(endpoint=hub_endpoint()).model_info(source.repo, revision=source.revision, files_metadata=True)
+    except OfflineModeIsEnabled as exc:
+        raise HubUnreachable(f"offline mode ({exc})") from None
     except GatedRepoError:
         raise HubSourceError(f"{source.repo} is gated: accept its terms on the hub and set HF_TOKEN "
                              "(or run `hf auth login`)") from None
@@ -198,7 +241,7 @@ def _download(hub_file: HubFile, cache_dir: Path) -> Path:
                                     cache_dir=cache_dir, endpoint=hub_endpoint()))
     except (HfHubHTTPError, LocalEntryNotFoundError, OSError, *_transport_errors()) as exc:
         raise AutotuneError(f"download of {hub_file.label} failed: {_first_line(exc)}; "
-                            "run `autotune pull` again to retry") from None
+                            "run the command again to retry") from None
 
 
 def _transport_errors() -> tuple[type[BaseException], ...]:

@@ -93,7 +93,7 @@ def plan_quantization(space: SearchSpace, models_dir: Path, quant: str, source: 
     quant = quant.upper()
     if quant not in quant_types():
         raise UsageError(f"unknown quantization {quant!r}; known: {', '.join(quant_types())}")
-    patterns = [space.model.targets, *space.drafts.values()]
+    patterns = [space.model.targets, *(p for found in space.drafts.values() for p in found)]
     pattern = next((p for p in patterns if quant in (q.upper() for q in p.quants)), space.model.targets)
     if QUANT_PLACEHOLDER not in pattern.pattern:
         raise UsageError(f"{space.path}: the file pattern {pattern.pattern!r} has no {QUANT_PLACEHOLDER} to name a new quant")

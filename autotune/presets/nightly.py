@@ -103,8 +103,8 @@ def run_nightly(options: SearchOptions, *, top: int, confirm_repeats: int, serve
     model, settings = options.model, options.settings
     if options.prompts_file:
         load_prompt_mix(options.prompts_file)  # a bad prompt file is found before a long download
-    pull_latest(load_model_space(model, options.space_file), reporter)
-    inputs = check_inputs(options)
+    pull_latest(load_model_space(model, options.space_file), reporter, offline=options.offline)
+    inputs = check_inputs(options, reporter.note)
     url = resolve_storage_url(options.storage_url)
     with PresetStore(url) as store:
         hashes = {path.name: store.cached_sha256(path) for path in inputs.files.paths}
@@ -139,11 +139,12 @@ def run_nightly(options: SearchOptions, *, top: int, confirm_repeats: int, serve
     return outcome
 
 
-def pull_latest(space: SearchSpace, reporter: SearchReporter) -> None:
-    """Download each hub file of `space` whose revision on the hub is new; offline, say so in one line
-    and go on with the files on disk."""
+def pull_latest(space: SearchSpace, reporter: SearchReporter, *, offline: bool = False) -> None:
+    """Download each hub file of `space` whose revision on the hub is new; offline (`offline`, or
+    HF_HUB_OFFLINE), say so in one line and go on with the files on disk."""
     if not hub_files(space):
         return
-    result = pull(space, latest=True, on_file=lambda f, why: reporter.note(f"downloading {f.label}: {why}"))
+    result = pull(space, latest=True, offline=offline,
+                  on_file=lambda f, why: reporter.note(f"downloading {f.label} ({why})"))
     if result.unreachable:
         reporter.note(f"hub not asked for new revisions: {result.unreachable}; going on with the files on disk")

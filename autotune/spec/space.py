@@ -104,17 +104,19 @@ class SearchSpace:
     path: Path
     model: ModelSection
     spec_types: dict[str, tuple[ParamRange, ...]] = field(default_factory=dict)
-    drafts: dict[str, FilePattern] = field(default_factory=dict)
+    #: per draft type, its file tables (`[drafts.<type>]`, or several as `[[drafts.<type>]]`: draft sizes from
+    #: different repos)
+    drafts: dict[str, tuple[FilePattern, ...]] = field(default_factory=dict)
     #: the `[runtime]` table: llama-server runtime flags searched with the spec parameters
     runtime: tuple[ParamRange, ...] = ()
 
-    def draft_files(self, spec_type: str) -> FilePattern | None:
+    def draft_files(self, spec_type: str) -> tuple[FilePattern, ...]:
         """Where the drafts of a draft-* spec type (or of a combination's draft member) are: its
-        [drafts.<type>] table, else model.draft."""
+        [drafts.<type>] tables, else model.draft (none: an empty tuple)."""
         spec_type = draft_member(spec_type) or spec_type
         if spec_type in self.drafts:
             return self.drafts[spec_type]
-        return FilePattern(self.model.draft) if self.model.draft else None
+        return (FilePattern(self.model.draft),) if self.model.draft else ()
 
     def restricted_to(self, runnable: set[str]) -> "SearchSpace":
         """The same space without the spec types an engine cannot run."""
@@ -239,7 +241,7 @@ class _SpaceParser:
             ranges.append(parsed)
         return tuple(ranges)
 
-    def parse_drafts(self, table: Any) -> dict[str, FilePattern]:
+    def parse_drafts(self, table: Any) -> dict[str, tuple[FilePattern, ...]]:
         if not isinstance(table, dict):
             raise self.fail("drafts", "expected [drafts.<spec type>] tables")
         drafts = {}
@@ -249,17 +251,23 @@ class _SpaceParser:
                 raise self.fail(key, f"drafts are given per draft type: [drafts.{draft_member(name) or 'draft-...'}]")
             if name not in DRAFT_MODEL_TYPES:
                 raise self.fail(key, f"not a draft spec type (known: {', '.join(sorted(DRAFT_MODEL_TYPES))})")
-            if not isinstance(entry, dict):
-                raise self.fail(key, "expected a table with file and quants")
-            for sub in entry:
-                if sub not in _DRAFT_KEYS:
-                    raise self.fail(f"{key}.{sub}", f"unknown key (known: {', '.join(_DRAFT_KEYS)})")
-            if not isinstance(entry.get("file"), str):
-                raise self.fail(f"{key}.file", "required string (a glob, or \"target\")")
-            quants = self.parse_quants(f"{key}.quants", entry.get("quants", []))
-            source = self.parse_source(key, "file", entry["file"], quants, entry)
-            drafts[name] = FilePattern(entry["file"], quants, source)
+            entries = entry if isinstance(entry, list) and entry else [entry]
+            drafts[name] = tuple(self.parse_draft_table(f"{key}[{i}]" if len(entries) > 1 else key, e)
+                                 for i, e in enumerate(entries))
         return drafts
+
+    def parse_draft_table(self, key: str, entry: Any) -> FilePattern:
+        """One `[drafts.<type>]` table (or one entry of `[[drafts.<type>]]`): file, quants, hf, revision."""
+        if not isinstance(entry, dict):
+            raise self.fail(key, "expected a table with file and quants")
+        for sub in entry:
+            if sub not in _DRAFT_KEYS:
+                raise self.fail(f"{key}.{sub}", f"unknown key (known: {', '.join(_DRAFT_KEYS)})")
+        if not isinstance(entry.get("file"), str):
+            raise self.fail(f"{key}.file", "required string (a glob, or \"target\")")
+        quants = self.parse_quants(f"{key}.quants", entry.get("quants", []))
+        source = self.parse_source(key, "file", entry["file"], quants, entry)
+        return FilePattern(entry["file"], quants, source)
 
     def parse_source(self, key: str, file_key: str, pattern: str, quants: tuple[str, ...],
                      table: dict[str, Any]) -> HubSource | None:

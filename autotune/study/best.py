@@ -8,6 +8,7 @@ from pathlib import Path
 import optuna
 
 from autotune.errors import AutotuneError, StudyNotFoundError
+from autotune.llamacpp.runnable import CommandCheck
 from autotune.spec.command import format_command
 from autotune.study.confirm import Confirmation, ConfirmedConfig, stored_confirmation, trial_of
 from autotune.study.objectives import DEFAULT_OBJECTIVE, OBJECTIVES
@@ -15,6 +16,26 @@ from autotune.study.records import StudyRecord, TrialRecord
 from autotune.study.trials import baseline_trial, decode_tok_s, drift_corrected, is_baseline, spec_default_near
 
 COMPLETE = optuna.trial.TrialState.COMPLETE
+
+
+@dataclass(frozen=True)
+class SetAside:
+    """A configuration faster than the printed one that the printed command's llama-server cannot run."""
+
+    trial: optuna.trial.FrozenTrial
+    lacking: tuple[str, ...]  # the flags (or `--spec-type X`) that binary lacks
+    binary: str  # that binary, in words
+    needs: str  # `needs X (the PCTree fork of llama.cpp), which <binary> lacks`
+
+    @property
+    def speedup(self) -> float | None:
+        return TrialRecord.of(self.trial).speedup
+
+    def as_dict(self) -> dict:
+        record = TrialRecord.of(self.trial)
+        return {"trial": self.trial.number, "label": record.label, "speedup": self.speedup,
+                "engine": record.engine, "command": format_command(list(record.argv)), "lacking": list(self.lacking),
+                "binary": self.binary}
 
 
 @dataclass(frozen=True)
@@ -30,6 +51,8 @@ class BestResult:
     objective: str = DEFAULT_OBJECTIVE  # what the study maximized (autotune.study.objectives)
     #: a predicted study's cost-model error against llama-server (median over the configurations it measured)
     calibration_error: float | None = None
+    #: a faster configuration the printed command's llama-server cannot run
+    set_aside: SetAside | None = None
 
     @property
     def record(self) -> TrialRecord:
@@ -112,6 +135,7 @@ class BestResult:
             "objective": self.objective,
             "predicted_speedup": self.predicted_speedup,
             "calibration_error": self.calibration_error,
+            "set_aside": None if self.set_aside is None else self.set_aside.as_dict(),
             "engine": record.engine,
             "figures": record.figures or None,
             "llama_cpp_build": record.llama_cpp_build,
@@ -146,11 +170,14 @@ class BestResult:
         }
 
 
-def best_result(study: optuna.Study) -> BestResult:
+def best_result(study: optuna.Study, *, check: CommandCheck | None = None) -> BestResult:
     """The winner: when a confirmation (or race) ran, its winner, or the baseline where no configuration
     was significantly faster than it there; else the completed trial with the best objective whose
     output matched the baseline's. In a pareto study (decode and
-    prompt tok/s) the pick on the front is the member with the best end-to-end tok/s."""
+    prompt tok/s) the pick on the front is the member with the best end-to-end tok/s.
+
+    With `check` (the llama-server the printed command names) the winner is the best configuration that
+    binary runs; the fastest one it cannot run (a fork's flags) is kept aside to be named beside it."""
     complete = study.get_trials(deepcopy=False, states=(COMPLETE,))
     eligible = [t for t in complete if TrialRecord.of(t).lossless is not False]
     if not eligible:
@@ -159,8 +186,32 @@ def best_result(study: optuna.Study) -> BestResult:
     if not feasible:
         raise AutotuneError(f"study {study.study_name!r}: no configuration meets its --min-stream-tok-s bound "
                             "(see `autotune trials`)")
-    eligible = feasible
     objective = StudyRecord.of(study).objective or DEFAULT_OBJECTIVE
+    confirmation = stored_confirmation(study)
+    best, front = _choose(study, complete, feasible, confirmation, objective)
+    set_aside = None
+    if check is not None:
+        runnable = [t for t in feasible if check.runs(TrialRecord.of(t).argv)]
+        fastest = best if not check.runs(TrialRecord.of(best).argv) else _fastest_speculative(complete, feasible)
+        if runnable:
+            best, front = _choose(study, complete, runnable, confirmation and confirmation.runnable_by(check),
+                                  objective)
+        lacking = check.lacking(TrialRecord.of(fastest).argv) if fastest not in (None, best) else ()
+        if lacking:
+            set_aside = SetAside(fastest, lacking, check.label, check.needs(lacking))
+    reference = TrialRecord.of(best).speedup_baseline_trial  # the baseline its speedup divides by
+    baseline = (next(t for t in complete if t.number == reference) if reference is not None
+                else baseline_trial(study, Path(TrialRecord.of(best).config["target"])))
+    return BestResult(study.study_name, best, baseline, confirmation=confirmation, front=front,
+                      spec_default=spec_default_near(study, best), objective=objective,
+                      calibration_error=_calibration_error(study, TrialRecord.of(best).config_target),
+                      set_aside=set_aside)
+
+
+def _choose(study: optuna.Study, complete: list[optuna.trial.FrozenTrial], eligible: list[optuna.trial.FrozenTrial],
+            confirmation: Confirmation | None, objective: str
+            ) -> tuple[optuna.trial.FrozenTrial, tuple[optuna.trial.FrozenTrial, ...]]:
+    """The winner among `eligible` (and the pareto front it was picked on)."""
     front: tuple[optuna.trial.FrozenTrial, ...] = ()
     if len(study.directions) > 1:
         pick = OBJECTIVES.get(objective, OBJECTIVES["pareto"]).pick_figure
@@ -173,16 +224,17 @@ def best_result(study: optuna.Study) -> BestResult:
             raise StudyNotFoundError(f"study {study.study_name!r} has no trial measured against a baseline yet: "
                                      "run `autotune search`")
         best = max(ranked, key=lambda t: drift_corrected(t, complete))
-    confirmation = stored_confirmation(study)
     pick = confirmation.pick if confirmation is not None else None
     if pick is not None:  # the winner, or the plain command where nothing earned its flags there
         best = trial_of(study, pick) or best
-    reference = TrialRecord.of(best).speedup_baseline_trial  # the baseline its speedup divides by
-    baseline = (next(t for t in complete if t.number == reference) if reference is not None
-                else baseline_trial(study, Path(TrialRecord.of(best).config["target"])))
-    return BestResult(study.study_name, best, baseline, confirmation=confirmation, front=front,
-                      spec_default=spec_default_near(study, best), objective=objective,
-                      calibration_error=_calibration_error(study, TrialRecord.of(best).config_target))
+    return best, front
+
+
+def _fastest_speculative(complete: list[optuna.trial.FrozenTrial],
+                         eligible: list[optuna.trial.FrozenTrial]) -> optuna.trial.FrozenTrial | None:
+    """The eligible speculative trial with the highest drift-corrected speedup in the study."""
+    ranked = [t for t in eligible if not is_baseline(t) and drift_corrected(t, complete) is not None]
+    return max(ranked, key=lambda t: drift_corrected(t, complete), default=None)
 
 
 def _calibration_error(study: optuna.Study, target: str | None) -> float | None:

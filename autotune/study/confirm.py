@@ -19,7 +19,7 @@ import optuna
 
 from autotune.engines import Engine, choose_engine, create_engine
 from autotune.errors import StudyNotFoundError, TrialFailure
-from autotune.llamacpp.server_binary import command_binary
+from autotune.llamacpp.runnable import CommandCheck, command_check
 from autotune.measure.device_lock import device_lock
 from autotune.measure.prompts import PromptMix, load_prompt_mix
 from autotune.measure.stats import ci95, welch_p
@@ -115,6 +115,11 @@ class Confirmation:
         target = self.fastest.target if self.fastest is not None else None
         return next((b for b in self.baselines if target in (None, b.target)), None)
 
+    def runnable_by(self, check: CommandCheck) -> "Confirmation":
+        """This confirmation without the rows whose command `check`'s llama-server cannot run."""
+        return replace(self, configs=[c for c in self.configs if check.runs(c.argv)],
+                       spec_defaults=[c for c in self.spec_defaults if check.runs(c.argv)])
+
     def _finalists(self) -> list[ConfirmedConfig]:
         return [c for c in self.configs + self.spec_defaults
                 if c.failure is None and c.role != "preset" and c.dropped is None and c.speedup is not None]
@@ -145,9 +150,10 @@ def stored_confirmation(study: optuna.Study) -> Confirmation | None:
     return None if data is None else Confirmation.from_dict(data)
 
 
-def top_trials(study: optuna.Study, top: int) -> list[optuna.trial.FrozenTrial]:
+def top_trials(study: optuna.Study, top: int, check: CommandCheck | None = None) -> list[optuna.trial.FrozenTrial]:
     """The `top` fastest completed, lossless, speculative trials with distinct configurations, ranked by
-    their speedup over the baseline measured nearest before each (drift cancels)."""
+    their speedup over the baseline measured nearest before each (drift cancels); with `check`, only
+    those whose command that llama-server runs."""
     complete = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
     seen: set[str] = set()
     chosen = []
@@ -156,7 +162,8 @@ def top_trials(study: optuna.Study, top: int) -> list[optuna.trial.FrozenTrial]:
         record = TrialRecord.of(trial)
         label = record.label
         if (is_reference(trial) or record.lossless is False or label in seen
-                or record.feasible is False):  # below --min-stream-tok-s
+                or record.feasible is False  # below --min-stream-tok-s
+                or (check is not None and not check.runs(record.argv))):
             continue
         seen.add(label)
         chosen.append(trial)
@@ -183,12 +190,14 @@ def confirm(
     preset: SpecConfig | None = None,
     on_measured: Callable[[int, str, float | None], None] = lambda r, label, tok_s: None,
     figure: str = "mix_tok_s",
+    check: CommandCheck | None = None,
 ) -> Confirmation:
     """Measure the references (the baseline and, where the study has it, llama.cpp's default, one each per
     target involved) and the top configurations `repeats` times, interleaved, and store the result with
     the study. `preset`, the configuration in use, is measured alongside so a new winner can be tested
-    against it; `command` spells each one's printed argv."""
-    trials = top_trials(study, top)
+    against it; `command` spells each one's printed argv, and with `check` only configurations whose
+    command that llama-server runs are finalists."""
+    trials = top_trials(study, top, check)
     if not trials:
         raise StudyNotFoundError(f"study {study.study_name!r} has no completed speculative trial to confirm")
     mix, max_tokens = study_prompt_mix(study)
@@ -276,11 +285,12 @@ def confirm_study(study: optuna.Study, *, top: int, repeats: int, engine_name: s
     if overrides:
         command = replace(command, sampling=replace(command.sampling, **overrides))
     engine_name = choose_engine(engine_name, concurrency=command.parallel, server_bin=server_bin)
+    check = command_check(server_bin)
     if engine_name == "server":
-        command = replace(command, binary=command_binary(server_bin)[0])
+        command = replace(command, binary=check.binary)
     figure = OBJECTIVES[stored.objective or DEFAULT_OBJECTIVE].confirm_figure
     with create_engine(engine_name, context_size=command.context_size, threads=command.threads, server_bin=server_bin,
                        base_flags=command.base_flags, sampling=command.sampling,
                        concurrency=command.parallel) as engine:
         return confirm(study, engine, top=top, repeats=repeats, command=command, preset=preset, on_measured=on_measured,
-                       figure=figure)
+                       figure=figure, check=check)

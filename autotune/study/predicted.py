@@ -26,6 +26,7 @@ from autotune.engines import choose_engine, create_engine
 from autotune.engines.drafters.build import CHAINABLE_TYPES
 from autotune.engines.python import PythonEngine
 from autotune.hardware import hardware_key
+from autotune.llamacpp.runnable import CommandCheck, command_check
 from autotune.llamacpp.server_binary import command_binary
 from autotune.models.files import file_sha256
 from autotune.predict.chains import chain_length
@@ -92,7 +93,7 @@ def run_predicted_search(options: SearchOptions, *, reporter: SearchReporter, se
     """Predict, then race (see the module docstring); returns the study's best (the race's winner). A search
     that cannot be predicted (`cannot_predict`) is measured instead (`run_search`), said in one line."""
     settings = options.settings
-    inputs = check_inputs(options)
+    inputs = check_inputs(options, reporter.note)
     reason = cannot_predict(settings, inputs.space)
     if reason is not None:
         reporter.note(f"not predicted: {reason}; measuring instead (as --strategy measure)")
@@ -137,8 +138,9 @@ def run_predicted_search(options: SearchOptions, *, reporter: SearchReporter, se
     baselines = _add_references(study, targets, command, arbiter, build)
     _predict_space(study, space, inputs, targets, command, baselines, race_options.predict_trials, settings.seed,
                    reporter)
-    _race(study, targets, inputs, settings, command, arbiter, engine_args, race_options, reporter)
-    return best_result(study)
+    check = command_check(server_bin)
+    _race(study, targets, inputs, settings, command, arbiter, engine_args, race_options, reporter, check)
+    return best_result(study, check=check)
 
 
 def _predictable(space: SearchSpace, reporter: SearchReporter) -> SearchSpace:
@@ -268,12 +270,12 @@ def _grid_size(space: SearchSpace, inputs: SearchInputs) -> int:
 
 def _race(study: optuna.Study, targets: dict, inputs: SearchInputs, settings: SearchSettings,
           command: ServerCommand, arbiter: str, engine_args: dict, race_options: RaceOptions,
-          reporter: SearchReporter) -> None:
-    """Race the best predicted configurations with the references; store the race as the confirmation and
-    the calibration refitted with every configuration it measured."""
+          reporter: SearchReporter, check: CommandCheck) -> None:
+    """Race the best predicted configurations whose command `check`'s llama-server runs with the references;
+    store the race as the confirmation and the calibration refitted with every configuration it measured."""
     entrants = [Entrant(TrialRecord.of(t).role, t.number, TrialRecord.of(t).spec_config())
                 for t in study.trials if TrialRecord.of(t).role in (BASELINE_ROLE, SPEC_DEFAULT_ROLE)]
-    picked = _finalists(study, race_options.top)
+    picked = _finalists(study, race_options.top, check)
     entrants += [Entrant("trial", t.number, TrialRecord.of(t).spec_config()) for t in picked]
     reporter.note(f"racing the {len(picked)} best predicted with the references on the {arbiter} engine, "
                   f"up to {race_options.rounds} interleaved rounds")
@@ -295,11 +297,12 @@ def _race(study: optuna.Study, targets: dict, inputs: SearchInputs, settings: Se
     _refit(study, targets, entrants)
 
 
-def _finalists(study: optuna.Study, top: int) -> list[optuna.trial.FrozenTrial]:
-    """The `top` best predicted trials, no two near-duplicates of one type: the same replayed counts, or a
-    predicted speedup within NEAR of one already chosen (racing both would measure one thing twice)."""
-    ranked = sorted((t for t in study.trials if TrialRecord.of(t).role is None and t.value is not None),
-                    key=lambda t: t.value, reverse=True)
+def _finalists(study: optuna.Study, top: int, check: CommandCheck) -> list[optuna.trial.FrozenTrial]:
+    """The `top` best predicted trials `check`'s llama-server runs, no two near-duplicates of one type: the
+    same replayed counts, or a predicted speedup within NEAR of one already chosen (racing both would
+    measure one thing twice)."""
+    ranked = sorted((t for t in study.trials if TrialRecord.of(t).role is None and t.value is not None
+                     and check.runs(TrialRecord.of(t).argv)), key=lambda t: t.value, reverse=True)
     chosen: list[optuna.trial.FrozenTrial] = []
     for trial in ranked:
         record = TrialRecord.of(trial)

@@ -8,6 +8,7 @@ arbiter (llama-server when one resolves), and the printed figures are the confir
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -16,11 +17,13 @@ import optuna
 from autotune.engines import DEFAULT_ENGINE, Engine, choose_engine, create_engine
 from autotune.errors import AutotuneError, ModelFileError, SearchSpaceError
 from autotune.hardware import hardware_key
+from autotune.llamacpp.runnable import command_check
 from autotune.llamacpp.server_binary import command_binary
 from autotune.measure.prompts import PromptMix, default_mix_path, load_prompt_mix
 from autotune.models.adhoc import adhoc_space
 from autotune.models.candidates import Candidates, find_candidates
-from autotune.models.files import PULL_HINT, ModelFiles, resolve_model_files
+from autotune.models.files import PULL_HINT, ModelFiles, missing_hub_files, resolve_model_files
+from autotune.models.hub import fetch_missing, offline_mode
 from autotune.settings import default_models_dir
 from autotune.spec.command import ServerCommand
 from autotune.spec.config import SpecConfig
@@ -64,6 +67,7 @@ class SearchOptions:
     levels: tuple[int, ...] = (1,)  # --concurrency: a study per level
     target_file: Path | None = None  # --target: an ad-hoc model, its space inferred (autotune.models.adhoc)
     draft_files: tuple[Path, ...] = ()  # --draft, with --target
+    offline: bool = False  # --offline: download nothing from the hub (as HF_HUB_OFFLINE=1)
 
     @property
     def model(self) -> str:
@@ -83,10 +87,12 @@ class ConfirmOptions:
     repeats: int = 3
 
 
-def check_inputs(options: SearchOptions) -> SearchInputs:
+def check_inputs(options: SearchOptions, note: Callable[[str], None]) -> SearchInputs:
     """Load and check everything the user named; a draft type none of whose pairs can run is an error.
-    What is only left out (a missing quant, one refused pair among good ones) becomes a note, said once
-    the storage has opened (run_study): bad input found later is then the one line a user sees."""
+    Hub files the space names that are not on disk are downloaded first (`note` hears the line before
+    the download starts). What is only left out (a missing quant, one refused pair among good ones, a
+    file not downloaded offline) becomes a note, said once the storage has opened (run_study): bad input
+    found later is then the one line a user sees."""
     model, threads = options.settings.model, options.settings.threads
     space = (adhoc_space(options.target_file, options.draft_files, name=model) if options.target_file
              else load_model_space(model, options.space_file))
@@ -94,7 +100,10 @@ def check_inputs(options: SearchOptions) -> SearchInputs:
         raise SearchSpaceError(f"{space.path}: [runtime] searches threads, and --threads {threads} fixes them: "
                                "drop one of the two")
     mix = load_prompt_mix(options.prompts_file) if options.prompts_file else None
-    files = resolve_model_files(space, options.models_dir or default_models_dir())
+    models_dir = options.models_dir or default_models_dir()
+    offline = options.offline or offline_mode()
+    not_fetched = fetch_missing(missing_hub_files(space, models_dir), offline=offline, on_start=note)
+    files = resolve_model_files(space, models_dir, offline=offline)
     candidates = find_candidates(files)
     for spec_type in space.spec_types:
         refused = [r for r in candidates.refused if r.spec_type == spec_type]
@@ -102,7 +111,7 @@ def check_inputs(options: SearchOptions) -> SearchInputs:
             raise ModelFileError(
                 f"{refused[0].describe()}; fix the drafts of {spec_type} in {space.path} or remove [spec_types.{spec_type}]"
             )
-    notes = []
+    notes = [not_fetched] if not_fetched else []
     for pattern in files.missing:
         hint = "" if pattern.endswith(f"({PULL_HINT})") else " (`autotune quantize` writes a missing quant)"
         notes.append(f"no file matches {pattern}: left out{hint}")
@@ -121,13 +130,13 @@ def run_search(options: SearchOptions, *, reporter: SearchReporter, server_bin: 
     configurations with the baseline, interleaved and repeated, on llama-server when a binary resolves,
     else in-process: the figures printed are those, not the best of many noisy single measurements."""
     settings = options.settings
-    inputs = check_inputs(options)
+    inputs = check_inputs(options, reporter.note)
     engine_name = choose_engine(options.engine_name, concurrency=settings.concurrency, server_bin=server_bin,
                                 note=reporter.note)
     study = run_study(inputs, settings, engine_name=engine_name, server_bin=server_bin,
                       storage_url=options.storage_url, reporter=reporter, heartbeat_s=options.heartbeat_s)
     multi_objective = len(study.directions) > 1  # a pareto pick is made on the front, not by decode tok/s
-    finalists = top_trials(study, confirm_options.top)
+    finalists = top_trials(study, confirm_options.top, command_check(server_bin))
     if confirm_options.enabled and not multi_objective and finalists:
         arbiter = choose_engine(None, concurrency=settings.concurrency, server_bin=server_bin)
         references = "the baseline and --spec-default" if any(map(is_spec_default, study.trials)) else "the baseline"
@@ -138,7 +147,7 @@ def run_search(options: SearchOptions, *, reporter: SearchReporter, server_bin: 
                       on_measured=lambda r, label, tok_s: reporter.note(
                           f"confirm round {r + 1}/{confirm_options.repeats}: {label}: "
                           + ("FAILED" if tok_s is None else f"{tok_s:.1f} tok/s")))
-    return best_result(study)
+    return best_result(study, check=command_check(server_bin))
 
 
 def run_study(

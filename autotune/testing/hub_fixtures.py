@@ -3,7 +3,8 @@
 `write_hub_cache` lays files out in a hub cache directory exactly as huggingface_hub does
 (`models--org--repo/{blobs,snapshots/<commit>,refs}`), for the real library to read back with
 `local_files_only`. `LocalHubEndpoint` is an HTTP server on 127.0.0.1 that answers the few hub
-requests a download makes (repo info, then HEAD and GET of `<repo>/resolve/<revision>/<file>`), for
+requests a download makes (repo info, with each file's size when asked for `blobs` as the hub does, then
+HEAD and GET of `<repo>/resolve/<revision>/<file>`), for
 `HF_ENDPOINT` to point at; with `break_after` it sends only that many bytes of a file and hangs up,
 as a dropped connection does.
 """
@@ -101,7 +102,7 @@ class LocalHubEndpoint:
                 path = unquote(self.path.split("?", 1)[0])
                 parts = path.strip("/").split("/")
                 if parts[:2] == ["api", "models"]:
-                    return self._repo_info(parts[2:])
+                    return self._repo_info(parts[2:], with_sizes="blobs=" in self.path.partition("?")[2])
                 if len(parts) >= 5 and parts[2] == "resolve":
                     return self._file("/".join(parts[:2]), parts[3], "/".join(parts[4:]), body)
                 self._fail(404, "EntryNotFound")
@@ -115,14 +116,15 @@ class LocalHubEndpoint:
                     repo = None
                 return repo
 
-            def _repo_info(self, parts: list[str]) -> None:
+            def _repo_info(self, parts: list[str], with_sizes: bool) -> None:
                 repo_id = "/".join(parts[:2])
                 revision = parts[3] if len(parts) > 3 and parts[2] == "revision" else "main"
                 repo = self._repo(repo_id, revision)
                 if repo is None:
                     return
                 data = json.dumps({"id": repo_id, "sha": repo.commit,
-                                   "siblings": [{"rfilename": name} for name in repo.files]}).encode()
+                                   "siblings": [{"rfilename": name, **({"size": len(content)} if with_sizes else {})}
+                                                for name, content in repo.files.items()]}).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))

@@ -26,7 +26,8 @@ def test_the_space_follows_from_the_headers_and_the_name_from_general_name(model
     assert space.model.name == "tiny-qwen3-a-s0"  # general.name, as a slug
     assert set(space.spec_types) == {"ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache",
                                      "draft-simple", "draft-dspark"}
-    assert space.drafts["draft-dspark"].pattern == str((models_dir / "tiny-dspark.gguf").resolve())
+    (dspark,) = space.drafts["draft-dspark"]
+    assert dspark.pattern == str((models_dir / "tiny-dspark.gguf").resolve())
     assert draft_type_of(read_gguf_info(models_dir / "tiny-dspark.gguf")) == "draft-dspark"
     pctree = {r.param.name for r in space.spec_types["draft-dspark"]}
     assert {"dspark_pctree", "dspark_pctree_k", "dspark_pctree_n"} <= pctree

@@ -118,7 +118,7 @@ def test_a_combination_table_inherits_its_members_ranges(tmp_path):
     space = load_space(space_file(tmp_path, SPACE))
     ranges = {r.param.name: (r.low, r.high) for r in space.spec_types["ngram-mod,draft-simple"]}
     assert ranges == {"draft_n_max": (1, 6), "ngram_mod_n_match": (2, 8), "ngram_mod_n_max": (2, 8)}  # its own n_max
-    assert space.draft_files("ngram-mod,draft-simple").pattern == "tiny-draft.gguf"
+    assert [p.pattern for p in space.draft_files("ngram-mod,draft-simple")] == ["tiny-draft.gguf"]
 
 
 @pytest.mark.parametrize("table, problem", [

@@ -23,7 +23,7 @@ from click.testing import CliRunner
 from autotune.cli.main import cli
 from autotune.study.confirm import Confirmation, ConfirmedConfig
 from autotune.errors import HubSourceError, SearchSpaceError
-from autotune.models.hub import file_revisions, hub_files
+from autotune.models.hub import file_revisions, format_size, hub_files
 from autotune.models.files import resolve_model_files
 from autotune.presets.export import export_presets
 from autotune.presets.confirmed import preset_from
@@ -97,7 +97,7 @@ def test_tables_name_their_hub_source(tmp_path):
                                                                'target = "t-{quant}.gguf"\nquants = ["Q8_0"]\n'
                                                                'hf = "org/targets"\nrevision = "v2"'), revision=C1))
     assert space.model.targets.source == HubSource("org/targets", "v2")
-    assert space.drafts["draft-simple"].source == HubSource(REPO, C1)
+    assert [d.source for d in space.drafts["draft-simple"]] == [HubSource(REPO, C1)]
     assert [f.label for f in hub_files(space)] == ["org/targets@v2/t-Q8_0.gguf", f"{REPO}@{C1}/draft-A.gguf"]
 
 
@@ -249,7 +249,7 @@ def test_a_night_downloads_a_new_revision(tmp_path, tiny_dir, target_only, cache
     with LocalHubEndpoint({REPO: HubRepo(C2, {"draft-A.gguf": released})}) as hub:
         monkeypatch.setenv("HF_ENDPOINT", hub.url)
         pull_latest(space, notes)
-        assert notes.lines == [f"downloading {REPO}/draft-A.gguf: a new revision"]
+        assert notes.lines == [f"downloading {REPO}/draft-A.gguf (a new revision, {format_size(len(released))})"]
         pull_latest(space, notes)  # the same revision again: nothing to download
         assert len(notes.lines) == 1
     (draft,) = resolve_model_files(space, target_only).drafts["draft-simple"]
@@ -347,8 +347,11 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 def test_the_nightly_examples_pull_dspark_drafts_for_qwen3_8b_with_real_options():
     space = load_space(EXAMPLES / "qwen3-8b-hub.toml")
-    assert space.model.name == "qwen3-8b" and space.drafts["draft-dspark"].source is not None
-    assert [f.filename for f in hub_files(space)] == ["dspark-Qwen3-8B-Q8_0.gguf", "dspark-Qwen3-8B-BF16.gguf"]
+    assert space.model.name == "qwen3-8b" and space.drafts["draft-dspark"][0].source is not None
+    assert [f.label for f in hub_files(space)] == [
+        "Qwen/Qwen3-8B-GGUF/Qwen3-8B-Q4_K_M.gguf", "Qwen/Qwen3-8B-GGUF/Qwen3-8B-Q8_0.gguf",
+        "your-org/Qwen3-8B-DSpark-GGUF/dspark-Qwen3-8B-Q8_0.gguf", "your-org/Qwen3-8B-DSpark-GGUF/dspark-Qwen3-8B-BF16.gguf",
+        "Qwen/Qwen3-0.6B-GGUF/Qwen3-0.6B-Q8_0.gguf"]
     cron = [line for line in (EXAMPLES / "nightly.cron").read_text().splitlines() if line and line[0].isdigit()]
     service = [line.removeprefix("ExecStart=") for line in (EXAMPLES / "systemd" / "autotune-nightly.service")
                .read_text().splitlines() if line.startswith("ExecStart=")]
@@ -403,7 +406,7 @@ def test_nightly_notices_a_new_release_on_the_hub(tmp_path, tiny_dir, target_onl
         monkeypatch.setenv("HF_ENDPOINT", hub.url)
         first = invoke(*args)
         assert first.exit_code == 0, first.output
-        assert f"downloading {REPO}/draft-A.gguf: not in the cache" in first.stderr
+        assert f"downloading {REPO}/draft-A.gguf (not in the cache, {format_size(len(draft_bytes(tiny_dir)))})" in first.stderr
         assert_revision_recorded(C1)
 
         downloads = len([r for r in hub.requests if r.startswith("GET /org")])
@@ -414,7 +417,7 @@ def test_nightly_notices_a_new_release_on_the_hub(tmp_path, tiny_dir, target_onl
         repos[REPO] = HubRepo(C2, {"draft-A.gguf": new_draft.read_bytes()})  # a new commit of the repo
         third = invoke(*args)
         assert third.exit_code in (0, 3, 4), third.output
-        assert f"downloading {REPO}/draft-A.gguf: a new revision" in third.stderr
+        assert f"downloading {REPO}/draft-A.gguf (a new revision, " in third.stderr
     names = sorted(s.study_name for s in optuna.get_all_study_summaries(url, include_best_trial=False))
     assert len(names) == 2 and names[1].endswith("/v2")  # the release started a new study version
     v2 = optuna.load_study(study_name=names[1], storage=url)

@@ -41,12 +41,28 @@ def test_every_bundled_space_loads():
 def test_ranges_fixed_values_and_steps(tmp_path):
     space = load_space(write(tmp_path, GOOD))
     assert space.model.targets.patterns() == [("Q4_K_M", "m-Q4_K_M.gguf"), ("Q8_0", "m-Q8_0.gguf")]
-    assert space.draft_files("draft-simple").patterns() == [("Q8_0", "small-Q8_0.gguf")]
+    assert [p.patterns() for p in space.draft_files("draft-simple")] == [[("Q8_0", "small-Q8_0.gguf")]]
     size_n, size_m = space.spec_types["ngram-simple"]
     assert (size_n.low, size_n.high, size_n.is_fixed) == (1, 4, False)
     assert size_m.is_fixed and size_m.low == 16
     (p_min,) = space.spec_types["draft-simple"]
     assert (p_min.low, p_min.high, p_min.step) == (0.0, 0.9, 0.1)
+
+
+def test_a_draft_type_may_take_drafts_from_several_tables(tmp_path):
+    two = GOOD.replace("[drafts.draft-simple]", "[[drafts.draft-simple]]") + """
+[[drafts.draft-simple]]
+hf = "org/bigger-draft"
+file = "bigger-{quant}.gguf"
+quants = ["Q8_0", "Q4_K_M"]
+"""
+    space = load_space(write(tmp_path, two))
+    small, bigger = space.draft_files("draft-simple")
+    assert small.patterns() == [("Q8_0", "small-Q8_0.gguf")] and small.source is None
+    assert bigger.source.repo == "org/bigger-draft"
+    assert bigger.patterns() == [("Q8_0", "bigger-Q8_0.gguf"), ("Q4_K_M", "bigger-Q4_K_M.gguf")]
+    with pytest.raises(SearchSpaceError, match=r"drafts\.draft-simple\[1\]\.quants: with hf"):
+        load_space(write(tmp_path, two.replace('quants = ["Q8_0", "Q4_K_M"]', "")))
 
 
 @pytest.mark.parametrize(

@@ -178,7 +178,7 @@ def test_an_engine_without_ngram_mod_says_once_that_the_study_has_no_spec_defaul
     options = SearchOptions(SearchSettings("tiny", trials=2, max_tokens=4, seed=0), engine_name="python",
                             models_dir=models_dir, space_file=tiny_space)
     notes = _Notes()
-    inputs = check_inputs(options)
+    inputs = check_inputs(options, notes.note)
     storage = open_storage(resolve_storage_url(None))
     with _EngineWithoutNgramMod(context_size=512) as engine:
         space = runnable_space(inputs.space, engine, inputs.candidates, notes)

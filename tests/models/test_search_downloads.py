@@ -1,0 +1,138 @@
+"""`autotune search --model qwen3-8b` on a machine with nothing placed by hand: the bundled space's hub
+files are downloaded before the first trial (after one line saying what and how large), and
+`--offline` downloads nothing.
+
+huggingface.co cannot be reached from here: `LocalHubEndpoint` (an HTTP server on 127.0.0.1 that answers
+the hub's API, files' sizes included) serves tiny GGUF files under the exact repo and file names the
+bundled search space names, and the real huggingface_hub downloads them.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import optuna
+import pytest
+from click.testing import CliRunner
+
+from autotune.cli.main import cli
+from autotune.models.hub import hub_files
+from autotune.spec.space import load_model_space
+from autotune.testing import tiny_gguf
+from autotune.testing.hub_fixtures import HubRepo, LocalHubEndpoint
+from storage import resolve_storage_url
+
+COMMIT = "3" * 40
+
+
+@pytest.fixture(scope="module")
+def qwen3_8b_repos(tmp_path_factory) -> dict[str, HubRepo]:
+    """Tiny qwen3 files under the names search_spaces/qwen3-8b.toml gives its hub files (two target quants
+    that differ, two draft sizes from two repos)."""
+    root = tmp_path_factory.mktemp("hub-files")
+    paths = {name: root / name for name in ("t4", "t8", "d06", "d17")}
+    tiny_gguf.write_qwen3_target(paths["t4"])
+    tiny_gguf.write_qwen3_target(paths["t8"], seed=3)
+    tiny_gguf.write_qwen3_target(paths["d06"], seed=1)
+    tiny_gguf.write_qwen3_target(paths["d17"], seed=2)
+    content = {key: path.read_bytes() for key, path in paths.items()}
+    return {
+        "Qwen/Qwen3-8B-GGUF": HubRepo(COMMIT, {"Qwen3-8B-Q4_K_M.gguf": content["t4"], "Qwen3-8B-Q8_0.gguf": content["t8"],
+                                               "README.md": b"not asked for"}),
+        "Qwen/Qwen3-0.6B-GGUF": HubRepo(COMMIT, {"Qwen3-0.6B-Q8_0.gguf": content["d06"]}),
+        "Qwen/Qwen3-1.7B-GGUF": HubRepo(COMMIT, {"Qwen3-1.7B-Q8_0.gguf": content["d17"]}),
+    }
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(cli, list(args))
+
+
+def file_gets(hub: LocalHubEndpoint) -> list[str]:
+    return [r for r in hub.requests if r.startswith("GET /Qwen/")]
+
+
+def test_the_bundled_spaces_name_the_official_repos_and_only_published_files():
+    qwen = [f.label for f in hub_files(load_model_space("qwen3-8b", None))]
+    assert qwen == ["Qwen/Qwen3-8B-GGUF/Qwen3-8B-Q4_K_M.gguf", "Qwen/Qwen3-8B-GGUF/Qwen3-8B-Q8_0.gguf",
+                    "Qwen/Qwen3-0.6B-GGUF/Qwen3-0.6B-Q8_0.gguf", "Qwen/Qwen3-1.7B-GGUF/Qwen3-1.7B-Q8_0.gguf"]
+    llama = [f.label for f in hub_files(load_model_space("llama3.1-8b", None))]
+    assert llama == ["bartowski/Meta-Llama-3.1-8B-Instruct-GGUF/Meta-Llama-3.1-8B-Instruct-Q4_K_M.gguf",
+                     "bartowski/Meta-Llama-3.1-8B-Instruct-GGUF/Meta-Llama-3.1-8B-Instruct-Q8_0.gguf",
+                     "bartowski/Llama-3.2-1B-Instruct-GGUF/Llama-3.2-1B-Instruct-Q8_0.gguf",
+                     "bartowski/Llama-3.2-1B-Instruct-GGUF/Llama-3.2-1B-Instruct-Q4_K_M.gguf"]
+    for model in ("qwen3-8b", "llama3.1-8b"):  # community drafts stay local files: no guessed repo
+        space = load_model_space(model, None)
+        assert all(p.source is None for t in ("draft-dspark", "draft-dflash", "draft-eagle3")
+                   for p in space.drafts.get(t, ()))
+
+
+@pytest.mark.slow
+def test_search_downloads_what_is_missing_says_how_large_and_runs(tmp_path, qwen3_8b_repos, monkeypatch):
+    models = tmp_path / "empty-models"
+    models.mkdir()
+    args = ["search", "--model", "qwen3-8b", "--models-dir", str(models), "--strategy", "measure", "--engine", "python",
+            "--trials", "3", "--max-tokens", "6", "--seed", "0", "--no-confirm", "--no-pruning"]
+    with LocalHubEndpoint(qwen3_8b_repos) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        first = invoke(*args)
+        assert first.exit_code == 0, first.output
+        sizes = {name: len(content) for repo in qwen3_8b_repos.values() for name, content in repo.files.items()}
+        total = sum(size for name, size in sizes.items() if name.endswith(".gguf"))
+        (line,) = [line for line in first.stderr.splitlines() if "downloading" in line]
+        assert line.startswith(f"autotune: downloading 4 files from the hub ({total / 1e6:.3g} MB) into "
+                               f"{os.environ['HF_HUB_CACHE']}: ")
+        for name in ("Qwen3-8B-Q4_K_M.gguf", "Qwen3-8B-Q8_0.gguf", "Qwen3-0.6B-Q8_0.gguf", "Qwen3-1.7B-Q8_0.gguf"):
+            assert f"/{name} ({sizes[name] / 1e3:.3g} kB)" in line
+        assert sorted(r.split("/")[-1] for r in file_gets(hub)) == sorted(n for n in sizes if n.endswith(".gguf"))
+        assert "dspark-Qwen3-8B-*" not in first.stderr  # each local draft is left out in one line, by its name
+        assert "no file matches dspark-Qwen3-8B-Q8_0.gguf: left out" in first.stderr
+        assert list(models.iterdir()) == []  # the models dir is never written
+
+        downloads = len(file_gets(hub))
+        second = invoke(*args, "--trials", "4")  # resumes (the last --trials counts): everything is cached now
+        assert second.exit_code == 0, second.output
+        assert "downloading" not in second.stderr and len(file_gets(hub)) == downloads
+    (summary,) = optuna.get_all_study_summaries(resolve_storage_url(None), include_best_trial=False)
+    trials = optuna.load_study(study_name=summary.study_name, storage=resolve_storage_url(None)).trials
+    targets = {Path(t.user_attrs["config"]["target"]) for t in trials if "config" in t.user_attrs}
+    assert targets and all(p.parent.name == COMMIT and "models--Qwen--Qwen3-8B-GGUF" in p.parts for p in targets)
+
+
+@pytest.mark.parametrize("how", ["--offline", "HF_HUB_OFFLINE=1"])
+def test_offline_with_nothing_cached_is_one_line_exit_2_and_writes_nothing(tmp_path, qwen3_8b_repos, monkeypatch,
+                                                                           autotune_home, how):
+    models = tmp_path / "empty-models"
+    models.mkdir()
+    args = ["search", "--model", "qwen3-8b", "--models-dir", str(models)]
+    if how == "--offline":
+        args.append("--offline")
+    else:
+        monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with LocalHubEndpoint(qwen3_8b_repos) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        result = invoke(*args)
+        assert hub.requests == []  # the hub was not even asked
+    assert result.exit_code == 2
+    assert result.stderr.splitlines() == [
+        f"autotune: error: no file matching 'Qwen3-8B-{{quant}}.gguf' from Qwen/Qwen3-8B-GGUF in the hub cache or {models}: "
+        "offline, nothing was downloaded: run again without --offline (and HF_HUB_OFFLINE) to download it"]
+    assert not (autotune_home.exists() and any(autotune_home.rglob("*.db")))
+    assert not Path(os.environ["HF_HUB_CACHE"]).exists() or not any(Path(os.environ["HF_HUB_CACHE"]).rglob("*.gguf"))
+
+
+def test_a_file_the_repo_does_not_publish_is_bad_input_before_anything_downloads(tmp_path, qwen3_8b_repos,
+                                                                                 monkeypatch):
+    repos = dict(qwen3_8b_repos)
+    repos["Qwen/Qwen3-1.7B-GGUF"] = HubRepo(COMMIT, {})  # the 1.7B draft withdrawn
+    models = tmp_path / "empty-models"
+    models.mkdir()
+    with LocalHubEndpoint(repos) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        result = invoke("search", "--model", "qwen3-8b", "--models-dir", str(models))
+        assert file_gets(hub) == []
+    assert result.exit_code == 2
+    assert result.stderr.splitlines() == [
+        "autotune: error: Qwen/Qwen3-1.7B-GGUF has no file Qwen3-1.7B-Q8_0.gguf at revision main "
+        "(named by drafts.draft-simple of the search space)"]
