@@ -11,6 +11,7 @@ and sometimes wrong in the ways a tree can cover: a token with several usual suc
 
 from __future__ import annotations
 
+import os
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -18,9 +19,43 @@ from typing import Iterable, Sequence
 import gguf
 import numpy as np
 
+from autotune.measure.prompts import Prompt, PromptMix
 from autotune.testing import tiny_gguf
 
-__all__ = ["QWEN3_VOCAB", "greedy_continuations", "bigram_table", "write_bigram_dspark_draft", "write_qwen3_pair"]
+__all__ = ["MIX", "QWEN3_VOCAB", "TRAINING_TEXTS", "greedy_continuations", "bigram_table", "require_dspark_symbols",
+           "write_bigram_dspark_draft", "write_qwen3_pair"]
+
+MIX = PromptMix(
+    "test",
+    (
+        Prompt("a", "qa", "The quick brown fox jumps over the lazy dog and the quick brown fox runs."),
+        Prompt("b", "rag", "Hello, world! This is a test prompt. Hello, world! This is a test prompt."),
+        Prompt("c", "writing", "A completely different text about gardens, tomatoes and summer evenings."),
+    ),
+)
+#: texts whose greedy continuations teach the bigram draft (prompt c is not among them)
+TRAINING_TEXTS = [
+    "Once upon a time there was a little robot who loved to read books.",
+    "def add(a, b):\n    return a + b\n\nprint(add(2, 3))",
+    "The weather today is sunny with a chance of rain in the afternoon.",
+    MIX.prompts[0].text,
+    MIX.prompts[1].text,
+]
+
+
+def require_dspark_symbols() -> None:
+    """Skip where this libllama lacks what in-process DSpark needs, on a developer's machine; fail under
+    CI (CI=true), whose llama-cpp-python must have them: there a skip would hide that nothing ran."""
+    import pytest
+
+    from autotune.engines.dflash import bindings as dfc
+
+    if dfc.available():
+        return
+    reason = f"libllama lacks {dfc.missing()}"
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"{reason}: CI must run the in-process DSpark tests", pytrace=False)
+    pytest.skip(reason)
 
 
 def greedy_continuations(target_path: str | Path, texts: Iterable[str], n_tokens: int = 64) -> list[list[int]]:

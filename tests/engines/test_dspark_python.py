@@ -27,21 +27,13 @@ from autotune.measure.prompts import Prompt, PromptMix
 from autotune.spec.config import SpecConfig
 from autotune.testing import tiny_gguf
 from autotune.testing.dspark_fixtures import (
+    MIX,
+    TRAINING_TEXTS,
     bigram_table,
     greedy_continuations,
+    require_dspark_symbols,
     write_bigram_dspark_draft,
 )
-
-
-def require_dspark_symbols() -> None:
-    """Skip where this libllama lacks what in-process DSpark needs, on a developer's machine; fail under
-    CI (CI=true), whose llama-cpp-python must have them: there a skip would hide that nothing ran."""
-    if dfc.available():
-        return
-    reason = f"libllama lacks {dfc.missing()}"
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(f"{reason}: CI must run the in-process DSpark tests", pytrace=False)
-    pytest.skip(reason)
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -49,22 +41,6 @@ def dspark_symbols():
     require_dspark_symbols()
 
 
-MIX = PromptMix(
-    "test",
-    (
-        Prompt("a", "qa", "The quick brown fox jumps over the lazy dog and the quick brown fox runs."),
-        Prompt("b", "rag", "Hello, world! This is a test prompt. Hello, world! This is a test prompt."),
-        Prompt("c", "writing", "A completely different text about gardens, tomatoes and summer evenings."),
-    ),
-)
-#: texts whose greedy continuations teach the bigram draft (prompt c is not among them)
-TRAINING_TEXTS = [
-    "Once upon a time there was a little robot who loved to read books.",
-    "def add(a, b):\n    return a + b\n\nprint(add(2, 3))",
-    "The weather today is sunny with a chance of rain in the afternoon.",
-    MIX.prompts[0].text,
-    MIX.prompts[1].text,
-]
 MAX_TOKENS = 40
 
 

@@ -28,7 +28,7 @@ import numpy as np
 
 from autotune.errors import ModelFileError
 
-__all__ = ["MAX_TREE_LEAVES", "MarkovHead", "Tree", "build_tree", "leading_ids"]
+__all__ = ["MAX_TREE_LEAVES", "BlockCandidates", "MarkovHead", "Tree", "build_tree", "leading_ids"]
 
 #: Sequence ids of the DSpark target context: a PCTree verify step uses one per leaf.
 MAX_TREE_LEAVES = 64
@@ -160,14 +160,35 @@ def _log_softmax(z: np.ndarray) -> np.ndarray:
     return z - (top + np.log(np.exp(z - top).sum(axis=-1, keepdims=True)))
 
 
+@dataclass(frozen=True)
+class BlockCandidates:
+    """What a tree reads of a block's rows: each row's leading `_CANDIDATES` token ids (in `leading_ids`'
+    order) and their logits. The replay (autotune.predict.blocks) stores exactly this per position, so a
+    tree built from it is the tree the engine builds from the whole rows."""
+
+    ids: np.ndarray  # (rows, candidates)
+    values: np.ndarray  # (rows, candidates), float32
+
+    @classmethod
+    def of(cls, rows: np.ndarray) -> "BlockCandidates":
+        ids = np.ascontiguousarray(leading_ids(rows, _CANDIDATES))
+        return cls(ids, np.take_along_axis(rows, ids, 1).astype(np.float32))
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def head(self, n_rows: int) -> "BlockCandidates":
+        return BlockCandidates(self.ids[:n_rows], self.values[:n_rows])
+
+
 class _Rows:
     """The block rows a tree reads, prepared for all its depths at once: the candidate tokens of a
     child at each depth (`ids`, one row per depth), their markov_w2 rows, the chain parent's
     log-probabilities over them, and the rows at them without the chain parent's Markov bias."""
 
-    def __init__(self, rows: np.ndarray, greedy_parents: list[int], markov: MarkovHead):
-        self.ids = leading_ids(rows, _CANDIDATES)
-        self.w2, values = markov.w2[self.ids], np.take_along_axis(rows, self.ids, 1)
+    def __init__(self, candidates: BlockCandidates, greedy_parents: list[int], markov: MarkovHead):
+        self.ids, values = candidates.ids, candidates.values
+        self.w2 = markov.w2[self.ids]
         bias = np.matmul(self.w2, markov.w1[greedy_parents][:, :, None])[:, :, 0]
         self.chain_logp = _log_softmax(values)
         self.base = values.astype(np.float32) - (bias * markov.scale if markov.scale != 1.0 else bias)
@@ -177,12 +198,13 @@ class _Rows:
         return _log_softmax(self.base[depth] + markov.bias(parent, self.w2[depth]))
 
 
-def build_tree(last: int, chain: list[int], rows: np.ndarray, markov: MarkovHead, *, k: int, n: int,
-               max_leaves: int = MAX_TREE_LEAVES) -> Tree:
+def build_tree(last: int, chain: list[int], rows: np.ndarray | BlockCandidates, markov: MarkovHead, *, k: int,
+               n: int, max_leaves: int = MAX_TREE_LEAVES) -> Tree:
     """The PCTree of one DSpark block.
 
-    `rows[d]` are the block's (Markov-biased) logits of draft depth d + 1 and `chain` the greedy
-    draft read from them (possibly shorter than `rows`: p-min, n-max, room). The tree holds the
+    `rows[d]` are the block's (Markov-biased) logits of draft depth d + 1 (whole rows, or their
+    `BlockCandidates`) and `chain` the greedy draft read from them (possibly shorter than `rows`:
+    p-min, n-max, room). The tree holds the
     first `n` tokens of the chain, then the best of the top-`k` children of its nodes by path
     log-probability, children scored with the Markov bias of their own parent. Expansion is lazy
     (a child never scores above its parent), so only nodes that can still win are expanded.
@@ -194,7 +216,9 @@ def build_tree(last: int, chain: list[int], rows: np.ndarray, markov: MarkovHead
     on_chain = [True]
     kids: list[set[int]] = [set()]
     n_leaves = 1
-    prepared = _Rows(rows[:depth_max], [last] + chain[: depth_max - 1], markov) if depth_max else None
+    if isinstance(rows, np.ndarray):
+        rows = BlockCandidates.of(rows[:depth_max])
+    prepared = _Rows(rows.head(depth_max), [last] + chain[: depth_max - 1], markov) if depth_max else None
 
     def add(parent: int, token: int, score: float, chain_node: bool) -> int:
         nonlocal n_leaves
