@@ -91,6 +91,7 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
+        (root / "pair").mkdir()
         run(f"fixture pair at a {args.vocab}-token vocabulary (random weights)",
             write_qwen3_pair(root / "pair", vocab_size=args.vocab, ctx=1024), args.max_tokens)
         target = tiny_gguf.write_qwen3_target(root / "tiny-target.gguf")
