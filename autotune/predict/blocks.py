@@ -27,7 +27,7 @@ from autotune.engines.drafters.base import Drafter
 from autotune.engines.drafters.draft_model import top_k_probability
 from autotune.engines.speculation import Steps
 from autotune.measure.measurement import extend_until_stop
-from autotune.predict.replay import END, PromptReplay, Replay
+from autotune.predict.replay import END, PromptReplay, Replay, script_of
 from autotune.predict.trajectory import Trajectories, Trajectory
 from autotune.spec.config import SpecConfig
 
@@ -151,9 +151,7 @@ def replay_tree(blocks: DraftBlocks, config: SpecConfig, markov: MarkovHead, tra
     k, n = max(1, int(config.value("dspark_pctree_k"))), max(1, int(config.value("dspark_pctree_n")))
     prompts = []
     for trajectory in trajectories.prompts:
-        script = list(trajectory.tokens[:trajectories.max_tokens])
-        if trajectory.stopped and len(trajectory.tokens) < trajectories.max_tokens:
-            script.append(END)
+        script = script_of(trajectory, trajectories.max_tokens)
         prompt = list(trajectory.prompt_tokens)
         cutter.begin(prompt)
         history, generated, steps, decodes = list(prompt), script[:1], Steps(), 0

@@ -77,9 +77,7 @@ def replay(drafter: Drafter | None, trajectories: Trajectories, *, warmup_tokens
 
 def replay_prompt(drafter: Drafter | None, trajectory: Trajectory, max_tokens: int) -> PromptReplay:
     """One request: the drafter sees the prompt, then drafts against the trajectory up to `max_tokens`."""
-    script = list(trajectory.tokens[:max_tokens])
-    if trajectory.stopped and len(trajectory.tokens) < max_tokens:
-        script.append(END)
+    script = script_of(trajectory, max_tokens)
     prompt = list(trajectory.prompt_tokens)
     if drafter is not None:
         drafter.process(prompt, 0)
@@ -98,3 +96,12 @@ def replay_prompt(drafter: Drafter | None, trajectory: Trajectory, max_tokens: i
                       is_eog=lambda token: token == END)
     decodes = drafter.draft_decodes - decodes_before if drafter is not None else 0
     return PromptReplay(trajectory.prompt_id, len(generated), steps, decodes)
+
+
+def script_of(trajectory: Trajectory, max_tokens: int) -> list[int]:
+    """What the target generates in a replay of `trajectory`: its tokens up to `max_tokens`, and END where
+    it stopped before."""
+    script = list(trajectory.tokens[:max_tokens])
+    if trajectory.stopped and len(trajectory.tokens) < max_tokens:
+        script.append(END)
+    return script

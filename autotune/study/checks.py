@@ -15,6 +15,7 @@ from autotune.engines.base import Engine
 from autotune.measure.lossless import compare_outputs
 from autotune.measure.measurement import Measurement
 from autotune.measure.prompts import PromptMix
+from autotune.spec.command import ServerCommand
 from autotune.spec.config import SpecConfig
 
 
@@ -26,6 +27,11 @@ class MeasurementCheck:
         self.mix = mix
         self.compare_output = compare_output  # greedy sampling, one stream: the output is determined
         self._baseline_output: dict[Path, list[list[int]]] = {}
+
+    @classmethod
+    def for_command(cls, engine: Engine, mix: PromptMix, command: ServerCommand) -> "MeasurementCheck":
+        """The check for measurements made as `command` runs: outputs compared at greedy sampling, one stream."""
+        return cls(engine, mix, compare_output=command.sampling.is_greedy and command.parallel == 1)
 
     def failure(self, config: SpecConfig, measurement: Measurement) -> str | None:
         """Why `measurement` of `config` is not a result (None when it is); a baseline's output is kept."""

@@ -213,8 +213,8 @@ def confirm(
         engine.prepare(baseline, mix, max_tokens=max_tokens)
     samples: dict[int, list[float]] = {index: [] for index in range(len(entries))}
     serving: dict[int, dict[str, list[float]]] = {index: {} for index in range(len(entries))}
-    concurrency = getattr(command, "parallel", 1)
-    check = MeasurementCheck(engine, mix, compare_output=command.sampling.is_greedy and concurrency == 1)
+    concurrency = command.parallel
+    measurement_check = MeasurementCheck.for_command(engine, mix, command)
     failures: dict[int, str] = {}
     for round_ in range(repeats):
         for index, (role, _, config) in enumerate(entries):
@@ -223,7 +223,7 @@ def confirm(
             try:
                 with device_lock():
                     measurement = engine.measure(config, mix, max_tokens=max_tokens)
-                reason = check.failure(config, measurement)
+                reason = measurement_check.failure(config, measurement)
                 if reason is not None:
                     raise TrialFailure(reason)
                 tok_s = getattr(measurement, figure)  # what is compared: the study's objective's figure

@@ -280,7 +280,7 @@ def _race(study: optuna.Study, targets: dict, inputs: SearchInputs, settings: Se
     reporter.note(f"racing the {len(picked)} best predicted with the references on the {arbiter} engine, "
                   f"up to {race_options.rounds} interleaved rounds")
     if arbiter == "server":
-        command = replace(command, binary=command_binary(engine_args["server_bin"])[0])
+        command = replace(command, binary=check.binary)
     with create_engine(arbiter, **engine_args) as engine:
         confirmation = race(
             engine, entrants, inputs.mix, max_tokens=settings.max_tokens, rounds=race_options.rounds, command=command,

@@ -77,7 +77,7 @@ def race(engine: Engine, entrants: list[Entrant], mix: PromptMix, *, max_tokens:
          on_dropped: Callable[[Entrant], None] = lambda entrant: None) -> Confirmation:
     """Run the race (see the module docstring); entrants' configurations must share the baselines' targets."""
     played = 0
-    check = MeasurementCheck(engine, mix, compare_output=command.sampling.is_greedy and command.parallel == 1)
+    check = MeasurementCheck.for_command(engine, mix, command)
     for round_ in range(rounds):
         alive = [e for e in entrants if e.in_race]
         shift = round_ % len(alive)

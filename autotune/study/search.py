@@ -136,7 +136,8 @@ def run_search(options: SearchOptions, *, reporter: SearchReporter, server_bin: 
     study = run_study(inputs, settings, engine_name=engine_name, server_bin=server_bin,
                       storage_url=options.storage_url, reporter=reporter, heartbeat_s=options.heartbeat_s)
     multi_objective = len(study.directions) > 1  # a pareto pick is made on the front, not by decode tok/s
-    finalists = top_trials(study, confirm_options.top, command_check(server_bin))
+    check = command_check(server_bin)  # the llama-server the printed command names
+    finalists = top_trials(study, confirm_options.top, check)
     if confirm_options.enabled and not multi_objective and finalists:
         arbiter = choose_engine(None, concurrency=settings.concurrency, server_bin=server_bin)
         references = "the baseline and --spec-default" if any(map(is_spec_default, study.trials)) else "the baseline"
@@ -147,7 +148,7 @@ def run_search(options: SearchOptions, *, reporter: SearchReporter, server_bin: 
                       on_measured=lambda r, label, tok_s: reporter.note(
                           f"confirm round {r + 1}/{confirm_options.repeats}: {label}: "
                           + ("FAILED" if tok_s is None else f"{tok_s:.1f} tok/s")))
-    return best_result(study, check=command_check(server_bin))
+    return best_result(study, check=check)
 
 
 def run_study(
