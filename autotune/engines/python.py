@@ -149,7 +149,7 @@ class PythonEngine(Engine):
     def prepare(self, config: SpecConfig, mix: PromptMix, *, max_tokens: int) -> None:
         self.load(config)
         if config.spec_type in DFLASH_TYPES:
-            self._dflash_pair(config)  # a draft that cannot feed on this target fails here, before any trial
+            self.dflash_pair(config)  # a draft that cannot feed on this target fails here, before any trial
         for prompt in mix:
             self._prompts.tokens(config.target, prompt, max_tokens)
 
@@ -258,12 +258,12 @@ class PythonEngine(Engine):
         """The generation loop for `config`: DFlash and DSpark run their own (layer features, trees)."""
         sampler = self.sampler("target", config.target)
         if config.spec_type in DFLASH_TYPES:
-            return DFlashDrafter(self._dflash_pair(config), config, sampler).generate
+            return DFlashDrafter(self.dflash_pair(config), config, sampler).generate
         target = self.context("target", config.target)
         drafter = self._drafter(config)
         return lambda prompt, tokens, max_tokens: self._generate(target, sampler, drafter, prompt, tokens, max_tokens)
 
-    def _dflash_pair(self, config: SpecConfig) -> DFlashPair:
+    def dflash_pair(self, config: SpecConfig) -> DFlashPair:
         """The target and DFlash/DSpark draft of `config` bound for in-process drafting (kept across trials)."""
         key = ("dflash", config.target, config.draft)
         if key not in self._contexts:

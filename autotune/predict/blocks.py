@@ -18,6 +18,7 @@ engine's own `build_tree`; the tree's accepted path is read off the trajectory.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Sequence
 
 import numpy as np
 
@@ -37,7 +38,7 @@ class Block:
     """One position's draft block, as far as the replay reads it (rows from the first one the type reads)."""
 
     chain: tuple[int, ...]  # each row's argmax
-    top_probability: tuple[float, ...]  # each row's top-10 probability of its argmax
+    top_probability: tuple[float, ...] | None  # each row's top-10 probability of its argmax, where asked for
     confidence: tuple[float, ...] | None  # DSpark's confidence head, where asked for
     candidates: BlockCandidates | None  # PCTree's view of the rows, where asked for
 
@@ -54,36 +55,41 @@ class DraftBlocks:
     draft_decodes: int = 0  # what recording cost: blocks and single-token injections
 
     @classmethod
-    def record(cls, pair: DFlashPair, trajectories: Trajectories, *, spec_type: str, n_max: int,
-               confidence: bool = False, candidates: bool = False) -> "DraftBlocks":
-        """Walk every trajectory through the target and the draft, decoding one block per position; `n_max`
-        is clamped to what the draft's block gives, as llama.cpp clamps it."""
+    def record(cls, pair: DFlashPair, trajectories: Trajectories, *, spec_type: str, n_maxes: Sequence[int],
+               p_min: bool = False, confidence: bool = False, candidates: Sequence[int] = ()) -> dict[int, "DraftBlocks"]:
+        """Walk every trajectory through the target once and the draft once per block size, decoding one
+        block per position and size; keyed by n_max, each clamped to what the draft's block gives, as
+        llama.cpp clamps it. `p_min`: keep what a p_min cut reads (DSpark's confidence with `confidence`,
+        else each row's top-10 probability: a pass over the vocabulary per row, so only when asked);
+        `candidates`: the n_max values whose PCTree candidates are kept."""
         first_row = 0 if pair.anchor_first(spec_type) else 1
         limit = pair.n_draft_max(spec_type)
-        found = cls(spec_type, min(n_max, limit) + first_row, first_row, limit)
+        found = {n: cls(spec_type, n + first_row, first_row, limit) for n in sorted({min(n, limit) for n in n_maxes})}
+        keep = {min(n, limit) for n in candidates}
         for trajectory in trajectories.prompts:
-            found.blocks[tuple(trajectory.prompt_tokens)] = found._walk(pair, trajectory, confidence, candidates)
+            features = layer_inputs(pair, list(trajectory.prompt_tokens) + list(trajectory.tokens))
+            for n, blocks in found.items():
+                blocks.blocks[tuple(trajectory.prompt_tokens)] = blocks._walk(
+                    pair, trajectory, features, p_min=p_min and not confidence, confidence=p_min and confidence,
+                    candidates=n in keep)
         return found
 
-    def _walk(self, pair: DFlashPair, trajectory: Trajectory, confidence: bool, candidates: bool) -> list[Block]:
-        target, draft = pair.target, pair.draft
-        target.clear()
+    def _walk(self, pair: DFlashPair, trajectory: Trajectory, features: np.ndarray, *, p_min: bool,
+              confidence: bool, candidates: bool) -> list[Block]:
+        draft = pair.draft
         draft.clear()
-        tokens = list(trajectory.prompt_tokens) + list(trajectory.tokens)
         n_prompt = len(trajectory.prompt_tokens)
-        features = np.concatenate([self._decode(pair, tokens[start:start + target.n_batch], start)
-                                   for start in range(0, len(tokens), target.n_batch)])
         draft.inject(features[:n_prompt], 0)
         blocks = []
         for p, last in enumerate(trajectory.tokens):
             position = n_prompt + p
-            if position + self.size > target.n_ctx:
+            if position + self.size > pair.target.n_ctx:
                 break
             logits, conf = draft.block([last] + [pair.mask_token] * (self.size - 1), position, confidence=confidence)
             rows = logits[self.first_row:]
             blocks.append(Block(
                 chain=tuple(int(t) for t in rows.argmax(axis=1)),
-                top_probability=tuple(float(top_k_probability(row)) for row in rows),
+                top_probability=tuple(float(top_k_probability(row)) for row in rows) if p_min else None,
                 confidence=tuple(float(c) for c in conf[self.first_row:]) if confidence else None,
                 candidates=BlockCandidates.of(rows) if candidates else None,
             ))
@@ -92,13 +98,25 @@ class DraftBlocks:
             self.draft_decodes += 2
         return blocks
 
-    @staticmethod
-    def _decode(pair: DFlashPair, chunk: list[int], start: int) -> np.ndarray:
-        pair.target.decode(chunk, start)
-        return np.array(pair.target.features(slice(0, len(chunk))))
+    @property
+    def has_candidates(self) -> bool:
+        """Whether PCTree's candidates were kept (a tree can be built from these blocks)."""
+        return any(blocks[0].candidates is not None for blocks in self.blocks.values() if blocks)
 
     def drafter(self, config: SpecConfig) -> "BlockCutDrafter":
         return BlockCutDrafter(self, config)
+
+
+def layer_inputs(pair: DFlashPair, tokens: Sequence[int]) -> np.ndarray:
+    """The target's layer inputs (what the draft is fed) at every position of `tokens`, decoded from 0."""
+    target = pair.target
+    target.clear()
+    parts = []
+    for start in range(0, len(tokens), target.n_batch):
+        chunk = list(tokens[start:start + target.n_batch])
+        target.decode(chunk, start)
+        parts.append(np.array(target.features(slice(0, len(chunk)))))
+    return np.concatenate(parts)
 
 
 class BlockCutDrafter(Drafter):

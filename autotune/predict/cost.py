@@ -14,7 +14,7 @@ import random
 import statistics
 import time
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -54,55 +54,81 @@ class Curve:
         return {"sizes": list(self.sizes), "depths": list(self.depths), "ms": [list(r) for r in self.ms],
                 "spread": self.spread}
 
-    @classmethod
-    def from_dict(cls, data: dict) -> "Curve":
-        return cls(tuple(data["sizes"]), tuple(data["depths"]), tuple(tuple(r) for r in data["ms"]), data["spread"])
-
 
 @dataclass(frozen=True)
 class CostModel:
-    """A target's step costs (and its drafts', by draft file name), measured on this machine."""
+    """A target's step costs (and its drafts', by draft file name), measured on this machine.
+
+    A draft model (draft-simple) has `drafts` (its decode per batch size) and `draft_sampler_ms`; a
+    DFlash/DSpark draft has `blocks` (its decode of a noise block per block size), `injects` (feeding it
+    the target's layer inputs of n kept rows) and, for PCTree, `trees` (the target's verify of a tree
+    of n nodes) and, where the in-process engine is the arbiter, `tree_builds` (its Python tree build)."""
 
     target: Curve
     sampler_ms: float  # the request's sampler chain, per emitted position
     drafts: dict[str, Curve] = field(default_factory=dict)
     draft_sampler_ms: dict[str, float] = field(default_factory=dict)
+    blocks: dict[str, Curve] = field(default_factory=dict)
+    injects: dict[str, Curve] = field(default_factory=dict)
+    trees: dict[str, Curve] = field(default_factory=dict)
+    tree_builds: dict[str, Curve] = field(default_factory=dict)
 
     def as_dict(self) -> dict:
         return {"target": self.target.as_dict(), "sampler_ms": self.sampler_ms,
-                "drafts": {k: v.as_dict() for k, v in self.drafts.items()}, "draft_sampler_ms": self.draft_sampler_ms}
+                "drafts": _curves(self.drafts), "draft_sampler_ms": self.draft_sampler_ms,
+                "blocks": _curves(self.blocks), "injects": _curves(self.injects), "trees": _curves(self.trees),
+                "tree_builds": _curves(self.tree_builds)}
 
-    @classmethod
-    def from_dict(cls, data: dict) -> "CostModel":
-        return cls(Curve.from_dict(data["target"]), data["sampler_ms"],
-                   {k: Curve.from_dict(v) for k, v in data.get("drafts", {}).items()}, data.get("draft_sampler_ms", {}))
+
+def _curves(curves: dict[str, Curve]) -> dict:
+    return {k: v.as_dict() for k, v in curves.items()}
 
 
 def measure_curve(context: Context, fill: Sequence[int], *, depths: Sequence[int], max_size: int,
                   repeats: int = REPEATS, seed: int = 0) -> Curve:
     """Decode batches of each grid size (up to `max_size`) with every row output, at each depth (`fill`
-    supplies the tokens), `repeats` times in shuffled order so drift spreads over all sizes."""
-    sizes = tuple(s for s in BATCH_GRID if s < max_size) + (max_size,)
+    supplies the tokens)."""
+    sizes = grid_sizes(max_size)
+
+    def prepare(depth: int) -> None:
+        context.clear()
+        context.decode(list(fill[:depth]), 0)
+
+    def step(size: int, depth: int) -> float:
+        started = time.perf_counter()
+        context.decode(list(fill[depth:depth + size]), depth, n_outputs=size)
+        elapsed = (time.perf_counter() - started) * 1000
+        context.truncate(depth)
+        return elapsed
+
+    return timed_curve(sizes, depths, prepare, step, repeats=repeats, seed=seed)
+
+
+def grid_sizes(max_size: int) -> tuple[int, ...]:
+    """The sizes of BATCH_GRID below `max_size`, and `max_size`."""
+    return tuple(s for s in BATCH_GRID if s < max_size) + (max_size,)
+
+
+def timed_curve(sizes: Sequence[int], depths: Sequence[int], prepare: Callable[[int], None],
+                step: Callable[[int, int], float], *, repeats: int = REPEATS, seed: int = 0) -> Curve:
+    """A Curve of `step(size, depth)` (which returns the ms it timed and leaves the state as `prepare(depth)`
+    left it) at every size and depth: one untimed warm-up at the largest size, then `repeats` passes in
+    shuffled order so drift spreads over all sizes."""
     order = random.Random(seed)
     table: list[tuple[float, ...]] = []
     spreads = []
     for depth in depths:
-        context.clear()
-        context.decode(list(fill[:depth]), 0)
+        prepare(depth)
+        step(sizes[-1], depth)
         samples: dict[int, list[float]] = {s: [] for s in sizes}
-        context.decode(list(fill[depth:depth + sizes[-1]]), depth, n_outputs=sizes[-1])  # warm-up
-        context.truncate(depth)
         for _ in range(repeats):
             shuffled = list(sizes)
             order.shuffle(shuffled)
             for size in shuffled:
-                started = time.perf_counter()
-                context.decode(list(fill[depth:depth + size]), depth, n_outputs=size)
-                samples[size].append((time.perf_counter() - started) * 1000)
-                context.truncate(depth)
+                samples[size].append(step(size, depth))
         table.append(tuple(statistics.median(samples[s]) for s in sizes))
         spreads += [(max(v) - min(v)) / statistics.median(v) for v in samples.values() if statistics.median(v) > 0]
-    return Curve(sizes, tuple(depths), tuple(table), round(statistics.median(spreads), 4) if spreads else 0.0)
+    return Curve(tuple(sizes), tuple(depths), tuple(table), round(statistics.median(spreads), 4) if spreads else 0.0)
 
 
 def measure_sampler(context: Context, sampler: SamplerChain, token: int, *, count: int = 50) -> float:

@@ -1,21 +1,25 @@
 """Everything the prediction knows of one target, measured in-process: the trajectories (with where the
-in-process output parts from the arbiter's), the step costs of the target and its drafts, the drafts'
-greedy chains, and the calibration to the arbiter's reference measurements."""
+in-process output parts from the arbiter's), the step costs of the target and its drafts, the draft
+models' greedy chains and the DFlash/DSpark drafts' blocks, and the calibration to the arbiter's
+reference measurements."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from autotune.engines.dflash.drafter import DFLASH_TYPES
 from autotune.engines.drafters.build import build_drafter
 from autotune.engines.python import PythonEngine
 from autotune.measure.measurement import Measurement
 from autotune.measure.prompts import PromptMix
+from autotune.predict.block_cost import measure_block_costs
+from autotune.predict.block_drafts import BlockDraft, BlockPlan
 from autotune.predict.chains import DraftChains
 from autotune.predict.cost import CostModel, fill_tokens, measure_curve, measure_sampler
-from autotune.predict.predictor import Calibration, Prediction, fit_calibration, predict
-from autotune.predict.replay import replay
+from autotune.predict.predictor import Calibration, DraftCharge, Prediction, fit_calibration, predict
+from autotune.predict.replay import Replay, replay
 from autotune.predict.trajectory import Trajectories
 from autotune.spec.config import SpecConfig
 from autotune.spec.default import spec_default_config
@@ -26,7 +30,8 @@ MAX_BATCH = 65
 
 @dataclass
 class TargetModel:
-    """What the prediction knows of one target: its trajectories, costs, references and draft chains."""
+    """What the prediction knows of one target: its trajectories, costs, references, draft-simple chains
+    (by draft file name) and DFlash/DSpark blocks (by spec type and draft file name)."""
 
     target: SpecConfig
     trajectories: Trajectories
@@ -34,30 +39,37 @@ class TargetModel:
     baseline: Measurement
     spec_default: Measurement | None
     chains: dict[str, DraftChains]
+    block_drafts: dict[tuple[str, str], BlockDraft] = field(default_factory=dict)
     calibration: Calibration = Calibration()
     baseline_tok_s: float = 0.0
 
-    def prediction(self, config: SpecConfig) -> Prediction:
+    def replay(self, config: SpecConfig) -> tuple[Replay, DraftCharge]:
+        """`config`'s replayed counts and the draft costs its steps pay; TrialFailure where the engine would
+        refuse it or what it needs was not recorded."""
         draft = config.draft.name if config.draft is not None else None
+        if config.spec_type in DFLASH_TYPES:
+            block_draft = self.block_drafts[(config.spec_type, draft)]
+            pctree = config.spec_type == "draft-dspark" and bool(config.value("dspark_pctree"))
+            return (block_draft.replay(config, self.trajectories),
+                    DraftCharge(draft, block_draft.blocks_for(config).size, pctree))
         drafter = build_drafter(config, lambda: self.chains[draft].drafter(config))
-        replayed = replay(drafter, self.trajectories)
-        return predict(replayed, self.cost, self.calibration, draft=draft, baseline_tok_s=self.baseline_tok_s)
+        return replay(drafter, self.trajectories), DraftCharge(draft)
+
+    def prediction(self, config: SpecConfig) -> Prediction:
+        replayed, charge = self.replay(config)
+        return predict(replayed, self.cost, self.calibration, charge=charge, baseline_tok_s=self.baseline_tok_s)
 
     def calibrate(self, measured: list[tuple[SpecConfig, list[float]]]) -> Calibration:
         """Fit the calibration to llama-server's per-prompt decode ms of these configurations."""
-        runs = []
-        for config, decode_ms in measured:
-            draft = config.draft.name if config.draft is not None else None
-            drafter = build_drafter(config, lambda: self.chains[draft].drafter(config))
-            runs.append((replay(drafter, self.trajectories), draft, decode_ms))
-        self.calibration = fit_calibration(runs, self.cost)
+        self.calibration = fit_calibration([(*self.replay(config), decode_ms) for config, decode_ms in measured],
+                                           self.cost)
         self.baseline_tok_s = self.prediction(self.target).tok_s
         return self.calibration
 
 
 def measure_target(local: PythonEngine, target: Path, baseline: Measurement, spec_default: Measurement | None,
                    mix: PromptMix, *, arbiter: str, max_tokens: int, drafts: list[Path], chain_length: int,
-                   note: Callable[[str], None]) -> TargetModel:
+                   block_drafts: list[tuple[BlockPlan, Path]], note: Callable[[str], None]) -> TargetModel:
     """`target`'s model from the arbiter's reference measurements and what `local` measures of it."""
     local.prepare(SpecConfig(target), mix, max_tokens=max_tokens)
     prompt_tokens = [local.prompt_tokens(target, prompt, max_tokens) for prompt in mix]
@@ -75,25 +87,48 @@ def measure_target(local: PythonEngine, target: Path, baseline: Measurement, spe
     lengths = sorted(len(t) for t in prompt_tokens)
     depths = [lengths[len(lengths) // 2], lengths[len(lengths) // 2] + max_tokens]
     largest = max(2, min(MAX_BATCH, max_tokens))
-    fill = fill_tokens([list(t.prompt_tokens) + list(t.tokens) for t in trajectories.prompts], depths[-1] + largest)
+    fill = fill_tokens([list(t.prompt_tokens) + list(t.tokens) for t in trajectories.prompts], depths[-1] + MAX_BATCH)
     context = local.context("target", target)
-    curve = measure_curve(context, fill, depths=depths, max_size=largest)
-    sampler_ms = measure_sampler(context, local.sampler("target", target), fill[0])
-    draft_curves, draft_samplers, chains = {}, {}, {}
+    cost = CostModel(measure_curve(context, fill, depths=depths, max_size=largest),
+                     measure_sampler(context, local.sampler("target", target), fill[0]))
+    chains = {}
     for draft in drafts:
         local.load(SpecConfig(target, "draft-simple", draft))
         draft_context, draft_sampler = local.context("draft", draft), local.sampler("draft", draft)
-        draft_curves[draft.name] = measure_curve(draft_context, fill, depths=depths, max_size=largest)
-        draft_samplers[draft.name] = measure_sampler(draft_context, draft_sampler, fill[0])
+        cost.drafts[draft.name] = measure_curve(draft_context, fill, depths=depths, max_size=largest)
+        cost.draft_sampler_ms[draft.name] = measure_sampler(draft_context, draft_sampler, fill[0])
         chains[draft.name] = DraftChains.record(draft_context, draft_sampler, trajectories, chain_length)
         note(f"recorded {draft.name}'s greedy chains along the trajectories ({chains[draft.name].draft_decodes} "
              "draft decodes)")
-    found = TargetModel(SpecConfig(target), trajectories, CostModel(curve, sampler_ms, draft_curves, draft_samplers),
-                        baseline, spec_default, chains)
+    recorded = {}
+    for plan, draft in block_drafts:
+        recorded[(plan.spec_type, draft.name)] = _record_block_draft(local, SpecConfig(target, plan.spec_type, draft),
+                                                                      plan, trajectories, cost, fill, depths, note)
+    found = TargetModel(SpecConfig(target), trajectories, cost, baseline, spec_default, chains, recorded)
     measured = [(SpecConfig(target), [r.decode_ms for r in baseline.results])]
     if spec_default is not None:
         measured.append((spec_default_config(target), [r.decode_ms for r in spec_default.results]))
     calibration = found.calibrate(measured)
-    note(f"cost model of {target.name}: spread {curve.spread:.0%} over repeats; calibrated to the {arbiter} engine: "
-         f"{calibration.error or 0:.1%} error on its references")
+    note(f"cost model of {target.name}: spread {cost.target.spread:.0%} over repeats; calibrated to the {arbiter} "
+         f"engine: {calibration.error or 0:.1%} error on its references")
     return found
+
+
+def _record_block_draft(local: PythonEngine, config: SpecConfig, plan: BlockPlan, trajectories: Trajectories,
+                        cost: CostModel, fill: list[int], depths: list[int], note: Callable[[str], None]) -> BlockDraft:
+    """A DFlash/DSpark draft's blocks along the trajectories, and (once per draft file) its step costs."""
+    local.load(config)
+    pair = local.dflash_pair(config)
+    block_draft, left_out = BlockDraft.record(pair, plan, trajectories)
+    note(f"recorded {config.draft.name}'s {plan.spec_type} blocks along the trajectories "
+         f"(n_max {', '.join(map(str, block_draft.by_n_max))}: {block_draft.draft_decodes} draft decodes)")
+    if left_out:
+        note(left_out)
+    name = config.draft.name
+    markov = block_draft.markov if block_draft.largest_with_candidates() is not None else None
+    if name not in cost.blocks or (markov is not None and name not in cost.trees):
+        curves = measure_block_costs(pair, fill, spec_type=plan.spec_type, depths=depths, markov=markov,
+                                     k=plan.tree_k, n=plan.tree_n, in_process=trajectories.engine == "python")
+        for kind, curve in curves.items():
+            getattr(cost, kind)[name] = curve
+    return block_draft

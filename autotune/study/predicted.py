@@ -5,8 +5,8 @@ once, predict every configuration of the space, then race the best few on llama-
    baseline and `--spec-default`: the baseline's output is the trajectory every lossless configuration
    follows, and both runs calibrate the cost model.
 2. In-process, where it is cheap and repeatable: the baseline again (where its output parts from the
-   arbiter's is recorded per prompt), the cost curves of the target and of each draft, and the draft
-   models' greedy chains along the trajectories.
+   arbiter's is recorded per prompt), the cost curves of the target and of each draft, the draft
+   models' greedy chains and the DFlash/DSpark drafts' blocks along the trajectories.
 3. A predicted study (the study name's engine part is `predicted`) replays and costs every configuration
    the sampler proposes: exhaustively where the grid is small (BruteForceSampler), else with TPE.
 4. The race (autotune.study.race): the K best, no two with the same type and the same replayed counts,
@@ -23,12 +23,15 @@ from dataclasses import dataclass, replace
 import optuna
 
 from autotune.engines import choose_engine, create_engine
+from autotune.engines.dflash.drafter import DFLASH_TYPES
 from autotune.engines.drafters.build import CHAINABLE_TYPES
 from autotune.engines.python import PythonEngine
+from autotune.errors import TrialFailure
 from autotune.hardware import hardware_key
 from autotune.llamacpp.runnable import CommandCheck, command_check
 from autotune.llamacpp.server_binary import command_binary
 from autotune.models.files import file_sha256
+from autotune.predict.block_drafts import BlockPlan
 from autotune.predict.chains import chain_length
 from autotune.predict.predictor import Prediction
 from autotune.predict.target import measure_target
@@ -84,7 +87,10 @@ def cannot_predict(settings: SearchSettings, space: SearchSpace | None = None) -
 
 
 def replayable(spec_type: str) -> bool:
-    return all(member in CHAINABLE_TYPES or member == "none" for member in spec_members(spec_type))
+    """Whether the replay covers `spec_type`: the engine's chainable drafters and their combinations, or
+    DFlash/DSpark on their own (their blocks; the in-process engine chains them with nothing)."""
+    return spec_type in DFLASH_TYPES or all(member in CHAINABLE_TYPES or member == "none"
+                                            for member in spec_members(spec_type))
 
 
 def run_predicted_search(options: SearchOptions, *, reporter: SearchReporter, server_bin: str | None,
@@ -147,8 +153,8 @@ def _predictable(space: SearchSpace, reporter: SearchReporter) -> SearchSpace:
     """The part of `space` the replay covers; the rest is said in one line (measure it: --strategy measure)."""
     left = sorted(t for t in space.spec_types if not replayable(t))
     if left:
-        reporter.note(f"not predicted yet: {', '.join(left)} (the replay covers the n-gram types and draft-simple); "
-                      "--strategy measure measures them")
+        reporter.note(f"not predicted: {', '.join(left)} (the replay covers the n-gram types, draft-simple and their "
+                      "combinations, and draft-dflash and draft-dspark alone); --strategy measure measures them")
     return space.restricted_to({t for t in space.spec_types if replayable(t)})
 
 
@@ -156,16 +162,22 @@ def _target_models(inputs: SearchInputs, settings: SearchSettings, arbiter: str,
                    references: dict, space: SearchSpace, reporter: SearchReporter) -> dict:
     """Each target's trajectories, cost curves, draft chains and initial calibration, measured in-process."""
     drafts_of: dict = {}
+    blocks_of: dict = {}
     for spec_type, pairs in inputs.candidates.pairs.items():
-        if spec_type in space.spec_types and spec_type in DRAFT_MODEL_TYPES:
-            for target, draft in pairs:
+        if spec_type not in space.spec_types:
+            continue
+        for target, draft in pairs:
+            if spec_type in DFLASH_TYPES:
+                blocks_of.setdefault(target, []).append((BlockPlan.of(space, spec_type), draft))
+            elif spec_type in DRAFT_MODEL_TYPES:
                 drafts_of.setdefault(target, set()).add(draft)
     model = inputs.space.model
     with PythonEngine(context_size=model.context_size, threads=settings.threads, base_flags=model.base_flags,
                       sampling=settings.sampling) as local:
         return {target: measure_target(local, target, baseline, spec_default, inputs.mix, arbiter=arbiter,
                                        max_tokens=settings.max_tokens, drafts=sorted(drafts_of.get(target, ())),
-                                       chain_length=chain_length(space), note=reporter.note)
+                                       chain_length=chain_length(space), block_drafts=blocks_of.get(target, []),
+                                       note=reporter.note)
                 for target, (baseline, spec_default) in references.items()}
 
 
@@ -207,13 +219,19 @@ def _predict_space(study: optuna.Study, space: SearchSpace, inputs: SearchInputs
             sampler = optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True, n_startup_trials=50)
             budget = trials
     scratch = optuna.create_study(direction="maximize", sampler=sampler)
-    seen: dict[str, Prediction] = {}
+    seen: dict[tuple, Prediction] = {}
+    skipped: dict[tuple, str] = {}
 
     def objective(trial: optuna.Trial) -> float:
         config = suggest_config(trial, space, inputs.candidates)
-        label = config.describe()
-        if label not in seen:
-            seen[label] = targets[config.target].prediction(config)
+        label = (config.describe(), str(config.target), str(config.draft))
+        if label not in seen and label not in skipped:
+            try:
+                seen[label] = targets[config.target].prediction(config)
+            except TrialFailure as exc:
+                skipped[label] = str(exc)
+        if label in skipped:
+            raise optuna.TrialPruned(skipped[label])
         predicted = seen[label]
         store_trial(
             trial,
@@ -228,6 +246,8 @@ def _predict_space(study: optuna.Study, space: SearchSpace, inputs: SearchInputs
 
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     scratch.optimize(objective, n_trials=budget)
+    if skipped:
+        reporter.note(f"{len(skipped)} configurations not predicted, e.g. {next(iter(skipped.values()))}")
     reporter.note(f"predicted {len(seen)} configurations ({'every point of the grid' if grid <= BRUTE_FORCE_LIMIT else f'{budget} TPE trials over a grid of {grid}'})")
     complete = [t for t in scratch.trials if t.state == optuna.trial.TrialState.COMPLETE]
     study.add_trials([replace_trial(t) for t in complete])

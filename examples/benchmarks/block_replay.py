@@ -65,13 +65,15 @@ def run(label: str, files: dict[str, Path], max_tokens: int) -> None:
             started = time.perf_counter()
             measured = engine.measure(config, MIX, max_tokens=max_tokens)
             engine_s = time.perf_counter() - started
-            pair = engine._dflash_pair(config)
+            pair = engine.dflash_pair(config)
             pctree = bool(config.params.get("dspark_pctree"))
             key = (config.spec_type, config.draft, config.value("draft_n_max"), pctree)
             if key not in recorded:
                 started = time.perf_counter()
-                blocks = DraftBlocks.record(pair, trajectories, spec_type=config.spec_type,
-                                            n_max=int(config.value("draft_n_max")), candidates=pctree)
+                n_max = int(config.value("draft_n_max"))
+                [blocks] = DraftBlocks.record(pair, trajectories, spec_type=config.spec_type, n_maxes=[n_max],
+                                              p_min=float(config.value("draft_p_min")) > 0,
+                                              candidates=[n_max] if pctree else []).values()
                 recorded[key] = (blocks, time.perf_counter() - started)
             blocks, record_s = recorded[key]
             started = time.perf_counter()

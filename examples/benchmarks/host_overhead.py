@@ -60,7 +60,7 @@ def profile_of(engine: PythonEngine, config: SpecConfig) -> StepProfile:
     model = engine._models[config.target]
     if config.spec_type not in DFLASH_TYPES:
         return StepProfile(model.n_vocab, target_ctx=address(engine.context("target", config.target).ptr))
-    pair = engine._dflash_pair(config)
+    pair = engine.dflash_pair(config)
     return StepProfile(model.n_vocab, target_ctx=address(pair.target.ptr),
                        feature_width=len(pair.layer_ids) * pair.target.n_embd, conf_width=pair.draft.n_embd)
 

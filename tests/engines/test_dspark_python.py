@@ -99,7 +99,7 @@ def assert_baseline_output(engine, config, baseline, m):
 
 def pair_of(engine, config: SpecConfig) -> DFlashPair:
     engine.load(config)
-    return engine._dflash_pair(config)
+    return engine.dflash_pair(config)
 
 
 def per_step(result) -> float:

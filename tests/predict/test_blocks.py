@@ -13,8 +13,12 @@ from pathlib import Path
 import pytest
 
 from autotune.engines.python import PythonEngine
-from autotune.predict.blocks import DraftBlocks, replay_tree
+from autotune.errors import TrialFailure
+from autotune.predict.block_cost import block_rows, sample_trees
+from autotune.predict.block_drafts import BlockDraft, BlockPlan
+from autotune.predict.blocks import DraftBlocks, layer_inputs, replay_tree
 from autotune.predict.replay import replay
+from autotune.predict.target import measure_target
 from autotune.predict.trajectory import Trajectories
 from autotune.spec.config import SpecConfig
 from autotune.testing import tiny_gguf
@@ -80,10 +84,11 @@ CONFIGS = [
 def test_replayed_counts_equal_the_in_process_engines(engine, models, trajectories, spec_type, draft, params):
     config = SpecConfig(models["target"], spec_type, models[draft], params)
     measured = engine.measure(config, MIX, max_tokens=MAX_TOKENS)
-    pair = engine._dflash_pair(config)
-    blocks = DraftBlocks.record(pair, trajectories, spec_type=spec_type, n_max=int(config.value("draft_n_max")),
-                                confidence=spec_type == "draft-dspark" and float(config.value("draft_p_min")) > 0,
-                                candidates=bool(params.get("dspark_pctree")))
+    pair = engine.dflash_pair(config)
+    n_max = int(config.value("draft_n_max"))
+    [blocks] = DraftBlocks.record(pair, trajectories, spec_type=spec_type, n_maxes=[n_max],
+                                  p_min=float(config.value("draft_p_min")) > 0, confidence=spec_type == "draft-dspark",
+                                  candidates=[n_max] if params.get("dspark_pctree") else []).values()
     if params.get("dspark_pctree"):
         replayed = replay_tree(blocks, config, pair.markov(), trajectories)
     else:
@@ -112,10 +117,68 @@ def test_at_qwen3s_vocabulary_too(engine, qwen3_vocab_pair, spec_type, draft, pa
                                                  engine.model(target).is_eog)
     config = SpecConfig(target, spec_type, qwen3_vocab_pair[draft], params)
     measured = engine.measure(config, MIX, max_tokens=24)
-    pair = engine._dflash_pair(config)
-    blocks = DraftBlocks.record(pair, trajectories, spec_type=spec_type, n_max=params["draft_n_max"],
-                                candidates=bool(params.get("dspark_pctree")))
+    pair = engine.dflash_pair(config)
+    n_max = params["draft_n_max"]
+    [blocks] = DraftBlocks.record(pair, trajectories, spec_type=spec_type, n_maxes=[n_max],
+                                  p_min="draft_p_min" in params, candidates=[n_max] if params.get("dspark_pctree") else []
+                                  ).values()
     replayed = (replay_tree(blocks, config, pair.markov(), trajectories) if params.get("dspark_pctree")
                 else replay(blocks.drafter(config), trajectories))
     assert (replayed.drafted, replayed.accepted) == (measured.n_drafted, measured.n_accepted)
     assert replayed.verify_steps == sum(r.n_verify_steps for r in measured.results) > 0
+
+
+def _counts(measurement) -> tuple[int, int, int]:
+    return measurement.n_drafted, measurement.n_accepted, sum(r.n_verify_steps for r in measurement.results)
+
+
+def test_a_target_model_predicts_dspark_and_pctree_with_the_engines_counts(engine, models, trajectories):
+    """measure_target records every block size a plan allows in one walk and replays each configuration
+    with the engine's counts; the step costs of blocks, injections and trees are measured."""
+    target, draft = models["target"], models["bigram"]
+    baseline = engine.measure(SpecConfig(target), MIX, max_tokens=MAX_TOKENS)
+    plan = BlockPlan("draft-dspark", n_maxes=(2, 3, 4, 6), pctree=True, p_min=False, tree_k=3, tree_n=12)
+    notes: list[str] = []
+    model = measure_target(engine, target, baseline, None, MIX, arbiter="python", max_tokens=MAX_TOKENS, drafts=[],
+                           chain_length=3, block_drafts=[(plan, draft)], note=notes.append)
+    assert any("blocks along the trajectories (n_max 2, 3, 4:" in n for n in notes), notes  # its block gives 4
+    for params in ({"draft_n_max": 2}, {"draft_n_max": 6},
+                   {"draft_n_max": 3, "dspark_pctree": True, "dspark_pctree_k": 2, "dspark_pctree_n": 6},
+                   {"draft_n_max": 4, "dspark_pctree": True, "dspark_pctree_k": 3, "dspark_pctree_n": 12}):
+        config = SpecConfig(target, "draft-dspark", draft, params)
+        predicted = model.prediction(config)
+        assert (predicted.replay.drafted, predicted.replay.accepted, predicted.replay.verify_steps) \
+            == _counts(engine.measure(config, MIX, max_tokens=MAX_TOKENS)), params
+        assert predicted.tok_s > 0
+    cost = model.cost
+    assert cost.blocks[draft.name].sizes[-1] == cost.injects[draft.name].sizes[-1] == 5  # the draft's 4, + 1
+    trees = cost.trees[draft.name]
+    assert trees.sizes[-1] == 13 and all(ms > 0 for row in trees.ms for ms in row)  # up to n = 12 nodes + the root
+    assert cost.tree_builds[draft.name].sizes == trees.sizes  # the in-process arbiter builds its trees in Python
+
+
+def test_pctree_candidates_beyond_the_budget_are_not_predicted_and_said(engine, models, trajectories):
+    target, draft = models["target"], models["bigram"]
+    config = SpecConfig(target, "draft-dspark", draft)
+    pair = engine.dflash_pair(config)
+    positions = sum(len(t.tokens) for t in trajectories.prompts)
+    plan = BlockPlan("draft-dspark", n_maxes=(2, 4), pctree=True, p_min=False, tree_k=2, tree_n=8)
+    recorded, note = BlockDraft.record(pair, plan, trajectories, budget=positions * 4 * 256 * 8)  # size 4's alone
+    assert note is not None and "draft_n_max 2..2 is not predicted" in note
+    tree = {"dspark_pctree": True, "dspark_pctree_k": 2, "dspark_pctree_n": 8}
+    assert recorded.replay(SpecConfig(target, "draft-dspark", draft, {"draft_n_max": 4, **tree}), trajectories).drafted > 0
+    with pytest.raises(TrialFailure, match="candidates of this block size were not kept"):
+        recorded.replay(SpecConfig(target, "draft-dspark", draft, {"draft_n_max": 2, **tree}), trajectories)
+    assert recorded.replay(SpecConfig(target, "draft-dspark", draft, {"draft_n_max": 2}), trajectories).drafted > 0
+
+
+def test_sampled_trees_are_real_trees_of_every_grid_size(engine, models):
+    target, draft = models["target"], models["bigram"]
+    pair = engine.dflash_pair(SpecConfig(target, "draft-dspark", draft))
+    fill = list(range(3, 100))
+    rows = block_rows(pair, layer_inputs(pair, fill[:40]), fill, spec_type="draft-dspark", depth=32)
+    assert rows.shape == (4, pair.target.model.n_vocab)  # the bigram draft's block: 4 rows, anchor first
+    trees = sample_trees(rows, fill[32], pair.markov(), k=3, n=16, max_leaves=pair.target.n_seq_max)
+    sizes = [len(t) for t in trees]
+    assert sizes == sorted(set(sizes)) and sizes[-1] == 17
+    assert max(len(t.sequences()[0]) for t in trees) > 1  # more than one leaf: a tree, not a chain

@@ -171,7 +171,7 @@ class BlockCandidates:
 
     @classmethod
     def of(cls, rows: np.ndarray) -> "BlockCandidates":
-        ids = np.ascontiguousarray(leading_ids(rows, _CANDIDATES))
+        ids = np.ascontiguousarray(leading_ids(rows, _CANDIDATES), dtype=np.int32)  # half the bytes a replay keeps
         return cls(ids, np.take_along_axis(rows, ids, 1).astype(np.float32))
 
     def __len__(self) -> int:

@@ -1,0 +1,131 @@
+"""The predicted study's DFlash and DSpark drafts: which blocks a search space needs recorded, recording
+them for one (target, draft) pair along the target's trajectories, and replaying a configuration from
+them (linear cuts, or PCTree trees).
+
+Every `draft_n_max` the space allows is its own block size (a block is decoded non-causally, see
+autotune.predict.blocks), so a draft is recorded once per size, the target's layer inputs once for
+all. PCTree reads 256 candidates per block row (2 KiB): over a long mix and many sizes that is
+gigabytes, so candidates are kept for the largest sizes that fit `CANDIDATE_BUDGET` and the trees of
+the other sizes are said not predicted (a TrialFailure the predicted study skips).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from autotune.engines.dflash.contexts import DFlashPair
+from autotune.engines.dflash.pctree import MarkovHead
+from autotune.errors import TrialFailure
+from autotune.predict.blocks import DraftBlocks, replay_tree
+from autotune.predict.replay import Replay, replay
+from autotune.predict.trajectory import Trajectories
+from autotune.spec.config import SpecConfig
+from autotune.spec.space import ParamRange, SearchSpace
+from autotune.spec.types import SPEC_TYPE_PARAMS
+
+#: what PCTree candidates may take in memory, all pairs of a target together
+CANDIDATE_BUDGET = 2 * 1024 ** 3
+_CANDIDATE_ROW_BYTES = 256 * 8  # int32 ids and float32 logits of a row's leading 256 tokens
+
+
+def param_values(space: SearchSpace, spec_type: str, name: str) -> list:
+    """Every value the space lets `name` take under `spec_type` (its default where the space does not range it)."""
+    for r in space.spec_types.get(spec_type, ()):
+        if r.param.name == name:
+            return _range_values(r)
+    return [SPEC_TYPE_PARAMS[spec_type][name].default]
+
+
+def _range_values(r: ParamRange) -> list:
+    if r.choices:
+        return list(r.choices)
+    if r.param.kind is bool:
+        return sorted({bool(r.low), bool(r.high)})
+    step = int(r.step or 1)
+    return list(range(int(r.low), int(r.high) + 1, step))
+
+
+@dataclass(frozen=True)
+class BlockPlan:
+    """What to record of one DFlash/DSpark type: the n_max values, and whether PCTree is searched."""
+
+    spec_type: str
+    n_maxes: tuple[int, ...]
+    pctree: bool
+    p_min: bool  # some configuration cuts at a p_min (DSpark reads its confidence head then)
+    tree_k: int = 0  # PCTree's largest k and n in the space (the trees its verify cost is measured on)
+    tree_n: int = 0
+
+    @classmethod
+    def of(cls, space: SearchSpace, spec_type: str) -> "BlockPlan":
+        pctree = spec_type == "draft-dspark" and True in param_values(space, spec_type, "dspark_pctree")
+        return cls(spec_type, tuple(param_values(space, spec_type, "draft_n_max")), pctree,
+                   any(float(p) > 0 for p in param_values(space, spec_type, "draft_p_min")),
+                   max(param_values(space, spec_type, "dspark_pctree_k")) if pctree else 0,
+                   max(param_values(space, spec_type, "dspark_pctree_n")) if pctree else 0)
+
+
+@dataclass
+class BlockDraft:
+    """One DFlash/DSpark draft's recorded blocks along one target's trajectories, per (clamped) n_max."""
+
+    spec_type: str
+    by_n_max: dict[int, DraftBlocks]
+    limit: int
+    markov: MarkovHead | None  # DSpark's Markov head, for PCTree
+    has_confidence_head: bool
+
+    @classmethod
+    def record(cls, pair: DFlashPair, plan: BlockPlan, trajectories: Trajectories, *,
+               budget: int = CANDIDATE_BUDGET) -> tuple["BlockDraft", str | None]:
+        """Record `plan`'s blocks with `pair`; with a note where PCTree candidates did not fit `budget`."""
+        limit = pair.n_draft_max(plan.spec_type)
+        sizes = sorted({min(n, limit) for n in plan.n_maxes}, reverse=True)
+        kept, note, used = [], None, 0
+        if plan.pctree and pair.has_markov_head:
+            positions = sum(len(t.tokens) for t in trajectories.prompts)
+            for n in sizes:
+                cost = positions * n * _CANDIDATE_ROW_BYTES
+                if used + cost > budget:
+                    note = (f"PCTree with draft_n_max {min(sizes)}..{n} is not predicted: its candidates would take "
+                            f"more than {budget / 1024 ** 3:.0f} GiB over {positions} positions "
+                            "(fewer prompts or --max-tokens, or --strategy measure)")
+                    break
+                kept.append(n)
+                used += cost
+        dspark = plan.spec_type == "draft-dspark"  # its p_min reads the confidence head, refused without one
+        blocks = DraftBlocks.record(pair, trajectories, spec_type=plan.spec_type, n_maxes=sizes,
+                                    p_min=plan.p_min and (pair.has_confidence_head or not dspark), confidence=dspark,
+                                    candidates=kept)
+        markov = pair.markov() if plan.pctree and pair.has_markov_head else None
+        return cls(plan.spec_type, blocks, limit, markov, pair.has_confidence_head), note
+
+    @property
+    def draft_decodes(self) -> int:
+        return sum(b.draft_decodes for b in self.by_n_max.values())
+
+    def largest_with_candidates(self) -> DraftBlocks | None:
+        """The blocks of the largest size whose PCTree candidates were kept (None: PCTree is not replayed)."""
+        kept = [n for n, blocks in self.by_n_max.items() if blocks.has_candidates and self.markov is not None]
+        return self.by_n_max[max(kept)] if kept else None
+
+    def blocks_for(self, config: SpecConfig) -> DraftBlocks:
+        blocks = self.by_n_max.get(min(int(config.value("draft_n_max")), self.limit))
+        if blocks is None:
+            raise TrialFailure(f"{config.describe()}: its block size was not recorded")
+        return blocks
+
+    def replay(self, config: SpecConfig, trajectories: Trajectories) -> Replay:
+        """`config`'s replay (what the in-process engine would count); TrialFailure where the engine refuses
+        it or what it needs was not recorded."""
+        blocks = self.blocks_for(config)
+        dspark = config.spec_type == "draft-dspark"
+        if dspark and float(config.value("draft_p_min")) > 0 and not self.has_confidence_head:
+            raise TrialFailure(f"{config.describe()}: DSpark draft has no confidence head: draft_p_min must be 0")
+        if dspark and config.value("dspark_pctree"):
+            if self.markov is None:
+                raise TrialFailure(f"{config.describe()}: PCTree needs a DSpark draft (a Markov head)")
+            if not blocks.has_candidates:
+                raise TrialFailure(f"{config.describe()}: PCTree candidates of this block size were not kept")
+            return replay_tree(blocks, config, self.markov, trajectories)
+        return replay(blocks.drafter(config), trajectories)
