@@ -4,7 +4,8 @@ For Gemma 3 270M (baseline, ngram-simple, draft-simple with itself as the draft)
 fixture pair at Qwen3's 151,936-token vocabulary (baseline, ngram-simple, draft-simple, draft-dspark,
 PCTree), on both engines: decode tok/s in-process and on llama-server and their ratio, the in-process
 engine's host share of step time (examples/benchmarks/_steps.py: time outside llama_decode), and the
-device memory in use after the pair loaded. Then a 6-trial `autotune search` on Gemma, whose printed
+device memory in use after the pair loaded; DSpark and PCTree predicted from the pair's recorded blocks
+against the in-process engine's counts and speedups. Then a 6-trial `autotune search` on Gemma, whose printed
 command and figures are passed through. Every line starts with its section so a test can read it.
 
 Run: python examples/benchmarks/gpu_check.py --gemma FILE [--max-tokens 64] [--prompts 11] [--trials 6]
@@ -17,6 +18,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -28,6 +30,8 @@ from autotune.engines.python import PythonEngine  # noqa: E402
 from autotune.engines.server import ServerEngine  # noqa: E402
 from autotune.errors import AutotuneError  # noqa: E402
 from autotune.measure.prompts import PromptMix, load_prompt_mix  # noqa: E402
+from autotune.predict.block_drafts import BlockPlan  # noqa: E402
+from autotune.predict.target import measure_target  # noqa: E402
 from autotune.spec.config import SpecConfig  # noqa: E402
 from autotune.spec.types import SPEC_TYPE_PARAMS  # noqa: E402
 from autotune.testing.dspark_fixtures import QWEN3_VOCAB, write_qwen3_pair  # noqa: E402
@@ -73,6 +77,38 @@ def compare(label: str, configs: dict[str, SpecConfig], mix: PromptMix, max_toke
                   f"{tally.host_ms_per_step:>13.3f}{used:>10}", flush=True)
 
 
+def predict_blocks(files: dict[str, Path], mix: PromptMix, max_tokens: int, threads: int | None) -> None:
+    """DSpark and PCTree predicted from the fixture pair's recorded blocks (issue 25) against the in-process
+    engine: replayed and measured drafted/accepted/verify steps, predicted and measured speedup (one
+    measurement each), the recording's and one prediction's host time."""
+    target, dspark = files["target"], files["dspark"]
+    configs = {
+        "draft-dspark n_max=8": SpecConfig(target, "draft-dspark", dspark, {"draft_n_max": 8}),
+        "draft-dspark n_max=3": SpecConfig(target, "draft-dspark", dspark, {"draft_n_max": 3}),
+        "pctree k=3 n=16": SpecConfig(target, "draft-dspark", dspark, {
+            "draft_n_max": 8, "dspark_pctree": True, "dspark_pctree_k": 3, "dspark_pctree_n": 16}),
+    }
+    with PythonEngine(context_size=CONTEXT, threads=threads) as engine:
+        for config in configs.values():
+            engine.prepare(config, mix, max_tokens=max_tokens)
+        baseline = engine.measure(SpecConfig(target), mix, max_tokens=max_tokens)
+        started = time.perf_counter()
+        plan = BlockPlan("draft-dspark", n_maxes=(3, 8), pctree=True, p_min=False, tree_k=3, tree_n=16)
+        model = measure_target(engine, target, baseline, None, mix, arbiter="python", max_tokens=max_tokens, drafts=[],
+                               chain_length=3, block_drafts=[(plan, dspark)], note=lambda _: None)
+        print(f"blocks: recorded and costed in {time.perf_counter() - started:.1f} s", flush=True)
+        for name, config in configs.items():
+            started = time.perf_counter()
+            predicted = model.prediction(config)
+            predict_ms = (time.perf_counter() - started) * 1000
+            measured = engine.measure(config, mix, max_tokens=max_tokens)
+            replayed = predicted.replay
+            ours = f"{replayed.drafted}/{replayed.accepted}/{replayed.verify_steps}"
+            theirs = f"{measured.n_drafted}/{measured.n_accepted}/{sum(r.n_verify_steps for r in measured.results)}"
+            print(f"blocks: {name:<26} replayed {ours} measured {theirs} predicted {predicted.speedup or 0:.2f}x "
+                  f"measured {measured.mix_tok_s / baseline.mix_tok_s:.2f}x prediction {predict_ms:.1f} ms", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--gemma", type=Path, required=True, help="gemma-3-270m-q4_k_m.gguf")
@@ -110,6 +146,7 @@ def main() -> None:
             "pctree k=3 n=16": SpecConfig(target, "draft-dspark", files["dspark"], {
                 "draft_n_max": 8, "dspark_pctree": True, "dspark_pctree_k": 3, "dspark_pctree_n": 16}),
         }, mix, args.max_tokens, server, args.threads)
+        predict_blocks(files, mix, args.max_tokens, args.threads)
     finally:
         if server is not None:
             server.close()

