@@ -5,8 +5,8 @@ them (linear cuts, or PCTree trees).
 Every `draft_n_max` the space allows is its own block size (a block is decoded non-causally, see
 autotune.predict.blocks), so a draft is recorded once per size, the target's layer inputs once for
 all. PCTree reads 256 candidates per block row (2 KiB): over a long mix and many sizes that is
-gigabytes, so candidates are kept for the largest sizes that fit `CANDIDATE_BUDGET` and the trees of
-the other sizes are said not predicted (a TrialFailure the predicted study skips).
+gigabytes, so candidates are kept for the smallest sizes that fit `CANDIDATE_BUDGET` (the most sizes)
+and the trees of the larger ones are said not predicted (a TrialFailure the predicted study skips).
 """
 
 from __future__ import annotations
@@ -80,14 +80,14 @@ class BlockDraft:
                budget: int = CANDIDATE_BUDGET) -> tuple["BlockDraft", str | None]:
         """Record `plan`'s blocks with `pair`; with a note where PCTree candidates did not fit `budget`."""
         limit = pair.n_draft_max(plan.spec_type)
-        sizes = sorted({min(n, limit) for n in plan.n_maxes}, reverse=True)
+        sizes = sorted({min(n, limit) for n in plan.n_maxes})
         kept, note, used = [], None, 0
         if plan.pctree and pair.has_markov_head:
             positions = sum(len(t.tokens) for t in trajectories.prompts)
-            for n in sizes:
+            for n in sizes:  # the smallest first: the most sizes within the budget
                 cost = positions * n * _CANDIDATE_ROW_BYTES
                 if used + cost > budget:
-                    note = (f"PCTree with draft_n_max {min(sizes)}..{n} is not predicted: its candidates would take "
+                    note = (f"PCTree with draft_n_max {n}..{max(sizes)} is not predicted: its candidates would take "
                             f"more than {budget / 1024 ** 3:.0f} GiB over {positions} positions "
                             "(fewer prompts or --max-tokens, or --strategy measure)")
                     break
@@ -104,10 +104,10 @@ class BlockDraft:
     def draft_decodes(self) -> int:
         return sum(b.draft_decodes for b in self.by_n_max.values())
 
-    def largest_with_candidates(self) -> DraftBlocks | None:
-        """The blocks of the largest size whose PCTree candidates were kept (None: PCTree is not replayed)."""
-        kept = [n for n, blocks in self.by_n_max.items() if blocks.has_candidates and self.markov is not None]
-        return self.by_n_max[max(kept)] if kept else None
+    @property
+    def replays_trees(self) -> bool:
+        """Whether PCTree configurations can be replayed: a Markov head, and candidates kept for some size."""
+        return self.markov is not None and any(blocks.has_candidates for blocks in self.by_n_max.values())
 
     def blocks_for(self, config: SpecConfig) -> DraftBlocks:
         blocks = self.by_n_max.get(min(int(config.value("draft_n_max")), self.limit))

@@ -125,7 +125,7 @@ def _record_block_draft(local: PythonEngine, config: SpecConfig, plan: BlockPlan
     if left_out:
         note(left_out)
     name = config.draft.name
-    markov = block_draft.markov if block_draft.largest_with_candidates() is not None else None
+    markov = block_draft.markov if block_draft.replays_trees else None
     if name not in cost.blocks or (markov is not None and name not in cost.trees):
         curves = measure_block_costs(pair, fill, spec_type=plan.spec_type, depths=depths, markov=markov,
                                      k=plan.tree_k, n=plan.tree_n, in_process=trajectories.engine == "python")

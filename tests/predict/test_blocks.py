@@ -163,13 +163,13 @@ def test_pctree_candidates_beyond_the_budget_are_not_predicted_and_said(engine, 
     pair = engine.dflash_pair(config)
     positions = sum(len(t.tokens) for t in trajectories.prompts)
     plan = BlockPlan("draft-dspark", n_maxes=(2, 4), pctree=True, p_min=False, tree_k=2, tree_n=8)
-    recorded, note = BlockDraft.record(pair, plan, trajectories, budget=positions * 4 * 256 * 8)  # size 4's alone
-    assert note is not None and "draft_n_max 2..2 is not predicted" in note
+    recorded, note = BlockDraft.record(pair, plan, trajectories, budget=positions * 5 * 256 * 8)  # 2 rows fit, 2 + 4 not
+    assert note is not None and "draft_n_max 4..4 is not predicted" in note
     tree = {"dspark_pctree": True, "dspark_pctree_k": 2, "dspark_pctree_n": 8}
-    assert recorded.replay(SpecConfig(target, "draft-dspark", draft, {"draft_n_max": 4, **tree}), trajectories).drafted > 0
+    assert recorded.replay(SpecConfig(target, "draft-dspark", draft, {"draft_n_max": 2, **tree}), trajectories).drafted > 0
     with pytest.raises(TrialFailure, match="candidates of this block size were not kept"):
-        recorded.replay(SpecConfig(target, "draft-dspark", draft, {"draft_n_max": 2, **tree}), trajectories)
-    assert recorded.replay(SpecConfig(target, "draft-dspark", draft, {"draft_n_max": 2}), trajectories).drafted > 0
+        recorded.replay(SpecConfig(target, "draft-dspark", draft, {"draft_n_max": 4, **tree}), trajectories)
+    assert recorded.replay(SpecConfig(target, "draft-dspark", draft, {"draft_n_max": 4}), trajectories).drafted > 0
 
 
 def test_sampled_trees_are_real_trees_of_every_grid_size(engine, models):

@@ -64,7 +64,7 @@ def test_two_workers_share_one_study(tiny_space, models_dir, autotune_home, stor
     workers = [subprocess.Popen(argv, env=worker_env(autotune_home, storage_url), stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True) for _ in range(2)]
     outputs = [w.communicate(timeout=300) for w in workers]
-    assert [w.returncode for w in workers] == [0, 0], outputs
+    assert [w.returncode for w in workers] == [0, 0], [err[-2000:] for _, err in outputs]
     trials = trials_of(storage_url)
     assert [t.number for t in trials] == list(range(len(trials)))  # no duplicate trial numbers
     assert all(t.state.is_finished() for t in trials)  # no lost or dangling trial
