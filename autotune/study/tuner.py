@@ -178,12 +178,24 @@ class Tuner:
             self.reporter.note(f"warm start: {self.warm_start(study, list(warm_start))} earlier winners measured first")
         self._done_before = counted_trials(study)
         if self._done_before < self.settings.trials:
-            study.optimize(
-                self._objective,
-                catch=(TrialFailure,),
-                callbacks=[self._after_trial],
-            )
+            try:
+                study.optimize(self._objective, catch=(TrialFailure,), callbacks=[self._after_trial])
+            except UnboundLocalError as exc:
+                # A stop signal held through a storage call of optuna's tell is raised as that call returns;
+                # optuna's clean-up then trips on the state its tell never returned (`_run_trial`, optuna
+                # 5.1). The trial it was telling is closed here, and the signal ends the run.
+                if not isinstance(exc.__context__, KeyboardInterrupt):
+                    raise
+                self._close_interrupted_tell(study)
+                raise exc.__context__ from None
         return study
+
+    def _close_interrupted_tell(self, study: optuna.Study) -> None:
+        """Fail, as interrupted, this process's trial that a stop signal left RUNNING inside optuna's tell."""
+        for frozen in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+            if TrialRecord.of(frozen).owner == this_process():
+                store_trial(optuna.trial.Trial(study, frozen._trial_id), fail_reason="interrupted", interrupted=True)
+                study._storage.set_trial_state_values(frozen._trial_id, optuna.trial.TrialState.FAIL)
 
     def _after_trial(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
         """Show the trial, schedule a drift check when due, and stop once --trials trials counted.
