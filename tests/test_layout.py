@@ -18,6 +18,7 @@ OURS = ("autotune", "storage", "search_spaces")
 #: Lowest first: a package may import its own modules and those of packages before it, never after.
 LAYERS = (
     ("autotune", "autotune.errors", "autotune.interrupts", "autotune.settings", "autotune.hardware"),  # the ground: import nothing of ours
+    ("autotune.install",),  # plain standard library: it runs before autotune's dependencies are installed
     ("autotune.llamacpp",),
     ("autotune.spec",),
     ("autotune.gguf",),
@@ -25,6 +26,7 @@ LAYERS = (
     ("autotune.engines",),
     ("autotune.predict",),
     ("autotune.models",),
+    ("autotune.doctor",),  # `autotune doctor`: reads builds, runs both engines, judges
     ("storage", "search_spaces"),
     ("autotune.study",),
     ("autotune.presets",),

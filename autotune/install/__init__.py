@@ -1,0 +1,6 @@
+"""Installing llama.cpp so that it runs on the machine that installed it (`python -m autotune.install`).
+
+The build flags name the instruction sets this machine enables, never AMX (`cpu_isa`), plus the GPU
+backend found here (`build_args`); each (source, flags) pair is compiled once and kept (`wheelhouse`).
+Standard library only: it runs before autotune's own dependencies are installed.
+"""
