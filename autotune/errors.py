@@ -75,8 +75,25 @@ class WorkerDied(TrialFailure):
     """
 
 
+class LlamaCppCrashed(TrialFailure):
+    """llama.cpp died of a fatal signal (SIGILL, SIGSEGV, SIGBUS, SIGFPE): the message is the one line
+    that names the signal, the binary or library, and the reinstall command (autotune.llamacpp.crash).
+    Where it happens to a reference (the baseline) or a worker retried once, the search ends with it.
+    `log_tail`: the dead process's last log lines, where it had a log."""
+
+    def __init__(self, message: str, log_tail: str = ""):
+        super().__init__(message)
+        self.log_tail = log_tail
+
+
+class WorkerCrashed(WorkerDied, LlamaCppCrashed):
+    """The worker died of a fatal signal inside llama.cpp: a dead worker (the tuner never re-queues its
+    configuration) whose message is the crash line."""
+
+
 class SpeculationInactiveError(TrialFailure):
     """A speculative configuration drafted nothing over the whole prompt mix."""
 
     def __init__(self, spec_type: str):
         super().__init__(f"speculation inactive: {spec_type} drafted no token on any prompt")
+

@@ -130,14 +130,16 @@ def postgres_url(tmp_path_factory):
 
 @pytest.fixture
 def confirmed_pick():
-    """The issue's rule for what `best` prints after a confirmation, written out independently of
-    Confirmation.winner: among rows that did not fail, those significantly faster than their baseline
-    (p < 0.05 and speedup > 1), the one with the highest speedup; None (the plain command) when none is."""
+    """The race's rule for what `best` prints, written out independently of Confirmation.winner: among
+    the entrants the race proved faster than its baseline (`significant`, which it marks only when it
+    ends with a winner, each above 1 + the minimum effect), the one with the highest speedup; None (the
+    plain command) when none is."""
 
     def pick(confirmation: dict) -> dict | None:
-        rows = [c for c in confirmation["configs"] + confirmation["spec_defaults"]
-                if c["role"] != "preset" and not c["failure"] and not c.get("dropped")]
-        faster = [c for c in rows if c["p_value"] is not None and c["p_value"] < 0.05 and c["speedup"] > 1]
-        return max(faster, key=lambda c: c["speedup"]) if faster else None
+        proven = [c for c in confirmation["configs"] + confirmation["spec_defaults"]
+                  if c["role"] != "preset" and not c["failure"] and c["significant"]]
+        assert all(c["speedup"] > 1 + confirmation["min_effect"] for c in proven)
+        assert bool(proven) == (confirmation["ended"] == "winner")
+        return max(proven, key=lambda c: c["speedup"]) if proven else None
 
     return pick

@@ -1,4 +1,8 @@
-"""Stop signals in this very process: real signals, the real handler."""
+"""Stop signals in this very process: real signals, the real handler.
+
+Each test sets the dispositions it starts from, whatever the runner inherited: a background job starts
+with SIGINT ignored and `nohup` ignores SIGHUP, and `handle_stop_signals` rightly leaves an ignored
+signal ignored."""
 
 from __future__ import annotations
 
@@ -7,16 +11,27 @@ import signal
 
 import pytest
 
-from autotune.interrupts import Interrupted, deferred, handle_stop_signals, held
+from autotune.interrupts import STOP_SIGNALS, Interrupted, deferred, handle_stop_signals, held
+
+#: what a process started from a terminal has: Python's KeyboardInterrupt for SIGINT, the others' defaults
+DEFAULT_DISPOSITIONS = {signum: signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL
+                        for signum in STOP_SIGNALS}
 
 
 @pytest.fixture
-def stop_signals_handled():
-    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
-    handle_stop_signals()
+def default_dispositions():
+    """Each stop signal at its default disposition for the test; what the runner had is restored after."""
+    saved = {signum: signal.getsignal(signum) for signum in STOP_SIGNALS}
+    for signum, disposition in DEFAULT_DISPOSITIONS.items():
+        signal.signal(signum, disposition)
     yield
     for signum, handler in saved.items():
         signal.signal(signum, handler)
+
+
+@pytest.fixture
+def stop_signals_handled(default_dispositions):
+    handle_stop_signals()
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
@@ -55,12 +70,9 @@ def test_a_signal_held_in_a_callback_waits_for_the_next_deferred_block(stop_sign
             pass
 
 
-def test_a_signal_the_parent_ignored_stays_ignored():
-    saved = signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    try:
-        handle_stop_signals()
-        assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
-    finally:
-        signal.signal(signal.SIGHUP, saved)
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+def test_a_signal_the_parent_ignored_stays_ignored(default_dispositions):
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    handle_stop_signals()
+    assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+    handler = signal.getsignal(signal.SIGTERM)  # the others are autotune's
+    assert handler not in (signal.SIG_DFL, signal.SIG_IGN) and signal.getsignal(signal.SIGINT) is handler

@@ -72,13 +72,14 @@ def _exit_interrupted(exc: BaseException | None) -> None:
 
 
 def _register() -> None:
+    from autotune.cli.doctor import doctor
     from autotune.cli.fleet import nightly, presets
     from autotune.cli.models import models, quantize
     from autotune.cli.pull import pull
     from autotune.cli.report import report
     from autotune.cli.study import best, confirm, search, trials
 
-    for command in (search, best, trials, confirm, nightly, presets, models, quantize, report, pull):
+    for command in (search, best, trials, confirm, nightly, presets, models, quantize, report, pull, doctor):
         cli.add_command(command)
 
 

@@ -23,8 +23,9 @@ from pathlib import Path
 from typing import Sequence
 
 from autotune.engines.orphans import ServerRecord, die_with_parent, forget_server, record_server
-from autotune.errors import ServerFailure
+from autotune.errors import LlamaCppCrashed, ServerFailure
 from autotune.interrupts import deferred
+from autotune.llamacpp.crash import crash_line, fatal_signal
 
 LOG_TAIL_LINES = 30
 STOP_TIMEOUT_S = 10.0
@@ -104,7 +105,8 @@ class ServerProcess:
         while True:
             code = self._proc.poll()
             if code is not None:
-                raise self.failure(f"llama-server exited with code {code} before it was ready")
+                raise self.crash(code, f"while loading {self.model_name}") or \
+                    self.failure(f"llama-server exited with code {code} before it was ready")
             try:
                 status, _ = self._http("GET", "/health", None, timeout=2.0)
                 if status == 200:
@@ -155,7 +157,9 @@ class ServerProcess:
         except socket.timeout as exc:
             raise self.failure(f"llama-server gave no answer to {what} within {self.request_timeout_s:g} s") from exc
         except (OSError, http.client.HTTPException) as exc:
-            raise self.failure(f"llama-server {self._state()} during {what} ({exc.__class__.__name__})") from exc
+            state = self._state()
+            raise self.crash(self._proc.returncode if self._proc else None, f"during {what}") or \
+                self.failure(f"llama-server {state} during {what} ({exc.__class__.__name__})") from exc
         if status != 200:
             raise self.failure(f"llama-server answered {what} with HTTP {status}: {_error_message(data)}")
         return data
@@ -207,6 +211,19 @@ class ServerProcess:
                 return [line for line, _ in zip(errors, range(limit))]
         except OSError:
             return []
+
+    @property
+    def model_name(self) -> str:
+        argv = self.base_argv
+        path = next((argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg in ("-m", "--model")), "the model")
+        return Path(path).name
+
+    def crash(self, returncode: int | None, when: str) -> LlamaCppCrashed | None:
+        """The one-line error of a server killed by a fatal signal (autotune.llamacpp.crash); None otherwise."""
+        signum = fatal_signal(returncode)
+        if signum is None:
+            return None
+        return LlamaCppCrashed(crash_line(f"llama-server ({self.base_argv[0]})", signum, when), self.log_tail())
 
     def failure(self, message: str) -> ServerFailure:
         """A ServerFailure whose message ends with the most telling log line."""

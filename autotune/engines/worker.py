@@ -9,8 +9,13 @@ result, and the worker waits for the parent's answer before the next prompt: the
 `on_prompt` (storage writes, the pruner) never runs during a timed generation, and a pruned trial
 stops at once, leaving the worker ready for the next call.
 
+`run(function, ...)` calls a module-level function of a higher layer with the worker's PythonEngine
+(the prediction's step costs, draft chains and blocks), streaming its one-line notes, so no llama.cpp
+work of a search runs in the autotune process itself.
+
 When the worker dies the call raises WorkerDied with the reason (the signal; for an abort, llama.cpp's
-own last words: the worker's fd 2 goes to a file) and the next call starts a fresh worker. A deadline
+own last words: the worker's fd 2 goes to a file; for SIGILL, SIGSEGV, SIGBUS or SIGFPE, WorkerCrashed
+with the crash line of autotune.llamacpp.crash) and the next call starts a fresh worker. A deadline
 passed mid-prompt kills the worker, and so does Ctrl-C: the worker ignores SIGINT, SIGTERM and SIGHUP,
 so a terminal's Ctrl-C reaches only the parent, which decides; and it dies with the parent.
 """
@@ -26,12 +31,14 @@ import tempfile
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from autotune.engines.base import Engine, ProgressCallback
-from autotune.engines.orphans import die_with_parent
-from autotune.errors import EngineError, TrialFailure, WorkerDied
+from autotune.engines.orphans import descendant_pids, die_with_parent
+from autotune.errors import EngineError, TrialFailure, WorkerCrashed, WorkerDied
 from autotune.interrupts import STOP_SIGNALS, deferred
+from autotune.llamacpp.builds import llama_cpp_library_dir
+from autotune.llamacpp.crash import crash_line, fatal_signal
 from autotune.measure.lossless import TieEvidence
 from autotune.measure.measurement import Measurement
 from autotune.measure.prompts import Prompt, PromptMix
@@ -42,6 +49,9 @@ from autotune.spec.params import SpecParam
 
 STDERR_TAIL_LINES = 3  # of the dead worker's stderr, quoted in the failure reason
 CLOSE_TIMEOUT_S = 10  # for the worker to free its models and exit before it is killed
+#: what the worker was doing, by the call that was in flight when it died (for the crash line)
+_DOING = {"prepare": "while loading the models", "load": "while loading the models", "measure": "while generating",
+          "tie_evidence": "while replaying a divergence", "run": "while measuring in-process"}
 
 
 class WorkerEngine(Engine):
@@ -96,6 +106,13 @@ class WorkerEngine(Engine):
     ) -> TieEvidence:
         return self._call("tie_evidence", target, prompt, list(generated), token_a, token_b)
 
+    def run(self, function: Callable[..., Any], *args: Any, on_note: Callable[[str], None] | None = None,
+            **kwargs: Any) -> Any:
+        """`function(engine, *args, note=..., **kwargs)` in the worker, `engine` being its PythonEngine;
+        `function` must be importable by name (module level), its arguments and result picklable. Each
+        line it passes to `note` reaches `on_note` as it is said."""
+        return self._call("run", function, *args, on_note=on_note, **kwargs)
+
     def close(self) -> None:
         """Ask the worker to free its models and exit; kill it if it has not within CLOSE_TIMEOUT_S."""
         if self._process is None:
@@ -115,7 +132,7 @@ class WorkerEngine(Engine):
         return self._answers[key]
 
     def _call(self, method: str, *args: Any, on_prompt: ProgressCallback | None = None,
-              deadline_s: float | None = None, **kwargs: Any) -> Any:
+              on_note: Callable[[str], None] | None = None, deadline_s: float | None = None, **kwargs: Any) -> Any:
         """Send one request and wait for its reply, handing each streamed prompt result to `on_prompt`.
 
         Only an exception after which the worker is known to wait for the next request leaves it
@@ -125,20 +142,23 @@ class WorkerEngine(Engine):
         prompt_index = 0
         in_step = False
         try:
-            self._send((method, args, kwargs))
+            self._send((method, args, kwargs), method)
             while True:
-                kind, *body = self._receive(deadline_s, started, prompt_index)
-                if kind == "prompt":
+                kind, *body = self._receive(deadline_s, started, prompt_index, method)
+                if kind == "note":
+                    if on_note is not None:
+                        on_note(body[0])
+                elif kind == "prompt":
                     prompt_index, result = body
                     try:
                         if on_prompt is not None:
                             on_prompt(prompt_index, result)
                     except Exception:  # pruned, or past the tuner's timeout: no next prompt
-                        self._send("stop")
-                        self._receive(deadline_s, started, prompt_index)  # the worker's "stopped"
+                        self._send("stop", method)
+                        self._receive(deadline_s, started, prompt_index, method)  # the worker's "stopped"
                         in_step = True
                         raise
-                    self._send("next")
+                    self._send("next", method)
                     prompt_index += 1
                 elif kind == "done":
                     value, self.last_worker_busy_s = body
@@ -151,13 +171,13 @@ class WorkerEngine(Engine):
                 self._kill()
             raise
 
-    def _send(self, message: Any) -> None:
+    def _send(self, message: Any, method: str) -> None:
         try:
             self._conn.send(message)
         except OSError:  # the worker is gone
-            raise self._death() from None
+            raise self._death(method) from None
 
-    def _receive(self, deadline_s: float | None, started: float, prompt_index: int) -> tuple:
+    def _receive(self, deadline_s: float | None, started: float, prompt_index: int, method: str) -> tuple:
         timeout = None if deadline_s is None else max(0.0, deadline_s - time.monotonic())
         if not self._conn.poll(timeout):
             self._kill()
@@ -165,7 +185,7 @@ class WorkerEngine(Engine):
         try:
             return self._conn.recv()
         except (EOFError, OSError):
-            raise self._death() from None
+            raise self._death(method) from None
 
     def _ensure_worker(self) -> None:
         """Start a worker if none runs. One that died while idle (killed from outside) is replaced
@@ -189,13 +209,18 @@ class WorkerEngine(Engine):
                 child_end.close()  # the parent must not hold it, or the worker's death would read as silence
             self._process, self._conn = process, parent_end
 
-    def _death(self) -> WorkerDied:
-        """Why the worker's pipe closed (it died), with the last lines it wrote to stderr; forgets it."""
+    def _death(self, method: str) -> WorkerDied:
+        """Why the worker's pipe closed (it died) during `method`, with the last lines it wrote to
+        stderr, or the crash line where llama.cpp died of a fatal signal; forgets the worker."""
         process = self._process
         process.join(CLOSE_TIMEOUT_S)
         code = process.exitcode
         tail = _last_lines(self._stderr[0], STDERR_TAIL_LINES)
         self._kill()
+        fatal = fatal_signal(code)
+        if fatal is not None:
+            where = f"the in-process llama.cpp (llama-cpp-python, {llama_cpp_library_dir()})"
+            return WorkerCrashed(crash_line(where, fatal, _DOING.get(method, f"in {method}")), tail)
         if code is None:
             head = "worker closed its pipe and stopped answering"
         elif code == -signal.SIGABRT:
@@ -229,28 +254,6 @@ class WorkerEngine(Engine):
         os.close(fd)
 
 
-def descendant_pids(pid: int) -> list[int]:
-    """Process ids of `pid`'s children, their children and so on, read from /proc (none without it)."""
-    parents: dict[int, int] = {}
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return []
-    for entry in entries:
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            parents[int(entry)] = int(stat.rsplit(")", 1)[1].split()[1])  # the field after (comm) is the ppid
-    found: list[int] = []
-    generation = [pid]
-    while generation:
-        generation = [child for child, parent in parents.items() if parent in generation]
-        found += generation
-    return found
-
-
 class _Stopped(Exception):
     """The parent asked the worker to stop measuring (the trial was pruned or timed out)."""
 
@@ -278,6 +281,9 @@ def _serve(conn, engine_kwargs: dict, stderr_path: str, parent_pid: int) -> None
             try:
                 if method == "measure":
                     value = engine.measure(*args, **kwargs, on_prompt=_streamer(conn, waited))
+                elif method == "run":
+                    function, *rest = args
+                    value = function(engine, *rest, note=lambda line: conn.send(("note", line)), **kwargs)
                 else:
                     attribute = getattr(engine, method)
                     value = attribute(*args, **kwargs) if callable(attribute) else attribute

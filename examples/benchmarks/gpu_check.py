@@ -1,19 +1,30 @@
 """The device check's measurements (run by gpu_check.sh, which builds and sets up first).
 
-For Gemma 3 270M (baseline, ngram-simple, draft-simple with itself as the draft) and for the qwen3
-fixture pair at Qwen3's 151,936-token vocabulary (baseline, ngram-simple, draft-simple, draft-dspark,
-PCTree), on both engines: decode tok/s in-process and on llama-server and their ratio, the in-process
-engine's host share of step time (examples/benchmarks/_steps.py: time outside llama_decode), and the
-device memory in use after the pair loaded; DSpark and PCTree predicted from the pair's recorded blocks
-against the in-process engine's counts and speedups. Then a 6-trial `autotune search` on Gemma, whose printed
-command and figures are passed through. Every line starts with its section so a test can read it.
+First the quick part, about a minute (`--quick` stops after it): `autotune doctor` on the builds the check
+measures (a GPU with a build that has no GPU backend, a crash or a failed decode ends the check there with
+exit 1, before the long part is paid for), then Gemma's baseline on both engines for one prompt.
 
-Run: python examples/benchmarks/gpu_check.py --gemma FILE [--max-tokens 64] [--prompts 11] [--trials 6]
+Then the full check. For Gemma 3 270M (baseline, ngram-simple, draft-simple with itself as the draft) and
+for the qwen3 fixture pair at Qwen3's 151,936-token vocabulary (baseline, ngram-simple, draft-simple,
+draft-dspark, PCTree), on both engines: decode tok/s in-process and on llama-server and their ratio, the
+in-process engine's host share of step time (examples/benchmarks/_steps.py: time outside llama_decode),
+and the device memory in use after the pair loaded; DSpark and PCTree predicted from the pair's recorded
+blocks against the in-process engine's counts and speedups. Then a 6-trial `autotune search` on Gemma
+over the same number of prompts, whose race on llama-server, printed command and figures are passed
+through. Every line starts with its section so a test can read it.
+
+The defaults (4 prompts of 32 tokens) keep the whole check within 1 min 45 s to 2 min 18 s on this 2-core
+box with `--cpu` (the longer when the search ends with a race; issue 30 asks at most 5 minutes, so that a
+lent GPU's 15 hold the build, the check and a rerun); the quick part took 10 s. `--prompts 11
+--max-tokens 64` measures as the first device check did (594 s in issue 30's run on the CPU).
+
+Run: python examples/benchmarks/gpu_check.py --gemma FILE [--quick] [--max-tokens 32] [--prompts 4] [--trials 6]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -29,7 +40,7 @@ from autotune.engines import memory  # noqa: E402
 from autotune.engines.python import PythonEngine  # noqa: E402
 from autotune.engines.server import ServerEngine  # noqa: E402
 from autotune.errors import AutotuneError  # noqa: E402
-from autotune.measure.prompts import PromptMix, load_prompt_mix  # noqa: E402
+from autotune.measure.prompts import PromptMix, continuation_mix_path, load_prompt_mix  # noqa: E402
 from autotune.predict.block_drafts import BlockPlan  # noqa: E402
 from autotune.predict.target import measure_target  # noqa: E402
 from autotune.spec.config import SpecConfig  # noqa: E402
@@ -37,6 +48,7 @@ from autotune.spec.types import SPEC_TYPE_PARAMS  # noqa: E402
 from autotune.testing.dspark_fixtures import QWEN3_VOCAB, write_qwen3_pair  # noqa: E402
 
 CONTEXT = 4096
+QUICK_TOKENS = 32  # Gemma's baseline in the quick part: one prompt
 
 
 def used_mib() -> str:
@@ -94,7 +106,7 @@ def predict_blocks(files: dict[str, Path], mix: PromptMix, max_tokens: int, thre
         baseline = engine.measure(SpecConfig(target), mix, max_tokens=max_tokens)
         started = time.perf_counter()
         plan = BlockPlan("draft-dspark", n_maxes=(3, 8), pctree=True, p_min=False, tree_k=3, tree_n=16)
-        model = measure_target(engine, target, baseline, None, mix, arbiter="python", max_tokens=max_tokens, drafts=[],
+        model = measure_target(engine, target, baseline, mix, arbiter="python", max_tokens=max_tokens, drafts=[],
                                chain_length=3, block_drafts=[(plan, dspark)], note=lambda _: None)
         print(f"blocks: recorded and costed in {time.perf_counter() - started:.1f} s", flush=True)
         for name, config in configs.items():
@@ -109,11 +121,49 @@ def predict_blocks(files: dict[str, Path], mix: PromptMix, max_tokens: int, thre
                   f"measured {measured.mix_tok_s / baseline.mix_tok_s:.2f}x prediction {predict_ms:.1f} ms", flush=True)
 
 
+def doctor(models_dir: Path) -> int:
+    """`autotune doctor` on the builds the check measures (the server of AUTOTUNE_LLAMA_SERVER), its lines passed
+    through; its exit code."""
+    done = subprocess.run([sys.executable, "-m", "autotune", "doctor", "--models-dir", str(models_dir)],
+                          stdout=subprocess.PIPE, text=True)
+    for line in done.stdout.splitlines():
+        print(f"doctor: {line}", flush=True)
+    return done.returncode
+
+
+def quick(gemma: Path, models_dir: Path, mix: PromptMix, server: ServerEngine | None, threads: int | None) -> bool:
+    """The first minute: doctor, then Gemma's baseline on both engines for a few tokens; False when doctor
+    found a problem (the full check would measure a broken build)."""
+    if doctor(models_dir) != 0:
+        print("quick: doctor found a problem (above): the check stops here", flush=True)
+        return False
+    compare("quick", {"none": SpecConfig(gemma)}, PromptMix(mix.source, mix.prompts[:1]), QUICK_TOKENS, server, threads)
+    return True
+
+
+def search(models_dir: Path, args: argparse.Namespace) -> int:
+    """A short measured `autotune search` on Gemma over the first `--prompts` categories of the continuation mix
+    (the mix a study of this base model measures), its output passed through; its exit code."""
+    prompts = models_dir / "prompts.jsonl"
+    chosen = load_prompt_mix(continuation_mix_path()).take(per_category=1).prompts[: args.prompts]
+    prompts.write_text("".join(json.dumps({"id": p.id, "category": p.category, "prompt": p.text}) + "\n" for p in chosen))
+    argv = [sys.executable, "-m", "autotune", "search", "--strategy", "measure", "--model", "gemma3-270m", "--trials",
+            str(args.trials), "--max-tokens", str(args.max_tokens), "--prompts", str(prompts), "--per-category", "1",
+            "--models-dir", str(models_dir), "--seed", "0", *args.search_args.split()]
+    print(f"search: {' '.join(argv[1:])}", flush=True)
+    done = subprocess.run(argv, stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    for line in done.stdout.splitlines():
+        print(f"search: {line}", flush=True)
+    print(f"search: exit {done.returncode}", flush=True)
+    return done.returncode
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--gemma", type=Path, required=True, help="gemma-3-270m-q4_k_m.gguf")
-    parser.add_argument("--max-tokens", type=int, default=64)
-    parser.add_argument("--prompts", type=int, default=11, help="prompts of the bundled mix, one per category")
+    parser.add_argument("--quick", action="store_true", help="the quick part only: doctor and Gemma's baseline")
+    parser.add_argument("--max-tokens", type=int, default=32)
+    parser.add_argument("--prompts", type=int, default=4, help="prompts of the bundled mix, one per category")
     parser.add_argument("--trials", type=int, default=6)
     parser.add_argument("--vocab", type=int, default=QWEN3_VOCAB)
     parser.add_argument("--threads", type=int, default=None)
@@ -125,18 +175,32 @@ def main() -> None:
         print(f"device: {device.name} ({device.description}), {device.total / 2**30:.1f} GiB, "
               f"{device.free / 2**30:.1f} GiB free", flush=True)
     mix = PromptMix("check", tuple(load_prompt_mix().take(per_category=1).prompts[: args.prompts]))
+    with tempfile.TemporaryDirectory(prefix="autotune-gpu-check-") as scratch:  # 174 MB at Qwen3's vocabulary
+        code = check(args, mix, Path(scratch))
+    sys.exit(code)
+
+
+def check(args: argparse.Namespace, mix: PromptMix, scratch: Path) -> int:
+    """The quick part, then (unless `--quick`) the full one, with its files under `scratch`; the exit code."""
+    gemma = args.gemma
+    models_dir = scratch / "models"
+    models_dir.mkdir()
+    (models_dir / gemma.name).symlink_to(gemma.resolve())
     server = None if args.no_server else ServerEngine(context_size=CONTEXT, threads=args.threads)
     try:
         if server is not None:
             print(f"server: {server.binary} ({server.build_info})", flush=True)
-        gemma = args.gemma
+        if not quick(gemma, models_dir, mix, server, args.threads):
+            return 1
+        if args.quick:
+            return 0
         compare("gemma", {
             "none": SpecConfig(gemma),
             "ngram-simple n4 m16": SpecConfig(gemma, "ngram-simple", None, {"ngram_simple_size_n": 4, "ngram_simple_size_m": 16}),
             "draft-simple n_max=4": SpecConfig(gemma, "draft-simple", gemma, {"draft_n_max": 4}),
         }, mix, args.max_tokens, server, args.threads)
-        root = Path(tempfile.mkdtemp(prefix="autotune-gpu-check-"))
-        files = write_qwen3_pair(root, vocab_size=args.vocab, ctx=CONTEXT)
+        (scratch / "fixture").mkdir()
+        files = write_qwen3_pair(scratch / "fixture", vocab_size=args.vocab, ctx=CONTEXT)
         target = files["target"]
         compare("fixture", {
             "none": SpecConfig(target),
@@ -150,18 +214,7 @@ def main() -> None:
     finally:
         if server is not None:
             server.close()
-
-    models_dir = Path(tempfile.mkdtemp(prefix="autotune-gpu-check-models-"))
-    (models_dir / gemma.name).symlink_to(gemma.resolve())
-    argv = [sys.executable, "-m", "autotune", "search", "--strategy", "measure", "--model", "gemma3-270m", "--trials", str(args.trials),
-            "--max-tokens", str(args.max_tokens), "--per-category", "1", "--models-dir", str(models_dir), "--seed", "0",
-            *args.search_args.split()]
-    print(f"search: {' '.join(argv[1:])}", flush=True)
-    done = subprocess.run(argv, stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    for line in done.stdout.splitlines():
-        print(f"search: {line}", flush=True)
-    print(f"search: exit {done.returncode}", flush=True)
-    sys.exit(done.returncode)
+    return search(models_dir, args)
 
 
 if __name__ == "__main__":

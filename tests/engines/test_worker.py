@@ -18,7 +18,8 @@ from click.testing import CliRunner
 
 from autotune.cli.main import cli
 from autotune.engines import create_engine
-from autotune.engines.worker import WorkerEngine, descendant_pids
+from autotune.engines.orphans import descendant_pids
+from autotune.engines.worker import WorkerEngine
 from autotune.errors import ModelFileError, TrialFailure, UsageError, WorkerDied
 from autotune.hardware import hardware_key
 from autotune.measure.prompts import Prompt, PromptMix

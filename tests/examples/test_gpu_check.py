@@ -1,11 +1,13 @@
 """examples/benchmarks/gpu_check.sh --cpu: the device check runs here as it will on a GPU, and prints
-every line the closing note of the GPU issue reads (tiny settings: it measures nothing worth quoting)."""
+every line the closing note of the GPU issue reads (tiny settings: it measures nothing worth quoting).
+It runs on this test's own interpreter (PYTHON), whatever `python` comes first on PATH."""
 
 from __future__ import annotations
 
 import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -19,12 +21,18 @@ def test_gpu_check_runs_on_the_cpu_and_prints_every_figure(tmp_path):
     done = subprocess.run(
         ["bash", "examples/benchmarks/gpu_check.sh", "--cpu", "--max-tokens", "4", "--prompts", "1", "--trials", "3",
          "--vocab", "4096", "--search-args", "--no-confirm --no-pruning"],
-        cwd=REPO, capture_output=True, text=True, timeout=1800, env={**os.environ, "AUTOTUNE_HOME": str(tmp_path)},
+        cwd=REPO, capture_output=True, text=True, timeout=1800,
+        env={**os.environ, "AUTOTUNE_HOME": str(tmp_path), "PYTHON": sys.executable},
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     lines = done.stdout.splitlines()
     assert any(re.match(r"device: CPU .* GiB free$", line) for line in lines), lines
-    for section, names in {"gemma": ["none", "ngram-simple n4 m16", "draft-simple n_max=4"],
+    failed = [line for line in lines if re.match(r"(quick|gemma|fixture): .* (python|server): ", line)]
+    assert not failed, failed  # a measurement that failed prints its error in place of its row
+    quick = [i for i, line in enumerate(lines) if line.startswith(("doctor: ", "quick: "))]
+    assert "doctor: usable: yes" in lines and lines[quick[-1]].startswith("quick: none ")  # the first minute
+    assert quick[-1] < next(i for i, line in enumerate(lines) if line.startswith("gemma: "))
+    for section, names in {"quick": ["none"], "gemma": ["none", "ngram-simple n4 m16", "draft-simple n_max=4"],
                            "fixture": ["none", "ngram-simple n2 m8", "draft-simple n_max=4", "draft-dspark n_max=8"]}.items():
         for name in names:
             row = next((line for line in lines if line.startswith(f"{section}: {name} ")), None)
