@@ -52,6 +52,8 @@ class Preset:
     created_at: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
     # file name -> {"repo", "revision"}: the hub release (commit) of each file that came from the hub
     file_revisions: dict[str, dict[str, str]] = field(default_factory=dict)
+    #: why it was made, e.g. by `nightly`: "new draft release: dspark from …@abc1234 (was 9f8e7d6); …"
+    reason: str | None = None
 
     @property
     def command(self) -> str:
@@ -184,6 +186,7 @@ def _open_engine(url: str) -> tuple[Engine, str]:
 MIGRATIONS: dict[int, tuple] = {
     2: ("ALTER TABLE autotune_presets ADD COLUMN file_revisions JSON",),
     3: (lambda connection: _rebuild_presets_keyed_by_concurrency(connection),),
+    4: (lambda connection: _add_preset_column(connection, "reason", "TEXT"),),
 }
 
 
@@ -192,11 +195,19 @@ def _rebuild_presets_keyed_by_concurrency(connection) -> None:
     (model, hardware, concurrency). SQLite cannot drop a constraint, so the table is rebuilt: renamed,
     created anew, rows copied (ids assigned afresh, so PostgreSQL's sequence stays right), old one dropped."""
     connection.execute(text("ALTER TABLE autotune_presets RENAME TO autotune_presets_before_v3"))
-    PresetRow.__table__.create(connection)
-    columns = ", ".join(c.name for c in PresetRow.__table__.columns if c.name not in ("id", "concurrency"))
+    PresetRow.__table__.create(connection)  # as defined now: with the columns of later versions too
+    kept = {c["name"] for c in inspect(connection).get_columns("autotune_presets_before_v3")}
+    columns = ", ".join(c.name for c in PresetRow.__table__.columns
+                        if c.name in kept and c.name not in ("id", "concurrency"))
     connection.execute(text(f"INSERT INTO autotune_presets ({columns}, concurrency) "
                             f"SELECT {columns}, 1 FROM autotune_presets_before_v3"))
     connection.execute(text("DROP TABLE autotune_presets_before_v3"))
+
+
+def _add_preset_column(connection, name: str, sql_type: str) -> None:
+    """Add a column to the presets table unless it has it (a table rebuilt by v3 is created as defined now)."""
+    if name not in {c["name"] for c in inspect(connection).get_columns("autotune_presets")}:
+        connection.execute(text(f"ALTER TABLE autotune_presets ADD COLUMN {name} {sql_type}"))
 
 
 def _migrate(connection, version: int) -> None:

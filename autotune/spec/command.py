@@ -10,10 +10,12 @@ import shlex
 from dataclasses import asdict, dataclass, field
 from typing import Sequence
 
+from autotune.llamacpp.capabilities import spec_types_on_by_default
+from autotune.spec.default import runs_by_default
 from autotune.spec.runtime_flags import COMMAND_DEFAULTS, runtime_argv
 from autotune.spec.sampling import GREEDY, Sampling
 from autotune.spec.config import SpecConfig
-from autotune.spec.types import SPEC_TYPE_PARAMS
+from autotune.spec.types import SPEC_TYPE_PARAMS, spec_members
 
 DEFAULT_SERVER_BINARY = "llama-server"
 
@@ -27,6 +29,7 @@ def server_argv(
     threads: int | None = None,
     sampling: Sampling = GREEDY,
     parallel: int = 1,
+    spec_types_on: Sequence[str] | None = None,
 ) -> list[str]:
     """The llama-server command line that runs `config`.
 
@@ -41,6 +44,11 @@ def server_argv(
     differ from llama-server's defaults (`--temp 0` for a greedy study); `base_flags` come from the
     search-space file. Only parameters the configuration sets are written, the rest keep llama.cpp's
     defaults.
+
+    `spec_types_on`: the spec types the binary runs with no speculative flag (None: read from its
+    `--help`). Where some are (llama.cpp PR #28391), those `config` does not run are turned off with
+    `--no-spec-type`, so the baseline runs without speculation, and a configuration that is exactly the
+    binary's default carries no speculative flag.
     """
     runtime = {**COMMAND_DEFAULTS, **config.runtime}
     argv = [binary, "-m", str(config.target), "-c", str(context_size * parallel), "-np", str(parallel), "-ngl", "all"]
@@ -50,7 +58,10 @@ def server_argv(
     argv += runtime_argv(config.runtime, has_draft=config.draft is not None, cli_threads=threads)
     argv += sampling.server_flags()
     argv += list(base_flags)
-    if config.is_baseline:
+    on_by_default = spec_types_on_by_default(binary) if spec_types_on is None else tuple(spec_types_on)
+    turned_off = [t for t in on_by_default if t not in spec_members(config.spec_type)]
+    argv += ["--no-spec-type", ",".join(turned_off)] if turned_off else []
+    if config.is_baseline or runs_by_default(config, on_by_default):
         return argv
     argv += ["--spec-type", config.spec_type]
     if config.draft is not None:

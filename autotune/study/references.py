@@ -1,8 +1,10 @@
 """The references every study measures beside its search trials: one baseline (`none`) per target,
-then llama.cpp's own `--spec-default` on each where the engine runs it. They are enqueued (never
-sampled), re-measured every `--baseline-every` search trials, and a dead worker's reference is
-measured again once. Speedups divide by the baseline measured nearest before a trial, and the pruner
-sees each prompt's score over that baseline's, so drift (heat, other load) cancels.
+then llama.cpp's own `--spec-default` on each where the engine runs it (on llama-server: where the
+binary lists `--spec-default`, or runs that configuration by default, when it is measured with no
+speculative flag; see autotune.spec.default). They are enqueued (never sampled), re-measured every
+`--baseline-every` search trials, and a dead worker's reference is measured again once. Speedups
+divide by the baseline measured nearest before a trial, and the pruner sees each prompt's score over
+that baseline's, so drift (heat, other load) cancels.
 """
 
 from __future__ import annotations
@@ -15,9 +17,10 @@ import optuna
 
 from autotune.engines.base import Engine
 from autotune.engines.orphans import is_gone
+from autotune.engines.server import ServerEngine
 from autotune.measure.measurement import GenerationResult
 from autotune.spec.config import SpecConfig
-from autotune.spec.default import SPEC_DEFAULT_PARAMS, SPEC_DEFAULT_TYPE, spec_default_config
+from autotune.spec.default import SPEC_DEFAULT_PARAMS, SPEC_DEFAULT_TYPE, names_spec_default, spec_default_config
 from autotune.spec.types import SPEC_TYPE_PARAMS
 from autotune.study.records import (BASELINE_ROLE, REFERENCE_ROLES, SPEC_DEFAULT_ROLE, TrialRecord, store_trial,
                                     trial_attrs)
@@ -28,10 +31,12 @@ BASELINE_WAIT_S = 900
 
 
 def measures_spec_default(engine: Engine) -> bool:
-    """Whether the engine runs llama.cpp's default: ngram-mod, with every parameter it sets."""
+    """Whether the engine runs llama.cpp's default: ngram-mod, with every parameter it sets, and on
+    llama-server only where the binary names that default (`names_spec_default`)."""
     params = SPEC_TYPE_PARAMS[SPEC_DEFAULT_TYPE]
-    return SPEC_DEFAULT_TYPE in engine.runnable_spec_types and all(
+    runs = SPEC_DEFAULT_TYPE in engine.runnable_spec_types and all(
         engine.supports_param(params[name]) for name in SPEC_DEFAULT_PARAMS)
+    return runs and (not isinstance(engine, ServerEngine) or names_spec_default(engine.capabilities))
 
 
 def reference_configs(targets: list[Path], *, with_spec_default: bool) -> list[tuple[str, SpecConfig]]:

@@ -21,13 +21,13 @@ import yaml
 from click.testing import CliRunner
 
 from autotune.cli.main import cli
-from autotune.study.confirm import Confirmation, ConfirmedConfig
+from autotune.study.verdict import Confirmation, ConfirmedConfig
 from autotune.errors import HubSourceError, SearchSpaceError
 from autotune.models.hub import file_revisions, format_size, hub_files
 from autotune.models.files import resolve_model_files
 from autotune.presets.export import export_presets
 from autotune.presets.confirmed import preset_from
-from autotune.presets.nightly import pull_latest
+from autotune.models.releases import follow_releases
 from autotune.spec.space import HubSource, load_space
 from autotune.testing import tiny_gguf
 from autotune.testing.hub_fixtures import HubRepo, LocalHubEndpoint, repo_folder, write_hub_cache
@@ -217,7 +217,7 @@ def test_a_night_without_the_hub_says_so_once_and_keeps_the_files(tmp_path, tiny
     monkeypatch.setenv(*env)
     snapshot = write_hub_cache(cache_dir, REPO, C1, {"draft-A.gguf": draft_bytes(tiny_dir)})["draft-A.gguf"]
     notes = Notes()
-    pull_latest(load_space(write_space(tmp_path)), notes)
+    follow_releases(load_space(write_space(tmp_path)), notes.note)
     assert len(notes.lines) == 1 and said in notes.lines[0] and "going on with the files on disk" in notes.lines[0]
     assert sorted(p.name for p in snapshot.parent.parent.iterdir()) == [C1]
 
@@ -248,9 +248,9 @@ def test_a_night_downloads_a_new_revision(tmp_path, tiny_dir, target_only, cache
     notes = Notes()
     with LocalHubEndpoint({REPO: HubRepo(C2, {"draft-A.gguf": released})}) as hub:
         monkeypatch.setenv("HF_ENDPOINT", hub.url)
-        pull_latest(space, notes)
+        follow_releases(space, notes.note)
         assert notes.lines == [f"downloading {REPO}/draft-A.gguf (a new revision, {format_size(len(released))})"]
-        pull_latest(space, notes)  # the same revision again: nothing to download
+        follow_releases(space, notes.note)  # the same revision again: nothing to download
         assert len(notes.lines) == 1
     (draft,) = resolve_model_files(space, target_only).drafts["draft-simple"]
     assert draft.parent.name == C2 and draft.read_bytes() == released
@@ -280,7 +280,7 @@ def test_a_repo_revision_or_file_that_does_not_exist_is_bad_input(tmp_path, cach
         result = invoke("pull", "--model", "tiny", "--space", str(space))
         notes = Notes()
         with pytest.raises(HubSourceError, match=message):
-            pull_latest(load_space(space), notes)
+            follow_releases(load_space(space), notes.note)
     assert result.exit_code == 2
     assert result.stderr.strip().splitlines() == [f"autotune: error: {result.stderr.strip().split(': ', 2)[2]}"]
     assert message in result.stderr
@@ -345,13 +345,14 @@ def test_the_revision_is_recorded_with_trials_presets_and_exports(tmp_path, tiny
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
-def test_the_nightly_examples_pull_dspark_drafts_for_qwen3_8b_with_real_options():
+def test_the_nightly_examples_follow_ggml_orgs_qwen3_8b_conversions_with_real_options():
     space = load_space(EXAMPLES / "qwen3-8b-hub.toml")
-    assert space.model.name == "qwen3-8b" and space.drafts["draft-dspark"][0].source is not None
+    assert space.model.name == "qwen3-8b"
+    # the files ggml-org/convert's models/qwen3-8b/convert.sh uploads to ggml-org/Qwen3-8B-GGUF
     assert [f.label for f in hub_files(space)] == [
-        "Qwen/Qwen3-8B-GGUF/Qwen3-8B-Q4_K_M.gguf", "Qwen/Qwen3-8B-GGUF/Qwen3-8B-Q8_0.gguf",
-        "your-org/Qwen3-8B-DSpark-GGUF/dspark-Qwen3-8B-Q8_0.gguf", "your-org/Qwen3-8B-DSpark-GGUF/dspark-Qwen3-8B-BF16.gguf",
-        "Qwen/Qwen3-0.6B-GGUF/Qwen3-0.6B-Q8_0.gguf"]
+        "ggml-org/Qwen3-8B-GGUF/Qwen3-8B-Q8_0.gguf",
+        "ggml-org/Qwen3-8B-GGUF/dspark-Qwen3-8B-Q8_0.gguf", "ggml-org/Qwen3-8B-GGUF/dspark-Qwen3-8B-BF16.gguf",
+        "ggml-org/Qwen3-8B-GGUF/dflash-Qwen3-8B-Q8_0.gguf", "ggml-org/Qwen3-8B-GGUF/dflash-Qwen3-8B-BF16.gguf"]
     cron = [line for line in (EXAMPLES / "nightly.cron").read_text().splitlines() if line and line[0].isdigit()]
     service = [line.removeprefix("ExecStart=") for line in (EXAMPLES / "systemd" / "autotune-nightly.service")
                .read_text().splitlines() if line.startswith("ExecStart=")]
@@ -381,8 +382,8 @@ def test_an_offline_night_says_so_once_tunes_on_the_cached_release_and_records_i
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     write_hub_cache(cache_dir, REPO, C1, {"draft-A.gguf": draft_bytes(tiny_dir)})
     space = write_space(tmp_path)  # draft-simple only, beside the --spec-default reference
-    args = ["nightly", "--model", "tiny", "--space", str(space), "--models-dir", str(target_only), "--trials", "4",
-            "--top", "2", "--confirm-repeats", "2", "--max-tokens", "10", "--seed", "0", "--no-pruning"]
+    args = ["nightly", "--model", "tiny", "--space", str(space), "--models-dir", str(target_only), "--top", "2",
+            "--race-budget", "2", "--max-tokens", "10", "--seed", "0"]
     first = invoke(*args)
     assert first.exit_code == 0, first.output  # as a night with the hub: the first preset is made
     assert first.stdout.startswith("improved: tiny: first preset")
@@ -400,7 +401,7 @@ def test_nightly_notices_a_new_release_on_the_hub(tmp_path, tiny_dir, target_onl
     tiny_gguf.write_qwen3_target(new_draft, seed=2)  # the next release: another compatible draft
     repos = {REPO: HubRepo(C1, {"draft-A.gguf": draft_bytes(tiny_dir)})}
     args = ["nightly", "--model", "tiny", "--space", str(write_space(tmp_path)), "--models-dir", str(target_only),
-            "--trials", "4", "--top", "2", "--confirm-repeats", "2", "--max-tokens", "10", "--seed", "0", "--no-pruning"]
+            "--top", "2", "--race-budget", "2", "--max-tokens", "10", "--seed", "0"]
     url = resolve_storage_url(None)
     with LocalHubEndpoint(repos) as hub:
         monkeypatch.setenv("HF_ENDPOINT", hub.url)

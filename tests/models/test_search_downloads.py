@@ -1,6 +1,7 @@
 """`autotune search --model qwen3-8b` on a machine with nothing placed by hand: the bundled space's hub
-files are downloaded before the first trial (after one line saying what and how large), and
-`--offline` downloads nothing.
+files — targets and draft-simple drafts from Qwen's repos, DSpark and DFlash drafts from ggml-org's — are
+downloaded before the first trial (after one line saying what and how large), and `--offline` downloads
+nothing.
 
 huggingface.co cannot be reached from here: `LocalHubEndpoint` (an HTTP server on 127.0.0.1 that answers
 the hub's API, files' sizes included) serves tiny GGUF files under the exact repo and file names the
@@ -29,19 +30,26 @@ COMMIT = "3" * 40
 @pytest.fixture(scope="module")
 def qwen3_8b_repos(tmp_path_factory) -> dict[str, HubRepo]:
     """Tiny qwen3 files under the names search_spaces/qwen3-8b.toml gives its hub files (two target quants
-    that differ, two draft sizes from two repos)."""
+    that differ, two draft sizes from two repos, and ggml-org's repo with the DSpark and DFlash drafts for
+    those targets, its own target conversion and the files its pipeline writes beside them)."""
     root = tmp_path_factory.mktemp("hub-files")
     paths = {name: root / name for name in ("t4", "t8", "d06", "d17")}
     tiny_gguf.write_qwen3_target(paths["t4"])
     tiny_gguf.write_qwen3_target(paths["t8"], seed=3)
     tiny_gguf.write_qwen3_target(paths["d06"], seed=1)
     tiny_gguf.write_qwen3_target(paths["d17"], seed=2)
-    content = {key: path.read_bytes() for key, path in paths.items()}
+    tiny_gguf.write_dspark_draft(root / "dspark", target_path=paths["t8"])
+    tiny_gguf.write_dspark_draft(root / "dflash", target_path=paths["t8"], markov_rank=0)
+    content = {path.name: path.read_bytes() for path in root.iterdir()}
     return {
         "Qwen/Qwen3-8B-GGUF": HubRepo(COMMIT, {"Qwen3-8B-Q4_K_M.gguf": content["t4"], "Qwen3-8B-Q8_0.gguf": content["t8"],
                                                "README.md": b"not asked for"}),
         "Qwen/Qwen3-0.6B-GGUF": HubRepo(COMMIT, {"Qwen3-0.6B-Q8_0.gguf": content["d06"]}),
         "Qwen/Qwen3-1.7B-GGUF": HubRepo(COMMIT, {"Qwen3-1.7B-Q8_0.gguf": content["d17"]}),
+        "ggml-org/Qwen3-8B-GGUF": HubRepo(COMMIT, {"Qwen3-8B-Q8_0.gguf": content["t8"], "dspark-Qwen3-8B-Q8_0.gguf":
+                                                   content["dspark"], "dflash-Qwen3-8B-Q8_0.gguf": content["dflash"],
+                                                   ".src_sha": b"DFLASH=" + b"d" * 40 + b"\nDSPARK=" + b"e" * 40 +
+                                                   b"\nPRIMARY=" + b"f" * 40 + b"\n", "README.md": b"not asked for"}),
     }
 
 
@@ -50,22 +58,23 @@ def invoke(*args: str):
 
 
 def file_gets(hub: LocalHubEndpoint) -> list[str]:
-    return [r for r in hub.requests if r.startswith("GET /Qwen/")]
+    return [r for r in hub.requests if r.startswith(("GET /Qwen/", "GET /ggml-org/")) and r.endswith(".gguf")]
 
 
 def test_the_bundled_spaces_name_the_official_repos_and_only_published_files():
     qwen = [f.label for f in hub_files(load_model_space("qwen3-8b", None))]
+    # ggml-org/convert's models/qwen3-8b/convert.sh writes {dspark,dflash}-Qwen3-8B-{BF16,Q8_0}.gguf there
     assert qwen == ["Qwen/Qwen3-8B-GGUF/Qwen3-8B-Q4_K_M.gguf", "Qwen/Qwen3-8B-GGUF/Qwen3-8B-Q8_0.gguf",
+                    "ggml-org/Qwen3-8B-GGUF/dspark-Qwen3-8B-Q8_0.gguf",
+                    "ggml-org/Qwen3-8B-GGUF/dflash-Qwen3-8B-Q8_0.gguf",
                     "Qwen/Qwen3-0.6B-GGUF/Qwen3-0.6B-Q8_0.gguf", "Qwen/Qwen3-1.7B-GGUF/Qwen3-1.7B-Q8_0.gguf"]
     llama = [f.label for f in hub_files(load_model_space("llama3.1-8b", None))]
     assert llama == ["bartowski/Meta-Llama-3.1-8B-Instruct-GGUF/Meta-Llama-3.1-8B-Instruct-Q4_K_M.gguf",
                      "bartowski/Meta-Llama-3.1-8B-Instruct-GGUF/Meta-Llama-3.1-8B-Instruct-Q8_0.gguf",
                      "bartowski/Llama-3.2-1B-Instruct-GGUF/Llama-3.2-1B-Instruct-Q8_0.gguf",
                      "bartowski/Llama-3.2-1B-Instruct-GGUF/Llama-3.2-1B-Instruct-Q4_K_M.gguf"]
-    for model in ("qwen3-8b", "llama3.1-8b"):  # community drafts stay local files: no guessed repo
-        space = load_model_space(model, None)
-        assert all(p.source is None for t in ("draft-dspark", "draft-dflash", "draft-eagle3")
-                   for p in space.drafts.get(t, ()))
+    llama_space = load_model_space("llama3.1-8b", None)  # its EAGLE-3 draft stays a local file: no guessed repo
+    assert all(p.source is None for p in llama_space.drafts.get("draft-eagle3", ()))
 
 
 @pytest.mark.slow
@@ -78,16 +87,16 @@ def test_search_downloads_what_is_missing_says_how_large_and_runs(tmp_path, qwen
         monkeypatch.setenv("HF_ENDPOINT", hub.url)
         first = invoke(*args)
         assert first.exit_code == 0, first.output
-        sizes = {name: len(content) for repo in qwen3_8b_repos.values() for name, content in repo.files.items()}
-        total = sum(size for name, size in sizes.items() if name.endswith(".gguf"))
+        labels = [f.label for f in hub_files(load_model_space("qwen3-8b", None))]
+        sizes = {label: len(qwen3_8b_repos[label.rsplit("/", 1)[0]].files[label.rsplit("/", 1)[1]]) for label in labels}
         (line,) = [line for line in first.stderr.splitlines() if "downloading" in line]
-        assert line.startswith(f"autotune: downloading 4 files from the hub ({total / 1e6:.3g} MB) into "
-                               f"{os.environ['HF_HUB_CACHE']}: ")
-        for name in ("Qwen3-8B-Q4_K_M.gguf", "Qwen3-8B-Q8_0.gguf", "Qwen3-0.6B-Q8_0.gguf", "Qwen3-1.7B-Q8_0.gguf"):
-            assert f"/{name} ({sizes[name] / 1e3:.3g} kB)" in line
-        assert sorted(r.split("/")[-1] for r in file_gets(hub)) == sorted(n for n in sizes if n.endswith(".gguf"))
-        assert "dspark-Qwen3-8B-*" not in first.stderr  # each local draft is left out in one line, by its name
-        assert "no file matches dspark-Qwen3-8B-Q8_0.gguf: left out" in first.stderr
+        assert line.startswith(f"autotune: downloading 6 files from the hub ({sum(sizes.values()) / 1e6:.3g} MB) "
+                               f"into {os.environ['HF_HUB_CACHE']}: ")
+        assert all(f"{label} ({size / 1e3:.3g} kB)" in line for label, size in sizes.items())
+        assert sorted(r.removeprefix("GET ") for r in file_gets(hub)) == sorted(
+            "/{}/{}/resolve/main/{}".format(*label.split("/")) for label in labels)  # not ggml-org's own target
+        left_out = [line for line in first.stderr.splitlines() if "left out" in line]
+        assert not [line for line in left_out if "-Qwen3-8B-" in line], left_out  # DSpark and DFlash drafts are there
         assert list(models.iterdir()) == []  # the models dir is never written
 
         downloads = len(file_gets(hub))
@@ -95,9 +104,12 @@ def test_search_downloads_what_is_missing_says_how_large_and_runs(tmp_path, qwen
         assert second.exit_code == 0, second.output
         assert "downloading" not in second.stderr and len(file_gets(hub)) == downloads
     (summary,) = optuna.get_all_study_summaries(resolve_storage_url(None), include_best_trial=False)
-    trials = optuna.load_study(study_name=summary.study_name, storage=resolve_storage_url(None)).trials
-    targets = {Path(t.user_attrs["config"]["target"]) for t in trials if "config" in t.user_attrs}
+    study = optuna.load_study(study_name=summary.study_name, storage=resolve_storage_url(None))
+    targets = {Path(t.user_attrs["config"]["target"]) for t in study.trials if "config" in t.user_attrs}
     assert targets and all(p.parent.name == COMMIT and "models--Qwen--Qwen3-8B-GGUF" in p.parts for p in targets)
+    for pair in (f"draft-dspark:Qwen3-8B-Q8_0.gguf@{COMMIT} + dspark-Qwen3-8B-Q8_0.gguf@{COMMIT}",
+                 f"draft-dflash:Qwen3-8B-Q4_K_M.gguf@{COMMIT} + dflash-Qwen3-8B-Q8_0.gguf@{COMMIT}"):
+        assert pair in study.user_attrs["files"]  # the study samples from every ggml-org draft with every target
 
 
 @pytest.mark.parametrize("how", ["--offline", "HF_HUB_OFFLINE=1"])

@@ -87,3 +87,14 @@ def test_pctree_switch_and_its_parameters():
     off = SpecConfig(TARGET, "draft-dspark", draft, {"dspark_pctree": False, "dspark_pctree_k": 3})
     assert not [a for a in server_argv(off, context_size=4096) if "pctree" in a]
     assert "pctree=on" in on.describe()
+
+
+def test_on_a_binary_that_speculates_by_default_a_command_turns_off_what_it_does_not_run():
+    on = ("ngram-mod",)  # llama.cpp PR #28391's default; `--spec-type` adds to it there
+    plain = server_argv(SpecConfig(target=TARGET), context_size=4096, spec_types_on=on)
+    assert plain[-2:] == ["--no-spec-type", "ngram-mod"]
+    combined = SpecConfig(TARGET, "ngram-mod,draft-simple", Path("/m/d.gguf"))
+    argv = server_argv(combined, context_size=4096, spec_types_on=on)
+    assert "--no-spec-type" not in argv and argv[argv.index("--spec-type") + 1] == "ngram-mod,draft-simple"
+    default = SpecConfig(TARGET, "ngram-mod", params={"ngram_mod_n_match": 24, "ngram_mod_n_max": 64})
+    assert server_argv(default, context_size=4096, spec_types_on=on) == plain[:-2]  # what it runs anyway

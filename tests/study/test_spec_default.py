@@ -10,7 +10,8 @@ import pytest
 from click.testing import CliRunner
 
 from autotune.cli.main import cli
-from autotune.study.confirm import Confirmation, ConfirmedConfig
+from autotune.study.verdict import Confirmation, ConfirmedConfig
+from autotune.testing.races import raced_row, scaled
 from autotune.engines.python import PythonEngine
 from autotune.hardware import hardware_key
 from autotune.study.best import best_result
@@ -126,26 +127,33 @@ def test_the_confirmation_measures_spec_default_in_the_same_rounds(tiny_space, m
     assert best["confirmed"]["spec_default_tok_s"] is None and best["trial"] != reference.number
 
 
-def _row(role: str, trial: int | None, mean: float, p_value: float | None, speedup: float | None) -> ConfirmedConfig:
-    return ConfirmedConfig(role, role, trial, "/m/t.gguf", ["llama-server"], [mean, mean + 1], mean, (mean - 1, mean + 1),
-                           p_value, speedup)
+BASELINE_MS = [[900.0, 1100.0, 1000.0, 950.0]] * 2  # 2 rounds x 4 prompts, 47 tokens each: 47 tok/s
 
 
-def test_spec_default_is_the_winner_when_it_is_significantly_fastest():
-    confirmation = Confirmation("server", "b1", 2, "2026-12-03", [_row("baseline", None, 50.0, None, None)],
-                                [_row("trial", 5, 60.0, 0.02, 1.2)], [_row("spec-default", 1, 70.0, 0.01, 1.4)])
+def _row(role: str, trial: int | None, speed: float, *, proven: bool, jitter: float = 0.0) -> ConfirmedConfig:
+    """A race row `speed` times as fast as the baseline, `proven` by the race's rule or not."""
+    if role == "baseline":
+        return raced_row(role, role, BASELINE_MS, trial=trial, target="/m/t.gguf", argv=["llama-server"])
+    return raced_row(role, role, scaled(BASELINE_MS, speed, jitter, seed=trial or 0), baseline_ms=BASELINE_MS,
+                     trial=trial, target="/m/t.gguf", argv=["llama-server"], significant=proven)
+
+
+def test_spec_default_is_the_winner_when_it_is_proven_fastest():
+    confirmation = Confirmation("server", "b1", 2, "2026-12-03", [_row("baseline", None, 1.0, proven=False)],
+                                [_row("trial", 5, 1.2, proven=True)], [_row("spec-default", 1, 1.4, proven=True)],
+                                pairing="prompt")
     assert confirmation.winner.role == "spec-default" and confirmation.pick is confirmation.winner
-    assert confirmation.speedup_vs_spec_default(confirmation.configs[0]) == pytest.approx(60 / 70, rel=1e-3)
+    assert confirmation.speedup_vs_spec_default(confirmation.configs[0]) == pytest.approx(1.2 / 1.4, rel=1e-3)
     restored = Confirmation.from_dict(confirmation.as_dict())
     assert restored == confirmation
     older = {k: v for k, v in confirmation.as_dict().items() if k != "spec_defaults"}  # stored before this reference
     assert Confirmation.from_dict(older).spec_defaults == []
 
 
-def test_a_faster_row_that_is_not_significant_never_wins_and_with_none_the_plain_command_does():
-    baseline = _row("baseline", None, 50.0, None, None)
-    noisy = _row("trial", 5, 70.0, 0.2, 1.4)
-    steady = _row("trial", 6, 60.0, 0.01, 1.2)
+def test_a_faster_row_the_race_did_not_prove_never_wins_and_with_none_the_plain_command_does():
+    baseline = _row("baseline", None, 1.0, proven=False)
+    noisy = _row("trial", 5, 1.4, proven=False, jitter=0.4)
+    steady = _row("trial", 6, 1.2, proven=True)
     confirmation = Confirmation("server", "b1", 3, "2026-12-03", [baseline], [noisy, steady])
     assert confirmation.fastest is noisy and confirmation.winner is steady
     alone = Confirmation("server", "b1", 3, "2026-12-03", [baseline], [noisy])
@@ -207,15 +215,13 @@ def test_a_winning_spec_default_is_named_as_such_with_the_best_searched_configur
     for trial in (_stored_trial("baseline", "none", 50.0, 1.0), _stored_trial("spec-default", "--spec-default", 66.0, 1.32),
                   _stored_trial(None, "ngram-map-k", 63.0, 1.26)):
         study.add_trial(trial)
-    def row(role: str, trial: int, mean: float) -> ConfirmedConfig:
-        return _row(role, trial, mean, None if role == "baseline" else 0.01, None if role == "baseline" else mean / 50.0)
-
-    confirmation = Confirmation("server", "b1", 2, "2026-12-03", [row("baseline", 0, 50.0)],
-                                [row("trial", 2, 60.0)], [row("spec-default", 1, 72.0)])
+    confirmation = Confirmation("server", "b1", 2, "2026-12-03", [_row("baseline", 0, 1.0, proven=False)],
+                                [_row("trial", 2, 1.2, proven=True)], [_row("spec-default", 1, 1.44, proven=True)],
+                                pairing="prompt")
     study.set_user_attr("confirmation", confirmation.as_dict())
     lines = best_text(best_result(study)).splitlines()
     assert lines[0].endswith("--spec-default")  # trial 1's command
-    assert lines[2] == ("# this is llama.cpp's --spec-default: the fastest searched configuration (trial) ran 60.0 "
-                        "tok/s [59.0-61.0] in the same rounds, 0.83x of it")
-    assert not any("over llama.cpp's --spec-default" in line or "over --spec-default" in line for line in lines)
-    assert "in the search (trial 1 (--spec-default), " in lines[3]
+    assert lines[1].startswith("# 1.44x the plain command's speed [95% CI 1.44-1.44] on llama-server (p=")
+    assert lines[2] == ("# this is llama.cpp's --spec-default; the fastest searched configuration (trial) ran 1.20x "
+                        "[95% CI 1.20-1.20] in the same rounds")
+    assert not any("this command runs" in line for line in lines)  # no ratio of the default over itself
