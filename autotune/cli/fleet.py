@@ -7,18 +7,20 @@ import sys
 
 import click
 
+from autotune.study.race import DEFAULT_BUDGET
 from autotune.cli.options import measured_model_option, measurement_options, model_option, server_bin_option, storage_option
 
 
 @click.command()
 @measured_model_option
 @measurement_options
-@click.option("--top", type=click.IntRange(min=1), default=3, show_default=True, help="Configurations confirmed on llama-server.")
-@click.option("--confirm-repeats", type=click.IntRange(min=2), default=3, show_default=True,
-              help="Rounds of interleaved confirmation on llama-server.")
+@click.option("--top", type=click.IntRange(min=1), default=4, show_default=True,
+              help="Configurations that race the preset in use and the references on llama-server.")
+@click.option("--race-budget", default=DEFAULT_BUDGET, show_default=True,
+              help="The most the race may take: rounds (6) or time (5m, 300s).")
 @server_bin_option
-def nightly(options, top, confirm_repeats, server_bin):
-    """Re-tune MODEL when its files are new or changed; replace the preset only on a significant win.
+def nightly(options, top, race_budget, server_bin):
+    """Re-tune MODEL when its files are new or changed; replace the preset only on a proven win.
 
     Files the search space names on the Hugging Face Hub (`hf = "org/repo"`) are first brought up to
     the hub's current revision (offline: one line, and the files on disk are used). Prints one summary line. Exit codes: 0 improved (preset replaced), 3 unchanged (preset kept),
@@ -26,18 +28,19 @@ def nightly(options, top, confirm_repeats, server_bin):
 
     \b
     Example:
-        autotune nightly --model gemma3-270m --trials 20
+        autotune nightly --model gemma3-270m
     """
     from autotune.cli.progress import TerminalReporter
     from autotune.engines import choose_engine
     from autotune.presets.nightly import combined_exit_code, run_nightly
+    from autotune.study.race import RaceBudget
 
     for level in options.levels:  # bad input (no llama-server for N > 1) before anything is measured
         choose_engine(options.engine_name, concurrency=level, server_bin=server_bin)
     outcomes = []
     for level in options.levels:
-        outcome = run_nightly(options.at_level(level), top=top, confirm_repeats=confirm_repeats, server_bin=server_bin,
-                              reporter=TerminalReporter())
+        outcome = run_nightly(options.at_level(level), top=top, budget=RaceBudget.parse(race_budget),
+                              server_bin=server_bin, reporter=TerminalReporter())
         prefix = "" if options.levels == (1,) else f"--concurrency {level}: "
         click.echo(f"{prefix}{outcome.status}: {outcome.summary}")
         outcomes.append(outcome)

@@ -150,6 +150,10 @@ _MEASUREMENT_OPTIONS = [
 ]
 
 
+#: the flags only the measured strategy reads, as the user spells them (refused where the search predicts)
+MEASURED_ONLY_FLAGS = {"trials": "--trials", "engine_name": "--engine", "repeats": "--repeats",
+                       "baseline_every": "--baseline-every", "pruning": "--pruning/--no-pruning",
+                       "trial_timeout_s": "--trial-timeout", "heartbeat_s": "--heartbeat"}
 #: measurement flags that are the study's settings (autotune.study.tuner.SearchSettings) ...
 _SETTINGS_FLAGS = ("trials", "max_tokens", "seed", "threads", "objective", "repeats", "baseline_every", "pruning",
                    "trial_timeout_s", "min_stream_tok_s")
@@ -166,16 +170,28 @@ def measurement_options(command):
 
     @functools.wraps(command)
     def with_values(**kwargs):
+        given = given_flags(MEASURED_ONLY_FLAGS)
         flags = {name: kwargs.pop(name) for name in (*_SETTINGS_FLAGS, *_INPUT_FLAGS, "models_dir", "concurrency",
                                                      "temperature", "top_k", "top_p", "min_p")}
         model = _measured_model(kwargs.pop("model"), flags["target_file"], flags["draft_files"], flags["space_file"])
         sampling = Sampling(flags["temperature"], flags["top_k"], flags["top_p"], flags["min_p"], seed=flags["seed"] or 0)
         settings = SearchSettings(model=model, sampling=sampling, **{name: flags[name] for name in _SETTINGS_FLAGS})
         options = SearchOptions(settings, models_dir=flags["models_dir"] or default_models_dir(),
-                                levels=flags["concurrency"], **{name: flags[name] for name in _INPUT_FLAGS})
+                                levels=flags["concurrency"],
+                                measured_only=given if flags["concurrency"] == (1,) else (),  # a level >1 measures
+                                **{name: flags[name] for name in _INPUT_FLAGS})
         return command(options=options, **kwargs)
 
     return with_options(_MEASUREMENT_OPTIONS)(with_values)
+
+
+def given_flags(flags: dict[str, str]) -> tuple[str, ...]:
+    """Which of `flags` (parameter name -> spelling) the user gave, on the command line or in the environment."""
+    from click.core import ParameterSource
+
+    context = click.get_current_context()
+    return tuple(spelling for name, spelling in flags.items()
+                 if context.get_parameter_source(name) in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT))
 
 
 def _measured_model(model: str | None, target_file: Path | None, draft_files: tuple[Path, ...],

@@ -3,93 +3,165 @@ confirmation's table and the list of trials. Plain text; `--json` output is the 
 
 from __future__ import annotations
 
+import math
+
 from autotune.presets.confirmed import PresetResult
 from autotune.spec.command import format_command
 from autotune.spec.default import SPEC_DEFAULT_FLAG
 from autotune.study.best import BestResult, SetAside
-from autotune.study.confirm import Confirmation
-from autotune.study.records import SPEC_DEFAULT_ROLE, TrialRecord
+from autotune.study.verdict import Confirmation, ConfirmedConfig
+from autotune.study.records import BASELINE_ROLE, SPEC_DEFAULT_ROLE, TrialRecord
 from autotune.study.trials import is_spec_default
 
 
+PLAIN_SPEED = "the plain command's speed"
 ENGINE_LABELS = {"server": "llama-server", "python": "the in-process engine"}
 
 
 def best_text(result: BestResult | PresetResult) -> str:
-    """The command line, then its figures: the confirmed ones first, each naming the engine that measured it."""
+    """The command line, then its figures: the race's verdict first (a speedup with its interval, paired
+    prompt by prompt with the plain command), `--spec-default` in the same rounds, then the prediction's
+    error for this configuration; each names the engine that measured it."""
     lines = [format_command(result.argv)]
     if isinstance(result, PresetResult):
         return "\n".join(lines + [result.summary()])
     confirmed = result.confirmed
-    if confirmed is not None and confirmed.role == "baseline":
-        confirmation, fastest = result.confirmation, result.confirmation.fastest
-        if fastest is None:
-            why = "every finalist failed there (see `autotune confirm`)"
-        else:
-            p_value = fastest.p_value if fastest.p_value is not None else float("nan")
-            why = (f"no configuration was significantly faster in {confirmation.repeats} interleaved rounds (the "
-                   f"fastest, {fastest.label}, ran {fastest.speedup:.2f}x, p={p_value:.3g}; `autotune confirm "
-                   "--repeats N` measures longer)")
-        lines.append(f"# the plain command, {confirmed.mean_tok_s:.1f} tok/s [95% CI {confirmed.ci95[0]:.1f}-"
-                     f"{confirmed.ci95[1]:.1f}] on {ENGINE_LABELS.get(confirmation.engine, confirmation.engine)}: {why}")
-    elif confirmed is not None:
-        confirmation = result.confirmation
-        baseline = confirmation.baseline_of(confirmed)
-        verdict = "significantly faster" if confirmed.significantly_faster else "NOT significantly faster"
-        lines.append(
-            f"# {confirmed.mean_tok_s:.1f} tok/s [95% CI {confirmed.ci95[0]:.1f}-{confirmed.ci95[1]:.1f}] on "
-            f"{ENGINE_LABELS.get(confirmation.engine, confirmation.engine)}, baseline {baseline.mean_tok_s:.1f} "
-            f"[{baseline.ci95[0]:.1f}-{baseline.ci95[1]:.1f}], speedup {confirmed.speedup:.2f}x, "
-            f"p={confirmed.p_value if confirmed.p_value is not None else float('nan'):.3g} ({verdict}; "
-            f"{confirmation.repeats} interleaved rounds)"
-        )
-        reference = confirmation.spec_default_of(confirmed)
-        if confirmed.role == SPEC_DEFAULT_ROLE:  # llama.cpp's default won: the searched best beside it
-            finalists = [c for c in confirmation.configs if c.role == "trial" and c.failure is None]
-            if finalists:
-                fastest = max(finalists, key=lambda c: c.mean_tok_s)
-                lines.append(f"# this is llama.cpp's --spec-default: the fastest searched configuration ({fastest.label}) "
-                             f"ran {fastest.mean_tok_s:.1f} tok/s [{fastest.ci95[0]:.1f}-{fastest.ci95[1]:.1f}] in the "
-                             f"same rounds, {fastest.mean_tok_s / confirmed.mean_tok_s:.2f}x of it")
-        elif reference is not None:
-            lines.append(f"# over llama.cpp's --spec-default ({reference.mean_tok_s:.1f} tok/s "
-                         f"[{reference.ci95[0]:.1f}-{reference.ci95[1]:.1f}], same rounds): "
-                         f"{confirmation.speedup_vs_spec_default(confirmed):.2f}x")
+    if confirmed is not None:
+        lines += race_lines(result.confirmation, confirmed)
+        if result.prediction_error is not None:
+            lines.append(f"# predicted {result.predicted_speedup:.2f}x for it (trial {result.trial.number}), raced "
+                         f"{confirmed.speedup:.2f}x: the prediction was {abs(result.prediction_error):.1%} "
+                         f"{'high' if result.prediction_error > 0 else 'low'}")
+    else:
+        lines.append(_unconfirmed_line(result))
     serving = result.serving()
     if serving["concurrency"] > 1 and serving["aggregate_tok_s"] is not None:
-        source = "confirmed" if confirmed is not None and confirmed.figures else "in the search"
+        source = "raced" if confirmed is not None and confirmed.figures else "in the search"
         lines.append(f"# {serving['concurrency']} concurrent streams ({source}): aggregate {serving['aggregate_tok_s']:.1f} "
                      f"tok/s, per stream {serving['per_stream_tok_s']:.1f} tok/s (10th percentile "
                      f"{serving['per_stream_p10_tok_s']:.1f})")
-    if result.front and result.objective == "pareto-throughput":
-        lines.append("# pareto front (aggregate tok/s, per-stream tok/s); the pick (*) has the best aggregate tok/s:")
-        for member in sorted(result.front, key=lambda t: -t.values[0]):
-            mark = "*" if member.number == result.trial.number else " "
-            lines.append(f"# {mark} trial {member.number:>3}: {member.values[0]:7.1f} aggregate, {member.values[1]:7.1f} "
-                         f"per stream  {TrialRecord.of(member).label}")
-    elif result.front:
-        lines.append("# pareto front (decode tok/s, prompt tok/s); the pick (*) has the best end-to-end tok/s:")
-        for member in sorted(result.front, key=lambda t: -t.values[0]):
-            mark = "*" if member.number == result.trial.number else " "
-            lines.append(f"# {mark} trial {member.number:>3}: {member.values[0]:7.1f} decode, {member.values[1]:7.1f} prompt, "
-                         f"{TrialRecord.of(member).figures['e2e_tok_s']:7.1f} e2e  {TrialRecord.of(member).label}")
+    lines += _front_lines(result)
+    if result.set_aside is not None:
+        lines.append(set_aside_line(result.set_aside))
+    lines += _losing_category_lines(result)
+    return "\n".join(lines)
+
+
+def _losing_category_lines(result: BestResult) -> list[str]:
+    """One line where the pick runs slower than the plain command on some categories of the mix."""
+    pick = result.by_category().get("pick")
+    losing = {name: figures for name, figures in (pick or {}).get("categories", {}).items() if figures["speedup"] < 1}
+    if not losing:
+        return []
+    shown = ", ".join(f"{name} {f['speedup']:.2f}x [{f['speedup_ci95'][0]:.2f}-{f['speedup_ci95'][1]:.2f}]"
+                      for name, f in sorted(losing.items()))
+    return [f"# slower than the plain command on {shown}: `autotune best --by-category` shows every category"]
+
+
+def category_table(result: BestResult) -> str:
+    """`best --by-category`: each category's raced speedup (95 % interval) and predicted one, for the pick
+    and for llama.cpp's --spec-default."""
+    found = result.by_category()
+    if not found:
+        return "# by category: the plain command is the pick, or no race measured it"
+    lines = []
+    for name, heading in (("pick", "the pick"), ("spec_default", "llama.cpp's --spec-default")):
+        if name not in found:
+            continue
+        lines.append(f"# {heading}, {found[name]['label']}: speedup by category [95% CI], predicted")
+        for category, f in sorted(found[name]["categories"].items()):
+            low, high = f["speedup_ci95"]
+            interval = f"[{low:.2f}-{high:.2f}]" if math.isfinite(high) else "[-]"
+            predicted = f"{f['predicted_speedup']:.2f}x" if f["predicted_speedup"] is not None else "-"
+            lines.append(f"#   {category:<24} {f['speedup']:.2f}x {interval:>13}  predicted {predicted}")
+    return "\n".join(lines)
+
+
+def race_lines(confirmation: Confirmation, pick: ConfirmedConfig) -> list[str]:
+    """What the race says of its pick: its speedup over the plain command (or, where the plain command is
+    the pick, the fastest entrant and why it was not picked), then llama.cpp's --spec-default."""
+    engine = ENGINE_LABELS.get(confirmation.engine, confirmation.engine)
+    size = f"{confirmation.repeats} rounds x {pick.prompts or len(confirmation.prompt_ids)} prompts" + \
+        (", each prompt paired" if confirmation.pairing == "prompt" else ", paired by round")
+    lines = []
+    if pick.role == BASELINE_ROLE:
+        fastest = confirmation.fastest
+        lines.append(f"# the plain command: no configuration was proven faster than it by "
+                     f"{confirmation.min_effect:.0%} on {engine} ({size}; {confirmation.ended})")
+        if fastest is not None:
+            why = ("its interval reaches below the minimum effect" if fastest.speedup_ci95 is None
+                   or fastest.speedup_ci95[0] <= 1 + confirmation.min_effect
+                   else "not significant once corrected for the rounds looked at and the entrants")
+            lines.append(f"# the fastest, {fastest.label}, ran {_speedup_text(fastest)} (p={_p(fastest)}): {why}; "
+                         "`--race-budget N` races longer")
+        reference = next((d for d in confirmation.spec_defaults if d.target == pick.target and d.speedup), None)
+        if reference is not None and reference is not fastest:
+            lines.append(f"# llama.cpp's --spec-default in the same rounds: {_speedup_text(reference)}")
+    else:
+        lines.append(f"# {_speedup_text(pick, PLAIN_SPEED)} on {engine} (p={_p(pick)}, {size})")
+        reference = confirmation.spec_default_of(pick)
+        if pick.role == SPEC_DEFAULT_ROLE:
+            searched = [c for c in confirmation.configs if c.role == "trial" and c.speedup]
+            if searched:
+                best = max(searched, key=lambda c: c.speedup)
+                lines.append(f"# this is llama.cpp's --spec-default; the fastest searched configuration ({best.label}) "
+                             f"ran {_speedup_text(best)} in the same rounds")
+        elif reference is not None and reference.speedup:
+            versus = confirmation.versus(pick, reference)
+            low, high = versus.interval()
+            lines.append(f"# llama.cpp's --spec-default in the same rounds: {_speedup_text(reference)}; this command "
+                         f"runs {versus.ratio:.2f}x its speed [95% CI {low:.2f}-{high:.2f}]")
+    baseline = confirmation.baseline_of(pick)
+    if pick.role != BASELINE_ROLE:
+        lines.append(f"# {pick.mean_tok_s:.1f} tok/s against the plain command's {baseline.mean_tok_s:.1f} "
+                     f"(decode, means over {pick.rounds} rounds)")
+    return lines
+
+
+def _speedup_text(row: ConfirmedConfig, of: str = "") -> str:
+    """`1.24x [95% CI 1.15-1.34]`, or with `of`: `1.24x the plain command's speed [95% CI 1.15-1.34]`."""
+    text = f"{row.speedup:.2f}x" + (f" {of}" if of else "")
+    if row.speedup_ci95 is not None and all(map(math.isfinite, row.speedup_ci95)):
+        text += f" [95% CI {row.speedup_ci95[0]:.2f}-{row.speedup_ci95[1]:.2f}]"
+    return text
+
+
+def _p(row: ConfirmedConfig) -> str:
+    return "-" if row.p_value is None else f"{row.p_value:.2g}"
+
+
+def _unconfirmed_line(result: BestResult) -> str:
+    """A study without a race: its search figure, said to be one measurement (or a prediction)."""
     engine = TrialRecord.of(result.trial).engine
     which = f"trial {result.trial.number}" + (f" ({SPEC_DEFAULT_FLAG})" if is_spec_default(result.trial) else "")
     if result.predicted_speedup is not None and engine == "predicted":
-        error = "" if result.calibration_error is None else f", cost model {result.calibration_error:.1%} off llama-server"
-        measured = (f"predicted {result.tok_s:.1f} tok/s, speedup {result.predicted_speedup:.2f}x ({which}, from the "
-                    f"baseline's output and the measured step costs{error})")
+        return (f"# predicted {result.tok_s:.1f} tok/s, speedup {result.predicted_speedup:.2f}x ({which}, from the "
+                "baseline's output and the measured step costs) — not raced")
+    measured = f"{result.tok_s:.1f} tok/s decode in the search ({which}, {ENGINE_LABELS.get(engine, engine)}, " \
+               "one measurement)"
+    if result.baseline_tok_s and result.speedup is not None:
+        measured += f", baseline {result.baseline_tok_s:.1f}, speedup {result.speedup:.2f}x"
+    if result.speedup_vs_spec_default is not None and not is_spec_default(result.trial):
+        measured += f", {result.speedup_vs_spec_default:.2f}x over --spec-default ({result.spec_default_tok_s:.1f})"
+    return "# " + measured + " — not confirmed"
+
+
+def _front_lines(result: BestResult) -> list[str]:
+    """A pareto study's front, the pick marked."""
+    if not result.front:
+        return []
+    if result.objective == "pareto-throughput":
+        heading = "(aggregate tok/s, per-stream tok/s); the pick (*) has the best aggregate tok/s"
+        columns = lambda t: f"{t.values[0]:7.1f} aggregate, {t.values[1]:7.1f} per stream"  # noqa: E731
     else:
-        measured = f"{result.tok_s:.1f} tok/s decode in the search ({which}, {ENGINE_LABELS.get(engine, engine)}, " \
-                   "one measurement)"
-        if result.baseline_tok_s:
-            measured += f", baseline {result.baseline_tok_s:.1f}, speedup {result.speedup:.2f}x"
-        if result.speedup_vs_spec_default is not None and not is_spec_default(result.trial):
-            measured += f", {result.speedup_vs_spec_default:.2f}x over --spec-default ({result.spec_default_tok_s:.1f})"
-    lines.append("# " + measured if confirmed is not None else "# " + measured + " — not confirmed")
-    if result.set_aside is not None:
-        lines.append(set_aside_line(result.set_aside))
-    return "\n".join(lines)
+        heading = "(decode tok/s, prompt tok/s); the pick (*) has the best end-to-end tok/s"
+        columns = lambda t: (f"{t.values[0]:7.1f} decode, {t.values[1]:7.1f} prompt, "  # noqa: E731
+                             f"{TrialRecord.of(t).figures['e2e_tok_s']:7.1f} e2e")
+    lines = [f"# pareto front {heading}:"]
+    for member in sorted(result.front, key=lambda t: -t.values[0]):
+        mark = "*" if member.number == result.trial.number else " "
+        lines.append(f"# {mark} trial {member.number:>3}: {columns(member)}  {TrialRecord.of(member).label}")
+    return lines
 
 
 def set_aside_line(set_aside: SetAside) -> str:
@@ -102,41 +174,50 @@ def set_aside_line(set_aside: SetAside) -> str:
 
 
 def confirmation_table(result: Confirmation) -> str:
-    """What `autotune confirm` prints: each row's mean tok/s, interval, speedup and p-value."""
+    """What `autotune confirm` prints: each entrant's paired speedup over its baseline with its interval,
+    p-value and whether the race proved it, its rounds and mean tok/s; then the pick."""
     lines = []
-    rows = [*result.baselines, *result.configs]
+    rows = result.rows
     level = rows[0].concurrency if rows else 1
     if level > 1:
         lines.append(f"# --concurrency {level} (-np {level}): after each configuration, its aggregate tok/s of all "
                      "streams and per-stream decode tok/s (mean, 10th percentile)")
-    lines.append(f"{'tok/s':>8} {'95% CI':>17} {'speedup':>7} {'p':>8}  configuration ({result.engine} engine, {result.repeats} repeats)")
-    for row in [*result.baselines, *result.configs]:
+    lines.append(f"{'speedup':>8} {'95% CI':>13} {'p':>8} {'proven':>6} {'rounds':>6} {'tok/s':>7}  configuration "
+                 f"({result.engine} engine, {result.pairing} pairing, {result.ended})")
+    for row in rows:
         if row.failure:
-            lines.append(f"{'-':>8} {'':>17} {'':>7} {'':>8}  {row.label} [{row.failure}]")
+            lines.append(f"{'-':>8} {'':>13} {'':>8} {'':>6} {'':>6} {'-':>7}  {row.label} [{row.failure}]")
             continue
         speedup = f"{row.speedup:.2f}x" if row.speedup is not None else "-"
-        p_value = f"{row.p_value:.3g}" if row.p_value is not None else "-"
-        ci = f"[{row.ci95[0]:.1f}, {row.ci95[1]:.1f}]"
+        ci = (f"{row.speedup_ci95[0]:.2f}-{row.speedup_ci95[1]:.2f}" if row.speedup_ci95
+              and all(map(math.isfinite, row.speedup_ci95)) else "-")
+        proven = "yes" if row.significant else "-" if row.role == BASELINE_ROLE else "no"
         serving = ""
         if level > 1 and row.figures:
             mean = {name: sum(values) / len(values) for name, values in row.figures.items() if values}
             serving = (f"  [aggregate {mean.get('aggregate_tok_s', 0):.1f}, per stream {mean.get('per_stream_tok_s', 0):.1f}"
                        f", p10 {mean.get('per_stream_p10_tok_s', 0):.1f}]")
-        lines.append(f"{row.mean_tok_s:>8.1f} {ci:>17} {speedup:>7} {p_value:>8}  {row.label}{serving}")
+        dropped = f" [left after round {row.rounds}: {row.dropped}]" if row.dropped else ""
+        lines.append(f"{speedup:>8} {ci:>13} {_p(row):>8} {proven:>6} {row.rounds:>6} {row.mean_tok_s:>7.1f}  "
+                     f"{row.label}{serving}{dropped}")
+    pick = result.pick
+    if pick is not None:
+        lines.append(f"# pick: {'the plain command' if pick.role == BASELINE_ROLE else pick.label}")
     return "\n".join(lines)
 
 
 def trials_table(rows: list[dict]) -> str:
     """What `autotune trials` prints: one line per trial."""
     lines = []
-    lines.append(f"{'#':>3}  {'state':<8} {'tok/s':>7} {'95% CI':>13} {'speedup':>7} {'pred':>6} {'accept':>6}  "
-                 "configuration")
+    lines.append(f"{'#':>3}  {'state':<8} {'tok/s':>7} {'95% CI':>13} {'speedup':>7} {'pred':>6} {'error':>6} "
+                 f"{'accept':>6}  configuration")
     for row in rows:
         tok_s = f"{row['tok_s']:.1f}" if row["tok_s"] is not None else "-"
         ci95 = f"{row['ci95'][0]:.1f}-{row['ci95'][1]:.1f}" if row["ci95"] else "-"
         speedup = f"{row['speedup']:.2f}x" if row["speedup"] is not None else "-"
         accept = f"{row['acceptance']:.0%}" if row["acceptance"] is not None else "-"
         predicted = f"{row['predicted_speedup']:.2f}x" if row.get("predicted_speedup") is not None else "-"
+        error = f"{row['prediction_error']:+.0%}" if row.get("prediction_error") is not None else "-"
         label = row["label"] or "-"
         if row["role"] == "baseline":
             label += " (baseline" + (f", drift {row['drift']:.3f})" if row["drift"] is not None else ")")
@@ -147,5 +228,5 @@ def trials_table(rows: list[dict]) -> str:
         if row["fail_reason"]:
             label += f" [{row['fail_reason']}]"
         lines.append(f"{row['number']:>3}  {row['state']:<8} {tok_s:>7} {ci95:>13} {speedup:>7} {predicted:>6} "
-                     f"{accept:>6}  {label}")
+                     f"{error:>6} {accept:>6}  {label}")
     return "\n".join(lines)

@@ -9,46 +9,46 @@ import json
 import click
 
 from autotune.cli.options import (
-    ConcurrencyLevels, json_option, measured_model_option, measurement_options, model_option, sampling_options,
+    ConcurrencyLevels, given_flags, json_option, measured_model_option, measurement_options, model_option, sampling_options,
     server_bin_option, storage_option, study_engine_option, study_objective_option, study_options, with_options,
 )
-from autotune.cli.output import best_text, confirmation_table, trials_table
+from autotune.cli.output import best_text, category_table, confirmation_table, trials_table
+from autotune.study.race import DEFAULT_BUDGET
+
+
+#: the flags only the predicted strategy reads
+PREDICTED_ONLY_FLAGS = {"predict_trials": "--predict-trials"}
 
 
 @click.command()
 @measured_model_option
 @measurement_options
 @server_bin_option
-@click.option("--confirm/--no-confirm", "confirm_enabled", default=True, show_default=True,
-              help="End by re-measuring the top configurations with the baseline, interleaved, on llama-server "
-                   "(in-process when no llama-server resolves).")
-@click.option("--confirm-top", type=click.IntRange(min=1), default=3, show_default=True,
-              help="How many of the best configurations the final confirmation re-measures.")
-@click.option("--confirm-repeats", type=click.IntRange(min=2), default=3, show_default=True,
-              help="Interleaved rounds of the final confirmation.")
 @click.option("--strategy", type=click.Choice(["predict", "measure"]), default="predict", show_default=True,
               help="predict: measure the baseline once, predict every configuration from its output and the step "
                    "costs, then race the best few on llama-server; measure: a TPE study of --trials measured "
-                   "trials, then a confirmation. Prediction needs temperature 0, one stream and the decode "
+                   "trials, then the same race. Prediction needs temperature 0, one stream and the decode "
                    "objective; otherwise the search measures and says so.")
+@click.option("--confirm/--no-confirm", "confirm_enabled", default=True, show_default=True,
+              help="[measure] End with the race of the best trials on llama-server (in-process when none resolves).")
 @click.option("--race-top", type=click.IntRange(min=1), default=4, show_default=True,
-              help="How many of the best predicted configurations race (with the baseline and --spec-default).")
-@click.option("--race-rounds", type=click.IntRange(min=2), default=3, show_default=True,
-              help="Most interleaved rounds of the race; a configuration significantly slower than the leader "
-                   "leaves after a round.")
+              help="How many of the best configurations race the baseline and --spec-default.")
+@click.option("--race-budget", default=DEFAULT_BUDGET, show_default=True,
+              help="The most the race may take: rounds (6) or time (5m, 300s). It stops earlier once a winner is "
+                   "proven or no entrant can still win.")
 @click.option("--predict-trials", type=click.IntRange(min=1), default=400, show_default=True,
-              help="Configurations the predicted study samples (TPE) where the grid is larger than "
-                   "it can replay point by point.")
-def search(options, server_bin, confirm_enabled, confirm_top, confirm_repeats, strategy, race_top, race_rounds,
-           predict_trials):
+              help="[predict] Configurations the predicted study samples (TPE) where the grid is larger than it "
+                   "can replay point by point.")
+def search(options, server_bin, strategy, confirm_enabled, race_top, race_budget, predict_trials):
     """Find the fastest speculative settings for MODEL on this machine and print their command line.
 
     By default (`--strategy predict`) the baseline is measured once; every configuration of the search
     space is then predicted from the baseline's output (what each drafter would draft and the target
     accept) and from measured step costs, and the best few race the baseline and --spec-default on
-    llama-server in interleaved rounds. `--strategy measure` runs (or resumes) an Optuna study of
-    measured trials instead, trial 0 the baseline, and confirms its best the same way. Either way the
-    printed figures are the final rounds', and every trial is stored in the study database.
+    llama-server, round after round, until one is proven faster or none can be. `--strategy measure`
+    runs (or resumes) an Optuna study of measured trials instead, trial 0 the baseline, and ends with
+    the same race. Either way the printed figures are the race's, and every trial is stored in the
+    study database.
 
     \b
     Example:
@@ -56,20 +56,27 @@ def search(options, server_bin, confirm_enabled, confirm_top, confirm_repeats, s
     """
     from autotune.cli.progress import TerminalReporter
     from autotune.engines import choose_engine
-    from autotune.study.predicted import RaceOptions, run_predicted_search
+    from autotune.errors import UsageError
+    from autotune.study.predicted import run_predicted_search
+    from autotune.study.race import RaceBudget
     from autotune.study.search import ConfirmOptions, run_search
 
     for level in options.levels:  # bad input (no llama-server for N > 1) before anything is measured
         choose_engine(options.engine_name, concurrency=level, server_bin=server_bin)
-    confirm_options = ConfirmOptions(confirm_enabled, confirm_top, confirm_repeats)
+    predicted_only = given_flags(PREDICTED_ONLY_FLAGS)
+    if strategy == "measure" and predicted_only:
+        raise UsageError(f"{', '.join(predicted_only)} means nothing under --strategy measure: drop it")
+    if strategy == "predict" and not confirm_enabled:
+        raise UsageError("--no-confirm means nothing under --strategy predict (the default): its race is the answer; "
+                         "pass --strategy measure to skip the race")
+    race_options = ConfirmOptions(confirm_enabled, race_top, RaceBudget.parse(race_budget))
     for level in options.levels:
         if strategy == "predict":
             best = run_predicted_search(options.at_level(level), reporter=TerminalReporter(), server_bin=server_bin,
-                                        race_options=RaceOptions(race_top, race_rounds, predict_trials),
-                                        confirm_options=confirm_options)
+                                        race_options=race_options, predict_trials=predict_trials)
         else:
             best = run_search(options.at_level(level), reporter=TerminalReporter(), server_bin=server_bin,
-                              confirm_options=confirm_options)
+                              confirm_options=race_options)
         click.echo(best_text(best))
 
 
@@ -77,7 +84,10 @@ def search(options, server_bin, confirm_enabled, confirm_top, confirm_repeats, s
 @study_options
 @json_option
 @server_bin_option
-def best(model, hardware, engine, objective, concurrency, storage, as_json, server_bin):
+@click.option("--by-category", is_flag=True,
+              help="Add each prompt category's raced speedup [95% CI] and predicted one, for the pick and for "
+                   "--spec-default (the best draft length differs between code and chat).")
+def best(model, hardware, engine, objective, concurrency, storage, as_json, server_bin, by_category):
     """Print the fastest configuration found for MODEL as a llama-server command line.
 
     The first line is the command; then its mix tok/s, the baseline's and the speedup. Without a
@@ -104,7 +114,12 @@ def best(model, hardware, engine, objective, concurrency, storage, as_json, serv
         if preset is None:
             raise
         result = PresetResult(preset)
-    click.echo(json.dumps(result.as_dict(), indent=2) if as_json else best_text(result))
+    if as_json:
+        click.echo(json.dumps(result.as_dict(), indent=2))
+        return
+    click.echo(best_text(result))
+    if by_category and not isinstance(result, PresetResult):
+        click.echo(category_table(result))
 
 
 @click.command()
@@ -131,7 +146,8 @@ def trials(model, hardware, engine, objective, concurrency, storage, as_json):
 @click.command()
 @model_option
 @click.option("--top", type=click.IntRange(min=1), default=3, show_default=True, help="How many of the best configurations to re-measure.")
-@click.option("--repeats", type=click.IntRange(min=2), default=3, show_default=True, help="Rounds of interleaved measurements.")
+@click.option("--repeats", type=click.IntRange(min=1), default=int(DEFAULT_BUDGET), show_default=True,
+              help="The most rounds the race may take; it stops earlier once a winner is proven or none can win.")
 @study_engine_option
 @study_objective_option
 @click.option("--concurrency", type=ConcurrencyLevels(), default=None,
@@ -143,12 +159,13 @@ def trials(model, hardware, engine, objective, concurrency, storage, as_json):
 @click.option("--seed", type=click.IntRange(min=0), help="Seed of token sampling [default: the study's].")
 def confirm(model, top, repeats, engine, objective, concurrency, storage, server_bin, temperature, top_k, top_p, min_p,
             seed):
-    """Re-measure the study's best configurations and the baseline on a real llama-server.
+    """Race the study's best configurations against the baseline on a real llama-server.
 
-    Measurements interleave (baseline, A, B, baseline, A, B, ...) REPEATS times; each configuration
-    gets its mean tok/s, a 95% confidence interval and Welch's t-test p-value against the baseline,
-    stored with the study. `autotune best` then shows the confirmed figures. Sampling follows the
-    study unless given here.
+    The same race as `search`'s: round after round, each prompt paired with the baseline's, until one
+    configuration is proven faster than the plain command by the minimum effect or none can be, at
+    most REPEATS rounds. Each gets its speedup with a 95% interval and p-value, stored with the study,
+    and the pick becomes this machine's preset. A predicted study's race finalists race again.
+    Sampling follows the study unless given here.
 
     \b
     Example:
@@ -156,13 +173,15 @@ def confirm(model, top, repeats, engine, objective, concurrency, storage, server
     """
     from autotune.presets.confirmed import run_confirm
 
-    def on_measured(round_: int, label: str, tok_s: float | None) -> None:
-        figure = "FAILED" if tok_s is None else f"{tok_s:.1f} tok/s"
-        click.echo(f"[round {round_ + 1}/{repeats}] {label}: {figure}", err=True)
+    from autotune.study.race import RaceBudget, round_line
+
+    def on_measured(round_: int, entrant, speedup) -> None:
+        click.echo(f"autotune: {round_line(round_, entrant, speedup)}", err=True)
 
     sampling = {"temperature": temperature, "top_k": top_k, "top_p": top_p, "min_p": min_p, "seed": seed}
     for level in concurrency or (None,):
-        result = run_confirm(model=model, engine_name=engine, objective=objective, top=top, repeats=repeats,
+        result = run_confirm(model=model, engine_name=engine, objective=objective, top=top,
+                             budget=RaceBudget(rounds=repeats),
                              storage_url=storage, server_bin=server_bin, sampling=sampling, on_measured=on_measured,
                              concurrency=level)
         click.echo(confirmation_table(result))

@@ -75,6 +75,16 @@ class Engine(ABC):
         """How strongly the target prefers token a over b after `prompt` + `generated`, decoded one token
         at a time (as the baseline ran) and in one batch (as a verifier runs)."""
 
+    def holds_at_once(self, configs: Sequence[SpecConfig]) -> bool:
+        """Whether `live` can keep all of `configs` loaded at once (the server engine, memory allowing)."""
+        return False
+
+    def live(self, configs: Sequence[SpecConfig], mix: PromptMix, *, max_tokens: int):
+        """A context manager of every configuration loaded and warmed up at once, whose
+        `generate(index, prompt_index)` generates one prompt with configuration `index`; only where
+        `holds_at_once` says so."""
+        raise NotImplementedError(f"the {self.name} engine measures one configuration at a time")
+
     def close(self) -> None:
         """Free what the engine holds (models, processes)."""
 

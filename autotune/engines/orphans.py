@@ -125,3 +125,25 @@ def stop_orphaned_servers() -> list[ServerRecord]:
                 stopped.append(record)
         path.unlink(missing_ok=True)
     return stopped
+
+
+def descendant_pids(pid: int) -> list[int]:
+    """Process ids of `pid`'s children, their children and so on, read from /proc (none without it)."""
+    parents: dict[int, int] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for entry in entries:
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            parents[int(entry)] = int(stat.rsplit(")", 1)[1].split()[1])  # the field after (comm) is the ppid
+    found: list[int] = []
+    generation = [pid]
+    while generation:
+        generation = [child for child, parent in parents.items() if parent in generation]
+        found += generation
+    return found

@@ -29,23 +29,24 @@ draft it cannot use, so that is where "speculation inactive" finds its reason.
 from __future__ import annotations
 
 import math
-import re
-import threading
 import time
-from dataclasses import replace
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
 from autotune.llamacpp.capabilities import ServerCapabilities, read_capabilities
 from autotune.spec.command import server_argv
 from autotune.engines.prompt_tokens import PromptTokens
 from autotune.engines.orphans import stop_orphaned_servers
 from autotune.engines.server_process import ServerProcess
-from autotune.errors import ServerFailure
 from autotune.engines.base import Engine, ProgressCallback
-from autotune.errors import EngineError, ModelFileError
+from autotune.engines.live import fits_at_once
+from autotune.errors import EngineError, LlamaCppCrashed, ModelFileError, ServerFailure
 from autotune.measure.lossless import TieEvidence
-from autotune.measure.measurement import GenerationResult, Measurement
+from autotune.engines.server_requests import (
+    WARMUP_TOKENS, LiveServers, complete, generate_concurrent, generate_mix,
+)
+from autotune.measure.measurement import Measurement
 from autotune.measure.prompts import Prompt, PromptMix
 from autotune.spec.sampling import GREEDY, Sampling
 from autotune.llamacpp.server_binary import resolve_server_binary
@@ -55,10 +56,8 @@ from autotune.spec.types import combinations_of
 
 __all__ = ["ServerEngine", "ServerFailure"]
 
-WARMUP_TOKENS = 8
 MARGIN_TOP_N = 64  # top log-probabilities asked for per step when replaying a divergence
 NOISE_TOP_K = 32  # leading tokens of each path compared to estimate numeric noise (as the python engine)
-_VERIFY_STEPS = re.compile(r"^llamacpp:spec_decode_num_drafts_total\s+(\S+)", re.MULTILINE)
 
 
 class ServerEngine(Engine):
@@ -156,11 +155,31 @@ class ServerEngine(Engine):
                         measurement = generate_mix(server, prompts, max_tokens, self.sampling, on_prompt)
                 finally:
                     self.last_log_tail, self.last_log_errors = server.log_tail(), server.error_lines()
-        except ServerFailure as exc:
+        except (ServerFailure, LlamaCppCrashed) as exc:
             self.last_log_tail = exc.log_tail
             raise
         measurement.startup_ms = startup_ms
         return measurement
+
+    def holds_at_once(self, configs: Sequence[SpecConfig]) -> bool:
+        """Whether one server per configuration fits the machine's memory at once (autotune.engines.live)."""
+        return self.concurrency == 1 and fits_at_once(configs, context_size=self.context_size)
+
+    @contextmanager
+    def live(self, configs: Sequence[SpecConfig], mix: PromptMix, *, max_tokens: int) -> Iterator["LiveServers"]:
+        """One warmed-up server per configuration, all running until the block ends, each answering one
+        prompt at a time: what lets a race measure a prompt's configurations seconds apart."""
+        self._stop_margin_server()
+        prompts = {config.target: [self._prompts.tokens(config.target, p, max_tokens) for p in mix]
+                   for config in configs}
+        with ExitStack() as stack:
+            servers: list[ServerProcess | None] = []
+            for config in configs:
+                server = stack.enter_context(self._launch(self.argv(config)))
+                complete(server, prompts[config.target][0], min(WARMUP_TOKENS, max_tokens), what="the warm-up request",
+                          sampling=self.sampling)
+                servers.append(server)
+            yield LiveServers(servers, [prompts[c.target] for c in configs], list(mix), max_tokens, self.sampling)
 
     def tie_evidence(
         self, target: Path, prompt: Prompt, generated: Sequence[int], token_a: int, token_b: int
@@ -179,7 +198,7 @@ class ServerEngine(Engine):
         server = self._margin_server_for(target)
         tokens = self._prompts.tokens(target, prompt, 0)
         generated = [int(t) for t in generated]
-        answer = _complete(server, tokens, len(generated) + 1, what="the divergence replay", n_probs=MARGIN_TOP_N)
+        answer = complete(server, tokens, len(generated) + 1, what="the divergence replay", n_probs=MARGIN_TOP_N)
         steps = answer.get("completion_probabilities", [])
         if answer["tokens"][: len(generated)] != generated or len(steps) <= len(generated):
             raise EngineError(
@@ -188,7 +207,7 @@ class ServerEngine(Engine):
             )
         one_by_one = _logprobs(steps[len(generated)])
         for n_probs in (MARGIN_TOP_N, self._prompts.model(target).n_vocab):
-            answer = _complete(server, tokens + generated, 1, what="the divergence replay", n_probs=n_probs)
+            answer = complete(server, tokens + generated, 1, what="the divergence replay", n_probs=n_probs)
             batched = _logprobs(answer["completion_probabilities"][0])
             if {token_a, token_b} <= batched.keys():
                 break
@@ -224,133 +243,6 @@ class ServerEngine(Engine):
             _, server = self._margin_server
             self._margin_server = None
             server.close()
-
-
-def generate_mix(
-    server: ServerProcess,
-    prompts: list[tuple[Prompt, list[int]]],
-    max_tokens: int,
-    sampling: Sampling = GREEDY,
-    on_prompt: ProgressCallback | None = None,
-) -> Measurement:
-    """Warm up with one short request, then generate each (prompt, tokens) on a running server and read
-    its own timings; the verify steps come from `/metrics` around each request. The busy period is
-    the sum of the requests' wall times (the `/metrics` reads between them left out)."""
-    _complete(server, prompts[0][1], min(WARMUP_TOKENS, max_tokens), what="the warm-up request", sampling=sampling)
-    results = []
-    busy_s = 0.0
-    for index, (prompt, tokens) in enumerate(prompts):
-        steps_before = _verify_steps(server)
-        sent = time.perf_counter()
-        answer = _complete(server, tokens, max_tokens, what=f"prompt {prompt.id}", sampling=sampling)
-        busy_s += time.perf_counter() - sent
-        results.append(_result(prompt, answer, _verify_steps(server) - steps_before))
-        if on_prompt is not None:
-            on_prompt(index, results[-1])
-    return Measurement(results, busy_ms=busy_s * 1000)
-
-
-def stream_order(n_prompts: int, n_streams: int, stream: int) -> list[int]:
-    """The prompt indices stream `stream` generates: the whole mix, rotated to start at its own share."""
-    start = (stream * n_prompts) // n_streams
-    return [(start + k) % n_prompts for k in range(n_prompts)]
-
-
-def generate_concurrent(
-    server: ServerProcess,
-    prompts: list[tuple[Prompt, list[int]]],
-    max_tokens: int,
-    n_streams: int,
-    sampling: Sampling = GREEDY,
-    on_prompt: ProgressCallback | None = None,
-) -> Measurement:
-    """N streams at once on a server with N slots: each sends the whole mix, rotated (`stream_order`),
-    one request after the other. Warm-up: one short request per stream, all at once. `on_prompt` sees
-    stream 0's results in mix order once the busy period is over (never during it)."""
-    def run_streams(orders: list[list[tuple[Prompt, list[int]]]], n_predict: int) -> list[list[tuple]]:
-        finished: list[list[tuple]] = [[] for _ in orders]
-        errors: list[BaseException] = []
-        start = threading.Barrier(len(orders))
-
-        def stream(index: int) -> None:
-            try:
-                start.wait()
-                for prompt, tokens in orders[index]:
-                    answer = _complete(server, tokens, n_predict, what=f"prompt {prompt.id} (stream {index + 1})",
-                                       sampling=sampling)
-                    finished[index].append((prompt, answer))
-            except BaseException as exc:  # noqa: BLE001 - re-raised in the calling thread
-                errors.append(exc)
-                start.abort()
-
-        threads = [threading.Thread(target=stream, args=(i,), daemon=True) for i in range(len(orders))]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        if errors:
-            failure = next((e for e in errors if not isinstance(e, threading.BrokenBarrierError)), errors[0])
-            raise failure
-        return finished
-
-    run_streams([[prompts[i % len(prompts)]] for i in range(n_streams)], min(WARMUP_TOKENS, max_tokens))
-    orders = [[prompts[i] for i in stream_order(len(prompts), n_streams, s)] for s in range(n_streams)]
-    steps_before = _verify_steps(server)
-    began = time.perf_counter()
-    finished = run_streams(orders, max_tokens)
-    busy_ms = (time.perf_counter() - began) * 1000
-    steps = max(_verify_steps(server) - steps_before, 0)
-    results = [replace(_result(prompt, answer, 0), stream=s) for s, done in enumerate(finished) for prompt, answer in done]
-    if on_prompt is not None:
-        first = {r.prompt_id: r for r in results if r.stream == 0}
-        for index, (prompt, _) in enumerate(prompts):
-            on_prompt(index, first[prompt.id])
-    # stream 0's results first, in mix order: they are what the lossless check compares
-    order = {prompt.id: i for i, (prompt, _) in enumerate(prompts)}
-    results.sort(key=lambda r: (r.stream, order[r.prompt_id] if r.stream == 0 else 0))
-    return Measurement(results, concurrency=n_streams, busy_ms=busy_ms, n_verify_steps_total=steps)
-
-
-def _complete(server: ServerProcess, tokens: list[int], n_predict: int, *, what: str, n_probs: int = 0,
-              sampling: Sampling = GREEDY) -> dict:
-    """One `/completion` request; the divergence replays (n_probs) always run greedily."""
-    body = {
-        "prompt": tokens,
-        "n_predict": n_predict,
-        **sampling.request_fields(),
-        "cache_prompt": False,
-        "return_tokens": True,
-        "stream": False,
-    }
-    if n_probs:
-        body.update(n_probs=n_probs, post_sampling_probs=False)
-    answer = server.post("/completion", body, what=what)
-    if "timings" not in answer or "tokens" not in answer:
-        raise server.failure(f"llama-server's answer to {what} has no timings or tokens")
-    return answer
-
-
-def _result(prompt: Prompt, answer: dict, verify_steps: int) -> GenerationResult:
-    timings = answer["timings"]
-    return GenerationResult(
-        prompt_id=prompt.id,
-        category=prompt.category,
-        n_prompt=int(timings["prompt_n"]),
-        prompt_ms=float(timings["prompt_ms"]),
-        n_generated=int(timings["predicted_n"]),
-        decode_ms=float(timings["predicted_ms"]),
-        n_drafted=int(timings.get("draft_n", 0)),
-        n_accepted=int(timings.get("draft_n_accepted", 0)),
-        n_verify_steps=max(verify_steps, 0),
-        tokens=[int(t) for t in answer["tokens"]],
-    )
-
-
-def _verify_steps(server: ServerProcess) -> int:
-    """The server's verify-step counter (0 without `--metrics`, so the delta is 0 too)."""
-    text = server.get_text("/metrics")
-    match = _VERIFY_STEPS.search(text or "")
-    return int(float(match.group(1))) if match else 0
 
 
 def _logprobs(step: dict) -> dict[int, float]:

@@ -1,8 +1,6 @@
-"""Statistics over repeated measurements: the 95% t interval of a mean, Welch's t-test between two
-configurations' samples, and the coefficient of variation of one configuration's samples.
-
-One measurement on a busy or small machine moves by 10-25 %; every printed comparison goes through
-these, so the tuner, the confirmation, the report and the benchmarks state their uncertainty alike.
+"""Statistics over one configuration's repeated measurements: the 95% t interval of their mean and their
+coefficient of variation (a measured trial's `--repeats`). Comparisons between configurations are
+paired, prompt by prompt or round by round: autotune.measure.paired.
 """
 
 from __future__ import annotations
@@ -24,15 +22,6 @@ def ci95(samples: Sequence[float]) -> tuple[float, float] | None:
         return (round(mean, 3), round(mean, 3))
     low, high = stats.t.interval(0.95, len(samples) - 1, loc=mean, scale=sem)
     return (round(float(low), 3), round(float(high), 3))
-
-
-def welch_p(samples: Sequence[float], reference: Sequence[float]) -> float | None:
-    """Welch's t-test p-value (two-sided, unequal variances); None below two samples a side or when
-    the test is undefined (no spread on either side)."""
-    if len(samples) < 2 or len(reference) < 2:
-        return None
-    p = stats.ttest_ind(samples, reference, equal_var=False).pvalue
-    return None if np.isnan(p) else round(float(p), 6)
 
 
 def coefficient_of_variation(samples: Sequence[float]) -> float | None:

@@ -1,6 +1,14 @@
-"""Unattended re-tuning: when model files are new or changed, run a new study version warm-started
-with the previous winners, confirm on llama-server, and replace the preset only when the new winner
-is significantly faster than the configuration in use.
+"""Unattended re-tuning: when model files are new or changed, tune again (predicted and raced where the
+search can be predicted, as `search` does; else a new measured study version warm-started with the
+previous winners and its race) with the configuration in use racing beside the finalists, and replace
+the preset only when the race's pick is faster than that configuration by the race's own rule (paired,
+beyond the minimum effect: autotune.study.verdict); the preset keeps the reason it was made.
+
+Files the search space names on the hub are first brought up to the hub's current revision, and what
+a new revision brings is said in one line each (autotune.models.releases): a source release of a
+converted repo (`new draft release: dspark from deepseek-ai/dspark_qwen3_8b_block7@abc1234 (was
+9f8e7d6)`, read from its `.src_sha`), or a revision that changed no file the space uses (a README
+update), whose files then hash as before: nothing is measured. `retune` is the one step that measures.
 
 Exit codes for cron and systemd (README, "Nightly re-tuning"): 0 improved (preset replaced),
 3 unchanged (preset kept), 4 regressed (the preset's own configuration now measures slower than when
@@ -9,26 +17,29 @@ it was recorded), 1 failed, 2 bad input.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import optuna
 
 from autotune.engines import choose_engine
+from autotune.errors import UsageError
 from autotune.hardware import hardware_key
 from autotune.measure.prompts import load_prompt_mix
-from autotune.models.hub import hub_files, pull
+from autotune.models.releases import follow_releases
 from autotune.presets.confirmed import preset_from
-from autotune.spec.space import SearchSpace, load_model_space
+from autotune.spec.space import load_model_space
 from autotune.study.catalog import latest_version, study_name, study_names
-from autotune.study.confirm import Confirmation, ConfirmedConfig, confirm_study, top_trials
-from autotune.study.records import StudyRecord, config_from_attrs
-from autotune.study.search import SearchOptions, check_inputs, run_study
+from autotune.study.confirm import confirm_study, top_trials
+from autotune.study.predicted import PREDICT_TRIALS, cannot_predict, predict_and_race
+from autotune.study.race import RaceBudget, round_line
+from autotune.study.records import PREDICTED_ENGINE, StudyRecord, config_from_attrs
+from autotune.study.search import ConfirmOptions, SearchInputs, SearchOptions, check_inputs, run_study
 from autotune.study.tuner import SearchReporter
+from autotune.study.verdict import Confirmation, ConfirmedConfig, stored_confirmation
 from storage import open_storage, resolve_storage_url
 from storage.presets import Preset, PresetStore
 
 EXIT_CODES = {"improved": 0, "unchanged": 3, "regressed": 4}
-SIGNIFICANCE = 0.05
 
 
 @dataclass(frozen=True)
@@ -71,17 +82,14 @@ def decide(model: str, confirmation: Confirmation, preset: Preset | None) -> Nig
         return NightlyOutcome("improved", f"{model}: the preset's files are gone; new preset {figures}", winner)
     if list(winner.argv) == list(current.argv):
         return _unless_regressed(model, current, preset, f"{model}: the preset is still the best ({figures}); kept")
-    p_value = confirmation.welch_p(winner, current)
-    if winner.mean_tok_s > current.mean_tok_s and p_value is not None and p_value < SIGNIFICANCE:
-        return NightlyOutcome(
-            "improved", f"{model}: {figures} beats the preset's {current.mean_tok_s:.1f} tok/s (p={p_value:.3g})", winner
-        )
-    shown = "n/a" if p_value is None else f"{p_value:.3g}"
-    return _unless_regressed(
-        model, current, preset,
-        f"{model}: {figures} is not significantly faster than the preset's {current.mean_tok_s:.1f} tok/s "
-        f"(p={shown}); kept",
-    )
+    versus = confirmation.versus(winner, current)
+    low, high = versus.interval()
+    against = (f"{versus.ratio:.2f}x the preset's speed [95% CI {low:.2f}-{high:.2f}], "
+               f"p={versus.p_faster(1 + confirmation.min_effect):.2g}")
+    if confirmation.beats(winner, current):
+        return NightlyOutcome("improved", f"{model}: {figures} beats the preset: {against}", winner)
+    return _unless_regressed(model, current, preset, f"{model}: {figures} is not proven faster than the preset "
+                                                     f"by {confirmation.min_effect:.0%} ({against}); kept")
 
 
 def _unless_regressed(model: str, current: ConfirmedConfig, preset: Preset, summary: str) -> NightlyOutcome:
@@ -95,7 +103,7 @@ def _unless_regressed(model: str, current: ConfirmedConfig, preset: Preset, summ
     return NightlyOutcome("unchanged", summary)
 
 
-def run_nightly(options: SearchOptions, *, top: int, confirm_repeats: int, server_bin: str | None,
+def run_nightly(options: SearchOptions, *, top: int, budget: RaceBudget, server_bin: str | None,
                 reporter: SearchReporter) -> NightlyOutcome:
     """Re-tune `options.model` (at `options.settings.concurrency` streams) if its files changed since the
     last study version. Files the search space names on the hub are brought up to the hub's current
@@ -103,48 +111,65 @@ def run_nightly(options: SearchOptions, *, top: int, confirm_repeats: int, serve
     model, settings = options.model, options.settings
     if options.prompts_file:
         load_prompt_mix(options.prompts_file)  # a bad prompt file is found before a long download
-    pull_latest(load_model_space(model, options.space_file), reporter, offline=options.offline)
+    releases = follow_releases(load_model_space(model, options.space_file), reporter.note, offline=options.offline)
     inputs = check_inputs(options, reporter.note)
     url = resolve_storage_url(options.storage_url)
     with PresetStore(url) as store:
         hashes = {path.name: store.cached_sha256(path) for path in inputs.files.paths}
         storage = open_storage(url)
-        engine_name = choose_engine(options.engine_name, concurrency=settings.concurrency, server_bin=server_bin,
-                                    note=reporter.note)
-        base = study_name(model, hardware_key(), engine_name, objective=settings.objective,
+        predicted = cannot_predict(settings, inputs.space) is None
+        if predicted and options.measured_only:
+            raise UsageError(f"{', '.join(options.measured_only)}: only the measured strategy reads these, and this "
+                             "model's re-tuning is predicted and raced (temperature 0, one stream, decode): drop them")
+        engine_name = PREDICTED_ENGINE if predicted else choose_engine(
+            options.engine_name, concurrency=settings.concurrency, server_bin=server_bin, note=reporter.note)
+        base = study_name(model, hardware_key(), engine_name, objective="decode" if predicted else settings.objective,
                           concurrency=settings.concurrency)
         latest, _ = latest_version(storage, base)
         previous = optuna.load_study(study_name=latest, storage=storage) if latest in study_names(storage) else None
         preset = store.get(model, hardware_key(), settings.concurrency)
         if previous is not None and preset is not None and StudyRecord.of(previous).file_hashes == hashes:
             return unchanged_files(model)
+        outcome, new_preset = retune(inputs, options, engine_name=engine_name, url=url, previous=previous,
+                                     preset=preset, hashes=hashes, top=top, budget=budget,
+                                     server_bin=server_bin, reporter=reporter)
+        if new_preset is not None:
+            why = releases or ([] if previous is None else ["the model files changed"])
+            store.save(replace(new_preset, reason="; ".join([*why, outcome.summary.removeprefix(f"{model}: ")])))
+    return outcome
+
+
+def retune(inputs: SearchInputs, options: SearchOptions, *, engine_name: str, url: str,
+           previous: optuna.Study | None, preset: Preset | None, hashes: dict[str, str], top: int,
+           budget: RaceBudget, server_bin: str | None,
+           reporter: SearchReporter) -> tuple[NightlyOutcome, Preset | None]:
+    """Tune on the files as they are now and pit the result against the stored preset, which races beside
+    the finalists: predicted and raced (`engine_name` "predicted"), else a new measured study version
+    warm-started with the previous winners and raced. Returns the verdict and, on a win over the preset,
+    the preset that replaces the stored one."""
+    model = options.model
+    in_use = config_from_attrs(preset.params) if preset is not None else None
+    if in_use is not None and not all(p.is_file() for p in (in_use.target, in_use.draft) if p):
+        in_use = None
+    if engine_name == PREDICTED_ENGINE:
+        study = predict_and_race(inputs, options.settings, storage_url=url, server_bin=server_bin,
+                                 race_options=ConfirmOptions(True, top, budget), predict_trials=PREDICT_TRIALS,
+                                 reporter=reporter, preset=in_use, study_attrs={"file_hashes": hashes})
+        confirmation = stored_confirmation(study)
+    else:
         study = run_study(
-            inputs, settings, engine_name=engine_name, server_bin=server_bin, storage_url=url, reporter=reporter,
-            new_version=previous is not None, warm_start=top_trials(previous, top) if previous is not None else [],
+            inputs, options.settings, engine_name=engine_name, server_bin=server_bin, storage_url=url,
+            reporter=reporter, new_version=previous is not None,
+            warm_start=top_trials(previous, top) if previous is not None else [],
             study_attrs={"file_hashes": hashes}, heartbeat_s=options.heartbeat_s,
         )
         if not top_trials(study, top):
             return NightlyOutcome("unchanged", f"{model}: no speculative configuration completed (all pruned or "
-                                               f"failed, see `autotune trials --model {model}`); preset kept")
-        in_use = config_from_attrs(preset.params) if preset is not None else None
-        if in_use is not None and not all(p.is_file() for p in (in_use.target, in_use.draft) if p):
-            in_use = None
-        confirmation = confirm_study(study, top=top, repeats=confirm_repeats, engine_name="server",
-                                     server_bin=server_bin, preset=in_use,
-                                     on_measured=lambda r, label, tok_s: reporter.note(
-                                         f"confirm round {r + 1}: {label}: {tok_s}"))
-        outcome = decide(model, confirmation, preset)
-        if outcome.new_winner is not None:
-            store.save(preset_from(model, study, confirmation=confirmation, row=outcome.new_winner))
-    return outcome
-
-
-def pull_latest(space: SearchSpace, reporter: SearchReporter, *, offline: bool = False) -> None:
-    """Download each hub file of `space` whose revision on the hub is new; offline (`offline`, or
-    HF_HUB_OFFLINE), say so in one line and go on with the files on disk."""
-    if not hub_files(space):
-        return
-    result = pull(space, latest=True, offline=offline,
-                  on_file=lambda f, why: reporter.note(f"downloading {f.label} ({why})"))
-    if result.unreachable:
-        reporter.note(f"hub not asked for new revisions: {result.unreachable}; going on with the files on disk")
+                                               f"failed, see `autotune trials --model {model}`); preset kept"), None
+        confirmation = confirm_study(study, top=top, budget=budget, engine_name="server", server_bin=server_bin,
+                                     preset=in_use, on_measured=lambda r, entrant, speedup: reporter.note(
+                                         round_line(r, entrant, speedup)))
+    outcome = decide(model, confirmation, preset)
+    if outcome.new_winner is None:
+        return outcome, None
+    return outcome, preset_from(model, study, confirmation=confirmation, row=outcome.new_winner)

@@ -15,7 +15,7 @@ import numpy as np
 import optuna
 
 from autotune.spec.command import format_command
-from autotune.study.confirm import Confirmation, ConfirmedConfig, stored_confirmation
+from autotune.study.verdict import Confirmation, ConfirmedConfig, stored_confirmation
 from autotune.errors import StudyNotFoundError
 from autotune.study.objectives import DEFAULT_OBJECTIVE
 from autotune.measure.stats import ci95

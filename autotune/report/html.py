@@ -4,6 +4,7 @@ data, no script, style or font fetched from anywhere, so the file works offline 
 from __future__ import annotations
 
 import json
+import math
 from datetime import datetime, timezone
 from html import escape
 
@@ -56,6 +57,7 @@ def render_page(view: StudyView, panels: list[Panel], png_names: dict[str, str])
 <nav>{nav}</nav>
 {''.join(sections)}
 {_top_table(view)}
+{_race_categories(view)}
 {_unfinished_table(view)}
 <p class="meta">Written by autotune {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC.</p>
 </body>
@@ -89,7 +91,7 @@ def _summary(view: StudyView) -> str:
     ]
     if view.confirmation is not None:
         c = view.confirmation
-        rows.append(("confirmed", f"on {c.engine} ({c.build}), {c.repeats} repeats, {c.date}"))
+        rows.append(("raced", f"on {c.engine} ({c.build}), {c.repeats} rounds, {c.pairing} pairing, {c.ended}, {c.date}"))
     body = "".join(f"<tr><th>{escape(k)}</th><td>{escape(str(v))}</td></tr>" for k, v in rows if v is not None)
     return f'<table class="summary" style="width:auto">{body}</table>'
 
@@ -137,12 +139,36 @@ def _confirmed(view: StudyView, row: TopConfig) -> str:
         return "not confirmed" if view.confirmation is None else "not re-measured"
     if c.failure:
         return f"failed: {escape(c.failure)}"
-    text = f"{c.mean_tok_s:.1f} tok/s [95% CI {c.ci95[0]:.1f}–{c.ci95[1]:.1f}]"
+    text = f"{c.mean_tok_s:.1f} tok/s"
     if c.speedup is not None:
         text += f", {c.speedup:.2f}×"
+        if c.speedup_ci95 is not None and all(map(math.isfinite, c.speedup_ci95)):
+            text += f" [95% CI {c.speedup_ci95[0]:.2f}–{c.speedup_ci95[1]:.2f}]"
     if c.p_value is not None:
-        text += f", p={c.p_value:.3g}"
+        text += f", p={c.p_value:.3g}" + (", proven" if c.significant else "")
     return escape(text)
+
+
+def _race_categories(view: StudyView) -> str:
+    """The race's pick (or its fastest entrant) and --spec-default by prompt category: paired speedups with
+    their intervals, and the predicted speedups beside them."""
+    race = view.confirmation
+    if race is None or not race.categories:
+        return ""
+    rows = [r for r in (race.winner or race.fastest, race.spec_defaults[0] if race.spec_defaults else None) if r]
+    predicted = {t.number: TrialRecord.of(t).predicted.get("by_category", {}) for t in view.complete}
+    body = ""
+    for row in rows:
+        for category, speedup in sorted(race.by_category(row).items()):
+            low, high = speedup.interval()
+            guess = predicted.get(row.trial, {}).get(category)
+            body += (f"<tr><td>{escape(row.label)}</td><td>{escape(category)}</td><td class=\"num\">{speedup.ratio:.2f}×"
+                     f"</td><td class=\"num\">{low:.2f}–{high:.2f}</td><td class=\"num\">"
+                     f"{'' if guess is None else f'{guess:.2f}×'}</td></tr>")
+    return (f'<section id="race-categories"><h2>The race by prompt category</h2><p class="caption">Each category\'s '
+            f"speedup over the plain command, paired on that category's prompts in the race's rounds, with its 95% "
+            f"interval and the predicted speedup.</p><table><tr><th>configuration</th><th>category</th>"
+            f"<th>speedup</th><th>95% CI</th><th>predicted</th></tr>{body}</table></section>\n")
 
 
 def _unfinished_table(view: StudyView) -> str:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import optuna
 
-from autotune.study.confirm import stored_confirmation
+from autotune.study.verdict import stored_confirmation
 from autotune.study.catalog import latest_version, parse_kind, study_name
 from autotune.study.records import BASELINE_ROLE, WARM_START_ROLE
 from autotune.study.records import StudyRecord, TrialRecord

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import optuna
@@ -10,7 +10,8 @@ import optuna
 from autotune.errors import AutotuneError, StudyNotFoundError
 from autotune.llamacpp.runnable import CommandCheck
 from autotune.spec.command import format_command
-from autotune.study.confirm import Confirmation, ConfirmedConfig, stored_confirmation, trial_of
+from autotune.spec.types import family_of
+from autotune.study.verdict import Confirmation, ConfirmedConfig, stored_confirmation, trial_of
 from autotune.study.objectives import DEFAULT_OBJECTIVE, OBJECTIVES
 from autotune.study.records import StudyRecord, TrialRecord
 from autotune.study.trials import baseline_trial, decode_tok_s, drift_corrected, is_baseline, spec_default_near
@@ -49,10 +50,10 @@ class BestResult:
     front: tuple[optuna.trial.FrozenTrial, ...] = ()  # a pareto study's front (lossless members)
     spec_default: optuna.trial.FrozenTrial | None = None  # `--spec-default` measured nearest the trial
     objective: str = DEFAULT_OBJECTIVE  # what the study maximized (autotune.study.objectives)
-    #: a predicted study's cost-model error against llama-server (median over the configurations it measured)
-    calibration_error: float | None = None
     #: a faster configuration the printed command's llama-server cannot run
     set_aside: SetAside | None = None
+    #: the predicted speedup of each prompt category, by trial number (a predicted study's raced trials)
+    predicted_categories: dict = field(default_factory=dict)
 
     @property
     def record(self) -> TrialRecord:
@@ -74,6 +75,15 @@ class BestResult:
     def predicted_speedup(self) -> float | None:
         """The speedup predicted for this configuration (a predicted study's trials; None when measured)."""
         return self.record.predicted.get("speedup")
+
+    @property
+    def prediction_error(self) -> float | None:
+        """predicted / raced speedup - 1 of the printed configuration: the prediction's error out of
+        sample (the race measured it after it was predicted); None where either is missing."""
+        confirmed = self.confirmed
+        raced = confirmed.speedup if confirmed is not None else None
+        predicted = self.predicted_speedup
+        return round(predicted / raced - 1, 4) if predicted and raced else None
 
     @property
     def argv(self) -> list[str]:
@@ -134,7 +144,7 @@ class BestResult:
             **self.serving(),
             "objective": self.objective,
             "predicted_speedup": self.predicted_speedup,
-            "calibration_error": self.calibration_error,
+            "prediction_error": self.prediction_error,
             "set_aside": None if self.set_aside is None else self.set_aside.as_dict(),
             "engine": record.engine,
             "figures": record.figures or None,
@@ -148,25 +158,49 @@ class BestResult:
             "confirmed": None if self.confirmed is None else {
                 "engine": self.confirmation.engine,
                 "build": self.confirmation.build,
-                "repeats": self.confirmation.repeats,
+                "rounds": self.confirmation.repeats,
                 "date": self.confirmation.date,
                 "tok_s": self.confirmed.mean_tok_s,
-                "ci95": list(self.confirmed.ci95),
                 "baseline_tok_s": self.confirmation.baseline_of(self.confirmed).mean_tok_s,
-                "speedup": self.confirmed.speedup,
-                "p_value": self.confirmed.p_value,
-                "significantly_faster": self.confirmed.significantly_faster,
-                **self._confirmed_vs_spec_default(),
+                **self.confirmed.as_json(),
+                "spec_default_tok_s": getattr(self.confirmation.spec_default_of(self.confirmed), "mean_tok_s", None),
+                "speedup_vs_spec_default": self.confirmation.speedup_vs_spec_default(self.confirmed),
             },
+            "race": None if self.confirmation is None else self.race_summary(),
+            "by_category": self.by_category(),
         }
 
+    def by_category(self) -> dict:
+        """For the pick and for `--spec-default`, each category's raced speedup over the plain command
+        (paired on that category's prompts) with its interval, and the predicted one beside it."""
+        confirmation, pick = self.confirmation, self.confirmed
+        if confirmation is None or pick is None or pick.role == "baseline":
+            return {}
+        rows = {"pick": pick, "spec_default": confirmation.spec_default_of(pick)}
+        found = {}
+        for name, row in rows.items():
+            if row is None or (name == "spec_default" and row is pick):
+                continue
+            predicted = self.predicted_categories.get(row.trial, {})
+            found[name] = {"label": row.label, "categories": {
+                category: {"speedup": round(speedup.ratio, 4), "speedup_ci95": [round(v, 4) for v in speedup.interval()],
+                           "predicted_speedup": predicted.get(category)}
+                for category, speedup in confirmation.by_category(row).items()}}
+        return found
 
-    def _confirmed_vs_spec_default(self) -> dict:
-        reference = self.confirmation.spec_default_of(self.confirmed)
+    def race_summary(self) -> dict:
+        """The race behind the answer: the pick, `--spec-default` and every finalist, each with its paired
+        speedup, interval, p-value, significance, rounds and prompts; how it paired and why it ended."""
+        confirmation = self.confirmation
+        pick = self.confirmed
+        spec_default = confirmation.spec_default_of(pick) if pick is not None else None
         return {
-            "spec_default_tok_s": None if reference is None else reference.mean_tok_s,
-            "speedup_vs_spec_default": self.confirmation.speedup_vs_spec_default(self.confirmed),
-            "p_value_vs_spec_default": None if reference is None else self.confirmation.welch_p(self.confirmed, reference),
+            "pick": None if pick is None else pick.as_json(),
+            "spec_default": None if spec_default is None else spec_default.as_json(),
+            "finalists": [row.as_json() for row in confirmation.configs],
+            "pairing": confirmation.pairing, "ended": confirmation.ended, "rounds": confirmation.repeats,
+            "planned_rounds": confirmation.planned_rounds, "min_effect": confirmation.min_effect,
+            "alpha": confirmation.alpha,
         }
 
 
@@ -203,9 +237,9 @@ def best_result(study: optuna.Study, *, check: CommandCheck | None = None) -> Be
     baseline = (next(t for t in complete if t.number == reference) if reference is not None
                 else baseline_trial(study, Path(TrialRecord.of(best).config["target"])))
     return BestResult(study.study_name, best, baseline, confirmation=confirmation, front=front,
-                      spec_default=spec_default_near(study, best), objective=objective,
-                      calibration_error=_calibration_error(study, TrialRecord.of(best).config_target),
-                      set_aside=set_aside)
+                      spec_default=spec_default_near(study, best), objective=objective, set_aside=set_aside,
+                      predicted_categories={t.number: TrialRecord.of(t).predicted["by_category"] for t in complete
+                                            if "by_category" in TrialRecord.of(t).predicted})
 
 
 def _choose(study: optuna.Study, complete: list[optuna.trial.FrozenTrial], eligible: list[optuna.trial.FrozenTrial],
@@ -235,16 +269,6 @@ def _fastest_speculative(complete: list[optuna.trial.FrozenTrial],
     """The eligible speculative trial with the highest drift-corrected speedup in the study."""
     ranked = [t for t in eligible if not is_baseline(t) and drift_corrected(t, complete) is not None]
     return max(ranked, key=lambda t: drift_corrected(t, complete), default=None)
-
-
-def _calibration_error(study: optuna.Study, target: str | None) -> float | None:
-    """The cost model's error for `target` after the race refitted it (before, where no race ran)."""
-    prediction = StudyRecord.of(study).prediction
-    for key in ("calibration_refit", "calibration"):
-        found = prediction.get(key, {}).get(target or "")
-        if found and found.get("error") is not None:
-            return found["error"]
-    return None
 
 
 def trial_rows(study: optuna.Study) -> list[dict]:
@@ -279,8 +303,16 @@ def trial_rows(study: optuna.Study) -> list[dict]:
                 "prompt_tok_s": record.figure("prompt_tok_s"),
                 "lossless": record.lossless,
                 "predicted_speedup": record.predicted.get("speedup"),
+                "prediction_error": _error(record.predicted.get("speedup"), measured["speedup"])
+                if record.predicted and record.role is None else None,
+                "family": family_of(record.spec_type),
                 "fail_reason": record.fail_reason,
                 "wall_s": record.wall_s,
             }
         )
     return rows
+
+
+def _error(predicted: float | None, measured: float | None) -> float | None:
+    """predicted / measured - 1, out of sample where the measurement came after the prediction."""
+    return round(predicted / measured - 1, 4) if predicted and measured else None

@@ -23,6 +23,8 @@ BASELINE_ROLE = "baseline"
 SPEC_DEFAULT_ROLE = "spec-default"
 REFERENCE_ROLES = (BASELINE_ROLE, SPEC_DEFAULT_ROLE)
 WARM_START_ROLE = "warm-start"
+#: the engine part of a predicted study's name and its trials' `engine` (autotune.study.predicted)
+PREDICTED_ENGINE = "predicted"
 
 
 @dataclass(frozen=True)
@@ -118,6 +120,7 @@ class StudyRecord:
     file_hashes: dict = field(default_factory=dict)  # a nightly version's files
     confirmation: dict | None = None  # Confirmation.as_dict() of the last confirmation (or race)
     prediction: dict = field(default_factory=dict)  # a predicted study's trajectories, costs and calibration
+    race_claim: dict | None = None  # which of the study's workers races it (autotune.study.race_claim)
 
     @classmethod
     def of(cls, study: optuna.Study) -> "StudyRecord":

@@ -33,6 +33,8 @@ from autotune.spec.types import DRAFT_SAMPLING, is_combination
 from autotune.study.best import BestResult, best_result
 from autotune.study.catalog import latest_version, study_name, study_names
 from autotune.study.confirm import confirm_study, top_trials
+from autotune.study.race import DEFAULT_BUDGET, RaceBudget, round_line
+from autotune.study.race_claim import claim_race, race_done
 from autotune.study.records import TrialRecord
 from autotune.study.references import requeue_stale_trial
 from autotune.study.trials import is_spec_default
@@ -68,6 +70,7 @@ class SearchOptions:
     target_file: Path | None = None  # --target: an ad-hoc model, its space inferred (autotune.models.adhoc)
     draft_files: tuple[Path, ...] = ()  # --draft, with --target
     offline: bool = False  # --offline: download nothing from the hub (as HF_HUB_OFFLINE=1)
+    measured_only: tuple[str, ...] = ()  # flags the user gave that only the measured strategy reads
 
     @property
     def model(self) -> str:
@@ -80,11 +83,13 @@ class SearchOptions:
 
 @dataclass(frozen=True)
 class ConfirmOptions:
-    """How `search` re-measures its winners at the end (on llama-server when one resolves)."""
+    """How a search ends: its `top` best race the references on the arbiter (llama-server when one
+    resolves) within `budget` (--race-top, --race-budget); `enabled` is --confirm/--no-confirm, which only
+    the measured strategy has (the predicted one's answer is its race)."""
 
     enabled: bool = True
-    top: int = 3
-    repeats: int = 3
+    top: int = 4
+    budget: RaceBudget = RaceBudget.parse(DEFAULT_BUDGET)
 
 
 def check_inputs(options: SearchOptions, note: Callable[[str], None]) -> SearchInputs:
@@ -138,16 +143,19 @@ def run_search(options: SearchOptions, *, reporter: SearchReporter, server_bin: 
     multi_objective = len(study.directions) > 1  # a pareto pick is made on the front, not by decode tok/s
     check = command_check(server_bin)  # the llama-server the printed command names
     finalists = top_trials(study, confirm_options.top, check)
-    if confirm_options.enabled and not multi_objective and finalists:
+    holder = claim_race(study) if confirm_options.enabled and not multi_objective and finalists else None
+    if holder is not None:
+        reporter.note(f"{holder} races this study's finalists: `autotune best --model {settings.model}` shows its "
+                      "verdict once it is done")
+    elif confirm_options.enabled and not multi_objective and finalists:
         arbiter = choose_engine(None, concurrency=settings.concurrency, server_bin=server_bin)
         references = "the baseline and --spec-default" if any(map(is_spec_default, study.trials)) else "the baseline"
-        reporter.note(f"confirming the top {len(finalists)} with {references} on the {arbiter} engine, "
-                      f"{confirm_options.repeats} interleaved rounds")
-        confirm_study(study, top=confirm_options.top, repeats=confirm_options.repeats, engine_name=arbiter,
+        reporter.note(f"racing the top {len(finalists)} with {references} on the {arbiter} engine, "
+                      f"up to {confirm_options.budget.describe()}")
+        confirm_study(study, top=confirm_options.top, budget=confirm_options.budget, engine_name=arbiter,
                       server_bin=server_bin,
-                      on_measured=lambda r, label, tok_s: reporter.note(
-                          f"confirm round {r + 1}/{confirm_options.repeats}: {label}: "
-                          + ("FAILED" if tok_s is None else f"{tok_s:.1f} tok/s")))
+                      on_measured=lambda r, entrant, speedup: reporter.note(round_line(r, entrant, speedup)))
+        race_done(study)
     return best_result(study, check=check)
 
 

@@ -41,6 +41,7 @@ second, which leaves few near-ties between batched and unbatched runs.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -145,9 +146,22 @@ def _field(reader: gguf.GGUFReader, key: str, default=None):
     return default if f is None else f.contents()
 
 
+@functools.lru_cache(maxsize=4)
+def _read(path: Path, size: int, mtime_ns: int) -> gguf.GGUFReader:
+    """One parse per file version: a reader walks every field, and at a real vocabulary (151,936 token
+    strings) that takes seconds, which the tokenizer and the dimensions of one target would pay twice
+    for each draft written for it."""
+    return gguf.GGUFReader(str(path))
+
+
+def _reader(path: str | Path) -> gguf.GGUFReader:
+    stat = Path(path).stat()
+    return _read(Path(path).resolve(), stat.st_size, stat.st_mtime_ns)
+
+
 def read_tokenizer(path: str | Path) -> TokenizerSpec:
     """Read the tokenizer metadata back from a GGUF file written here."""
-    r = gguf.GGUFReader(str(path))
+    r = _reader(path)
     tokens = _field(r, "tokenizer.ggml.tokens")
     if tokens is None:
         raise ValueError(f"{path}: no tokenizer.ggml.tokens")
@@ -167,7 +181,7 @@ def read_tokenizer(path: str | Path) -> TokenizerSpec:
 
 def read_target_dims(path: str | Path) -> TargetDims:
     """Read the dimensions of a ``qwen3`` target from its GGUF metadata."""
-    r = gguf.GGUFReader(str(path))
+    r = _reader(path)
     arch = _field(r, "general.architecture")
 
     def need(key: str) -> int:

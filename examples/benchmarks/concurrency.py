@@ -32,12 +32,14 @@ import time
 from pathlib import Path
 
 import numpy as np
-from autotune.measure.stats import ci95, welch_p
+from autotune.measure.paired import Units, paired_speedup
+from autotune.measure.stats import ci95
 
 from autotune.spec.command import format_command
 from autotune.engines.server import ServerEngine
 from autotune.cli.progress import SilentReporter
 from autotune.measure.prompts import PromptMix, load_prompt_mix
+from autotune.study.race import RaceBudget
 from autotune.study.search import ConfirmOptions, SearchOptions, check_inputs, run_search
 from autotune.study.tuner import SearchSettings
 from autotune.spec.space import find_space_file
@@ -87,7 +89,7 @@ def levels_part(args, workdir: Path) -> None:
     for level in args.levels:
         started = time.perf_counter()
         best = run_search(options.at_level(level), reporter=Notes(), server_bin=args.server_bin,
-                          confirm_options=ConfirmOptions(True, args.confirm_top, args.repeats))
+                          confirm_options=ConfirmOptions(True, args.confirm_top, RaceBudget(rounds=args.repeats)))
         confirmation = best.confirmation
         if confirmation is None or best.confirmed is None:
             print(f"  N={level}: no speculative configuration was confirmed ({time.perf_counter() - started:.0f} s)")
@@ -104,9 +106,8 @@ def levels_part(args, workdir: Path) -> None:
             p10 = float(np.mean(figures["per_stream_p10_tok_s"])) if figures.get("per_stream_p10_tok_s") else 0.0
             extra = ""
             if row is winner:
-                base_aggregate = baseline.figures.get("aggregate_tok_s", [])
-                speedup = float(np.mean(aggregate)) / float(np.mean(base_aggregate)) if base_aggregate else float("nan")
-                p = welch_p(aggregate, base_aggregate)
+                speedup = winner.speedup if winner.speedup is not None else float("nan")  # paired by round
+                p = winner.p_value
                 speedups[level] = speedup
                 extra = f"  {speedup:5.2f}x  {'n/a' if p is None else f'{p:.3g}'}"
             label = ("baseline" if row is baseline else row.label)[:48]
@@ -156,12 +157,15 @@ def joint_part(args, workdir: Path) -> None:
     print(f"\n  {figure} on llama-server, {args.repeats} interleaved rounds (mean [95% CI]):")
     for name, _ in entries:
         print(f"    {name:<13} {mean_ci(samples[name])}")
-    joint, spec_only = samples["spec+runtime"], samples["spec-only"]
-    ratio = float(np.mean(joint)) / float(np.mean(spec_only))
-    p = welch_p(joint, spec_only)
-    winner = "spec+runtime" if ratio > 1 else "spec-only"
-    print(f"  {winner} wins: spec+runtime / spec-only = {ratio:.3f}x, Welch p = {'n/a' if p is None else f'{p:.3g}'}"
-          f" ({'significant' if p is not None and p < 0.05 else 'not significant'} at 0.05)")
+    def per_round(values: list[float]) -> Units:  # one unit a round: its time per token
+        return Units.of([[1000.0 / v] for v in values], [[1]] * len(values))
+
+    versus = paired_speedup(per_round(samples["spec-only"]), per_round(samples["spec+runtime"]), pair_by_unit=False)
+    low, high = versus.interval()
+    winner = "spec+runtime" if versus.ratio > 1 else "spec-only"
+    p = min(versus.p_faster(), versus.p_slower())
+    print(f"  {winner} wins: spec+runtime / spec-only = {versus.ratio:.3f}x [95% CI {low:.3f}-{high:.3f}], paired by "
+          f"round, one-sided p = {p:.3g} ({'significant' if p < 0.025 else 'not significant'} at 0.05 two-sided)")
     print("  command of each winner:")
     for name, argv in commands.items():
         print(f"    {name}: {format_command(argv)}")

@@ -24,7 +24,8 @@ from pathlib import Path
 
 import optuna
 
-from autotune.engines.worker import WorkerEngine, descendant_pids
+from autotune.engines.orphans import descendant_pids
+from autotune.engines.worker import WorkerEngine
 from autotune.cli.progress import SilentReporter, TerminalReporter
 from autotune.study.search import runnable_space
 from autotune.spec.config import SpecConfig

@@ -32,7 +32,7 @@ from _interleave import compare, mean_ci
 from autotune.spec.command import ServerCommand
 from autotune.engines.prompt_tokens import PromptTokens
 from autotune.engines.server_process import ServerProcess
-from autotune.engines.server import generate_mix
+from autotune.engines.server_requests import generate_mix
 from autotune.measure.measurement import Measurement
 from autotune.measure.prompts import load_prompt_mix
 from autotune.spec.config import SpecConfig

@@ -128,7 +128,7 @@ def test_gemma_search_end_to_end_in_a_real_process(tmp_path, gemma_path, autotun
     models.mkdir()
     env = {**os.environ, "AUTOTUNE_HOME": str(autotune_home), "AUTOTUNE_MODELS_DIR": str(models)}
     args = [sys.executable, "-m", "autotune", "search", "--strategy", "measure", "--model", "gemma3-270m", "--trials", "4",
-            "--max-tokens", "16", "--seed", "2", "--confirm-top", "1", "--confirm-repeats", "2"]
+            "--max-tokens", "16", "--seed", "2", "--race-top", "1", "--race-budget", "2"]
     done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     assert "[1/4] trial   0 none" in done.stderr

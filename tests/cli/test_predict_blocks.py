@@ -58,7 +58,7 @@ def quant_models(tmp_path, tiny_dir):
 def test_every_target_and_draft_quant_pair_is_predicted_from_its_own_trajectory(quant_models, autotune_home):
     models, space = quant_models
     result = CliRunner().invoke(cli, ["search", "--model", "tiny-quants", "--space", str(space), "--models-dir",
-                                      str(models), "--max-tokens", "24", "--race-top", "2", "--race-rounds", "2"])
+                                      str(models), "--max-tokens", "24", "--race-top", "2", "--race-budget", "2"])
     assert result.exit_code == 0, result.output
     assert [line for line in result.output.splitlines() if "not predicted:" in line] == [
         "autotune: not predicted: ngram-mod,draft-dspark (the replay covers the n-gram types, draft-simple and their "

@@ -23,8 +23,10 @@ def run(*args: str):
 
 def test_predict_then_race_prints_the_race_winner_with_its_prediction(tiny_space, models_dir, autotune_home):
     result = run("search", "--model", "tiny", "--space", str(tiny_space), "--models-dir", str(models_dir),
-                 "--max-tokens", "24", "--race-top", "2", "--race-rounds", "2")
-    assert "predicted" in result.output and "racing the 2 best predicted" in result.output
+                 "--max-tokens", "24", "--race-top", "2", "--race-budget", "2")
+    assert "predicted" in result.output and "racing 2 predicted finalists with the references" in result.output
+    calibration = [line for line in result.output.splitlines() if line.startswith("autotune: calibrating on the")]
+    assert calibration and "(the baseline)" in calibration[0] and "(draft model)" in calibration[0]
     study = optuna.load_study(study_name=f"tiny@{hardware_key()}:predicted",
                               storage=f"sqlite:///{autotune_home / 'autotune.db'}")
     roles = [t.user_attrs.get("role") for t in study.trials]
@@ -36,14 +38,37 @@ def test_predict_then_race_prints_the_race_winner_with_its_prediction(tiny_space
     assert set(prediction["costs"][str(models_dir / "tiny-target.gguf")]["drafts"]) == {"tiny-draft.gguf"}
     confirmation = study.user_attrs["confirmation"]
     assert confirmation["engine"] == "server" and len(confirmation["configs"]) == 2
+    assert confirmation["pairing"] == "prompt" and confirmation["repeats"] <= 2
+    assert {row["family"] for row in confirmation["configs"]} <= {"n-gram", "draft model"}
     best = json.loads(run("best", "--model", "tiny", "--json").output)
-    assert best["engine"] in ("predicted", "server") and "calibration_error" in best and "predicted_speedup" in best
+    assert best["engine"] in ("predicted", "server") and "predicted_speedup" in best and "calibration_error" not in best
     assert best["confirmed"]["engine"] == "server"
+    race = best["race"]
+    assert len(race["finalists"]) == 2 and race["pick"] is not None
+    for row in race["finalists"]:
+        assert set(row) >= {"speedup", "speedup_ci95", "p_value", "significant", "rounds", "prompts"}
+        if row["speedup"] is not None:
+            low, high = row["speedup_ci95"]
+            assert low <= row["speedup"] <= high and row["prompts"] == 11
     trials = run("trials", "--model", "tiny").output.splitlines()
-    assert "pred" in trials[0]
-    raced = {row["trial"] for row in confirmation["configs"]}
+    assert "pred" in trials[0] and "error" in trials[0]
+    raced = {row["trial"] for row in confirmation["configs"] if row["failure"] is None}
     raced_lines = [line for line in trials[1:] if int(line.split()[0]) in raced]
-    assert len(raced_lines) == 2 and all(line.split()[2] != "-" for line in raced_lines)  # measured beside predicted
+    assert raced_lines and all(line.split()[2] != "-" for line in raced_lines)  # measured beside predicted
+    assert all(line.split()[6] != "-" for line in raced_lines)  # and the prediction's error
+
+
+def test_options_only_the_measured_strategy_reads_are_refused_when_the_search_predicts(tiny_space, models_dir,
+                                                                                      autotune_home):
+    result = CliRunner().invoke(cli, ["search", "--model", "tiny", "--space", str(tiny_space), "--models-dir",
+                                      str(models_dir), "--trials", "50", "--repeats", "2"])
+    assert result.exit_code == 2
+    assert result.output.strip().splitlines()[-1] == (
+        "autotune: error: --trials, --repeats: only the measured strategy reads these, and this search is predicted "
+        "(--strategy predict, the default): drop them, or pass --strategy measure")
+    assert not (autotune_home / "autotune.db").exists()  # nothing measured, nothing written
+    no_race = CliRunner().invoke(cli, ["search", "--model", "tiny", "--no-confirm"])
+    assert no_race.exit_code == 2 and "--no-confirm means nothing under --strategy predict" in no_race.output
 
 
 def test_a_search_that_cannot_be_predicted_says_so_and_measures(tiny_space, models_dir):

@@ -11,47 +11,53 @@ import pytest
 from click.testing import CliRunner
 
 from autotune.cli.main import cli
-from autotune.study.confirm import Confirmation, ConfirmedConfig
+from autotune.study.verdict import Confirmation
+from autotune.testing.races import raced_row, scaled
 from autotune.hardware import hardware_key
 from autotune.presets.nightly import decide
 from autotune.testing import tiny_gguf
 from storage.presets import Preset
 
 
-def row(role, label, samples, argv=None, target="t.gguf"):
-    mean = sum(samples) / len(samples)
-    return ConfirmedConfig(label, role, 1 if role == "trial" else None, target, argv or [label], samples,
-                           mean, (mean - 1, mean + 1), 0.01, mean / 100)
+BASELINE_MS = [[470.0, 520.0, 430.0, 610.0, 480.0, 500.0]] * 3  # 3 rounds x 6 prompts, 47 tokens each: ~100 tok/s
 
 
-def confirmation(winner_samples, preset_samples):
-    return Confirmation("server", "b1", 3, "2026-12-02", [row("baseline", "none", [100, 100.5, 99.5])],
-                        [row("trial", "new", winner_samples), row("preset", "old", preset_samples)])
+def confirmation(winner_speed, preset_speed, jitter=0.01):
+    """A race whose winner ran `winner_speed` times the baseline's speed and the preset `preset_speed` times,
+    each unit off by up to +-`jitter`."""
+    rows = [raced_row("new", "trial", scaled(BASELINE_MS, winner_speed, jitter, seed=1), baseline_ms=BASELINE_MS,
+                      trial=1, significant=True),
+            raced_row("old", "preset", scaled(BASELINE_MS, preset_speed, jitter, seed=2), baseline_ms=BASELINE_MS)]
+    return Confirmation("server", "b1", 3, "2026-12-02", [raced_row("none", "baseline", BASELINE_MS)], rows,
+                        pairing="prompt")
 
 
-def preset(ci_low=118.0, ci_high=122.0):
-    return Preset(model="m", hardware="h", argv=("old",), tok_s=120.0, baseline_tok_s=100.0, speedup=1.2,
+def preset(ci_low=110.0, ci_high=115.0):
+    return Preset(model="m", hardware="h", argv=("old",), tok_s=112.4, baseline_tok_s=93.7, speedup=1.2,
                   ci95_low=ci_low, ci95_high=ci_high, p_value=0.01, engine="server", llama_cpp_build="b1",
                   file_hashes={}, params={}, study_name="s")
 
 
-def test_a_significantly_faster_winner_replaces_the_preset():
-    outcome = decide("m", confirmation([130, 131, 129.5], [120, 120.5, 119.5]), preset())
+def test_a_winner_proven_faster_than_the_preset_replaces_it():
+    outcome = decide("m", confirmation(1.30, 1.20), preset())
     assert outcome.status == "improved" and outcome.exit_code == 0 and outcome.new_winner.label == "new"
+    assert "1.08x the preset's speed [95% CI 1.0" in outcome.summary
 
 
-def test_a_winner_within_noise_keeps_the_preset():
-    outcome = decide("m", confirmation([121, 118, 124], [120, 122, 119]), preset())
-    assert outcome.status == "unchanged" and outcome.exit_code == 3 and outcome.new_winner is None
+def test_a_winner_within_noise_or_the_minimum_effect_keeps_the_preset():
+    noisy = decide("m", confirmation(1.22, 1.20, jitter=0.15), preset())
+    assert noisy.status == "unchanged" and noisy.exit_code == 3 and noisy.new_winner is None
+    steady_but_small = decide("m", confirmation(1.21, 1.20, jitter=0.001), preset())  # 1 % faster, proven: too small
+    assert steady_but_small.status == "unchanged" and "not proven faster than the preset by 2%" in steady_but_small.summary
 
 
 def test_a_preset_that_got_slower_than_recorded_is_a_regression():
-    outcome = decide("m", confirmation([101, 100, 102], [100, 101, 99.5]), preset(ci_low=118.0))
+    outcome = decide("m", confirmation(1.01, 1.00), preset(ci_low=118.0))
     assert outcome.status == "regressed" and outcome.exit_code == 4
 
 
 def test_no_preset_yet_makes_the_winner_the_preset():
-    outcome = decide("m", confirmation([130, 131, 129.5], [120, 120.5, 119.5]), None)
+    outcome = decide("m", confirmation(1.30, 1.20), None)
     assert outcome.status == "improved"
 
 
@@ -72,9 +78,10 @@ ngram_simple_size_m = [2, 8]
 
 
 def nightly(space, models, ok_codes=(0, 3, 4)):
+    """A measured night (the e2e objective cannot be predicted): a study version per set of files."""
     result = CliRunner().invoke(cli, ["nightly", "--model", "tiny", "--space", str(space), "--models-dir", str(models),
-                                      "--trials", "4", "--top", "2", "--confirm-repeats", "2", "--max-tokens", "10",
-                                      "--seed", "0", "--no-pruning"])
+                                      "--objective", "e2e", "--trials", "4", "--top", "2", "--race-budget", "2",
+                                      "--max-tokens", "10", "--seed", "0", "--no-pruning"])
     assert result.exit_code in ok_codes, result.output
     return result
 
@@ -88,7 +95,7 @@ def test_new_draft_file_starts_a_warm_started_study_version(tmp_path, tiny_dir, 
     space = tmp_path / "tiny.toml"
     space.write_text(textwrap.dedent(NIGHTLY_SPACE))
     storage = f"sqlite:///{autotune_home / 'autotune.db'}"
-    base = f"tiny@{hardware_key()}:python"
+    base = f"tiny@{hardware_key()}:python+e2e"
 
     first = nightly(space, models, ok_codes=(0,))
     assert first.stdout.startswith("improved: tiny: first preset")

@@ -20,7 +20,8 @@ from click.testing import CliRunner
 from autotune.cli.main import cli
 from autotune.spec.command import server_argv
 from autotune.engines.python import PythonEngine
-from autotune.engines.server import ServerEngine, stream_order
+from autotune.engines.server import ServerEngine
+from autotune.engines.server_requests import stream_order
 from autotune.errors import SearchSpaceError
 from autotune.hardware import hardware_key
 from autotune.presets.export import export_presets
@@ -233,7 +234,7 @@ def test_search_at_two_streams_runs_on_the_server_and_reports_serving_figures(ti
                                                                              tmp_path):
     result = run("search", "--strategy", "measure", "--model", "tiny", "--space", str(tiny_space), "--models-dir", str(models_dir),
                  "--trials", "3", "--max-tokens", "8", "--seed", "1", "--concurrency", "2,1", "--objective",
-                 "throughput", "--threads", "1", "--confirm-top", "1", "--confirm-repeats", "2", "--baseline-every", "0")
+                 "throughput", "--threads", "1", "--race-top", "1", "--race-budget", "2", "--baseline-every", "0")
     assert result.output.count("the python engine measures one stream: --concurrency 2 runs on the server engine") == 1
     commands = [line.split() for line in result.output.strip().splitlines() if line.split()[0].endswith("llama-server")]
     assert [(argv[argv.index("-np") + 1], argv[argv.index("-c") + 1]) for argv in commands] == [("1", "512"),
@@ -327,7 +328,7 @@ def test_the_sh_launcher_refuses_a_bad_concurrency(tmp_path):
 
 def test_nightly_tunes_each_load_into_its_own_preset(tiny_space, models_dir, autotune_home):
     args = ["nightly", "--model", "tiny", "--space", str(tiny_space), "--models-dir", str(models_dir), "--trials", "3",
-            "--top", "1", "--confirm-repeats", "2", "--max-tokens", "8", "--seed", "0", "--no-pruning",
+            "--top", "1", "--race-budget", "2", "--max-tokens", "8", "--seed", "0", "--no-pruning",
             "--threads", "1", "--concurrency", "1,2"]
     first = CliRunner().invoke(cli, args)
     assert first.exit_code == 0, first.output

@@ -70,6 +70,13 @@ def test_two_workers_share_one_study(tiny_space, models_dir, autotune_home, stor
     assert all(t.state.is_finished() for t in trials)  # no lost or dangling trial
     assert 8 <= len(trials) <= 11
     assert sum(err.count("] trial ") for _, err in outputs) == len(trials)  # every trial was some worker's
+    # one race for the study: the first worker to finish claimed it, the other left it to that one
+    racers = [err for _, err in outputs if "autotune: racing the top " in err]
+    waiters = [err for _, err in outputs if "races this study's finalists" in err]
+    assert len(racers) == 1 and len(waiters) == 1, [err[-1500:] for _, err in outputs]
+    assert "race round 1:" not in waiters[0]
+    study = optuna.load_study(study_name=f"tiny@{hardware_key()}:python", storage=storage_url)
+    assert study.user_attrs["race_claim"]["done"] and study.user_attrs["confirmation"]["repeats"] >= 1
 
 
 @pytest.mark.parametrize("running_after, killed", [("[1/4]", "reference"), ("[2/4]", "search trial")])

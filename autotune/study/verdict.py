@@ -1,0 +1,186 @@
+"""What a race found, as stored with its study: each entrant's per-round, per-prompt decode times and the
+paired figures drawn from them (autotune.measure.paired), and the verdict of its sequential rule
+(autotune.measure.sequential). `best`, `confirm`, `nightly`, the presets and the report read it; every
+figure in it can be recomputed from the stored units.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+import optuna
+
+from autotune.llamacpp.runnable import CommandCheck
+from autotune.measure.paired import MIN_EFFECT, Speedup, Units, paired_speedup
+from autotune.measure.sequential import ALPHA
+from autotune.study.records import BASELINE_ROLE, StudyRecord
+from autotune.study.trials import baselines_of
+
+#: why a race ended
+WINNER, NONE_CAN_WIN, BUDGET_SPENT = "winner", "no entrant can reach the minimum effect", "budget spent"
+
+
+@dataclass(frozen=True)
+class ConfirmedConfig:
+    """One entrant of a race and what it measured there."""
+
+    label: str
+    role: str  # "baseline", "spec-default" (llama.cpp's default), "trial" (a finalist) or "preset" (the one in use)
+    trial: int | None  # the study trial it came from
+    target: str
+    argv: list[str]
+    samples: list[float]  # mix tok/s of each round it ran
+    mean_tok_s: float
+    ci95: tuple[float, float]  # of the mean mix tok/s over its rounds (absolute; wide with few rounds)
+    p_value: float | None  # paired, one-sided: that it is no faster than its target's baseline
+    speedup: float | None  # paired: its target's baseline's decode time over its own, same prompts and rounds
+    failure: str | None = None
+    #: every round's serving figures (aggregate_tok_s, per_stream_tok_s, per_stream_p10_tok_s, mix_tok_s)
+    figures: dict[str, list[float]] = field(default_factory=dict)
+    concurrency: int = 1
+    dropped: str | None = None  # why it left the race before the end
+    speedup_ci95: tuple[float, float] | None = None  # the speedup's 95 % interval, from the pairing
+    significant: bool = False  # proven faster than 1 + the minimum effect by the race's sequential rule
+    rounds: int = 0  # rounds it ran
+    prompts: int = 0  # prompts a round
+    decode_ms: list[list[float]] = field(default_factory=list)  # per round, per prompt (the compared units)
+    tokens: list[list[int]] = field(default_factory=list)  # the tokens each unit's time bought
+    family: str | None = None  # the spec-type family it stood for (autotune.spec.types.family_of)
+
+    @property
+    def significantly_faster(self) -> bool:
+        return self.significant
+
+    @property
+    def units(self) -> Units:
+        return Units.of(self.decode_ms, self.tokens)
+
+    def as_json(self) -> dict:
+        """What `best --json` says of an entrant."""
+        return {"label": self.label, "role": self.role, "trial": self.trial, "family": self.family,
+                "speedup": self.speedup, "speedup_ci95": None if self.speedup_ci95 is None else list(self.speedup_ci95),
+                "p_value": self.p_value, "significant": self.significant, "rounds": self.rounds,
+                "prompts": self.prompts, "tok_s": self.mean_tok_s, "dropped": self.dropped, "failure": self.failure}
+
+
+@dataclass(frozen=True)
+class Confirmation:
+    """A race: its entrants, how they were paired, and why it ended."""
+
+    engine: str
+    build: str
+    repeats: int  # rounds played
+    date: str
+    baselines: list[ConfirmedConfig]
+    configs: list[ConfirmedConfig]
+    spec_defaults: list[ConfirmedConfig] = field(default_factory=list)  # empty: the study has no such reference
+    prompt_ids: list[str] = field(default_factory=list)
+    categories: list[str] = field(default_factory=list)  # each prompt's category, in prompt order
+    pairing: str = "round"  # "prompt": each prompt's entrants ran back to back; "round": whole rounds apart
+    ended: str = BUDGET_SPENT  # WINNER, NONE_CAN_WIN or BUDGET_SPENT
+    planned_rounds: int = 0  # the looks the error rate was spent over
+    min_effect: float = MIN_EFFECT
+    alpha: float = ALPHA
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Confirmation":
+        def config(row: dict) -> ConfirmedConfig:
+            interval = row.get("speedup_ci95")
+            return ConfirmedConfig(**{**row, "ci95": tuple(row["ci95"]),
+                                      "speedup_ci95": None if interval is None else tuple(interval)})
+
+        return cls(**{**data, "baselines": [config(c) for c in data["baselines"]],
+                      "configs": [config(c) for c in data["configs"]],
+                      "spec_defaults": [config(c) for c in data.get("spec_defaults", [])]})
+
+    @property
+    def rows(self) -> list[ConfirmedConfig]:
+        return [*self.baselines, *self.spec_defaults, *self.configs]
+
+    def baseline_of(self, row: ConfirmedConfig) -> ConfirmedConfig:
+        return next(b for b in self.baselines if b.target == row.target)
+
+    def spec_default_of(self, row: ConfirmedConfig) -> ConfirmedConfig | None:
+        """llama.cpp's default on `row`'s target, as measured in the same rounds (None: not measured)."""
+        return next((d for d in self.spec_defaults if d.target == row.target and d.failure is None), None)
+
+    def versus(self, row: ConfirmedConfig, reference: ConfirmedConfig) -> Speedup:
+        """`row`'s paired speedup over `reference` on the rounds both ran."""
+        return paired_speedup(reference.units, row.units, pair_by_unit=self.pairing == "prompt")
+
+    def beats(self, row: ConfirmedConfig, reference: ConfirmedConfig) -> bool:
+        """Whether `row` is faster than `reference` by more than the minimum effect, at the race's alpha."""
+        return self.versus(row, reference).p_faster(1 + self.min_effect) < self.alpha
+
+    def by_category(self, row: ConfirmedConfig) -> dict[str, Speedup]:
+        """`row`'s paired speedup over its baseline on the prompts of each category of the mix."""
+        if not row.decode_ms or not self.categories:
+            return {}
+        baseline = self.baseline_of(row)
+        groups: dict[str, list[int]] = {}
+        for index, category in enumerate(self.categories):
+            groups.setdefault(category, []).append(index)
+        return {category: paired_speedup(baseline.units.columns(indices), row.units.columns(indices),
+                                         pair_by_unit=self.pairing == "prompt")
+                for category, indices in groups.items()}
+
+    def speedup_vs_spec_default(self, row: ConfirmedConfig) -> float | None:
+        reference = self.spec_default_of(row)
+        if reference is None or not row.decode_ms or not reference.decode_ms or row is reference:
+            return None
+        return round(self.versus(row, reference).ratio, 4)
+
+    @property
+    def fastest(self) -> ConfirmedConfig | None:
+        """The entrant (llama.cpp's default included) with the highest speedup over its own target's
+        baseline, significant or not, dropped or not."""
+        return _by_speedup([c for c in self._measured() if c.role != "preset"])
+
+    @property
+    def winner(self) -> ConfirmedConfig | None:
+        """The entrant the race proved faster than its baseline by the minimum effect (the highest such
+        speedup); None where none was: no speculative configuration earned its flags in these rounds."""
+        return _by_speedup([c for c in self._measured() if c.significant and c.role != "preset"])
+
+    @property
+    def pick(self) -> ConfirmedConfig | None:
+        """What to run: the winner, else the baseline row of the fastest entrant's target (the plain command)."""
+        if self.winner is not None:
+            return self.winner
+        target = self.fastest.target if self.fastest is not None else None
+        return next((b for b in self.baselines if target in (None, b.target)), None)
+
+    def runnable_by(self, check: CommandCheck) -> "Confirmation":
+        """This confirmation without the rows whose command `check`'s llama-server cannot run."""
+        return replace(self, configs=[c for c in self.configs if check.runs(c.argv)],
+                       spec_defaults=[c for c in self.spec_defaults if check.runs(c.argv)])
+
+    def _measured(self) -> list[ConfirmedConfig]:
+        return [c for c in self.configs + self.spec_defaults if c.failure is None and c.speedup is not None]
+
+    @property
+    def preset(self) -> ConfirmedConfig | None:
+        return next((c for c in self.configs if c.role == "preset" and c.failure is None), None)
+
+
+def _by_speedup(rows: list[ConfirmedConfig]) -> ConfirmedConfig | None:
+    return max(rows, key=lambda c: c.speedup) if rows else None
+
+
+def trial_of(study: optuna.Study, row: ConfirmedConfig) -> optuna.trial.FrozenTrial | None:
+    """The study trial a raced row measured again (a baseline row: its target's first baseline)."""
+    if row.role == BASELINE_ROLE and row.trial is None:
+        found = baselines_of(study, Path(row.target))
+        return found[0] if found else None
+    return next((t for t in study.get_trials(deepcopy=False) if t.number == row.trial), None)
+
+
+def stored_confirmation(study: optuna.Study) -> Confirmation | None:
+    data = StudyRecord.of(study).confirmation
+    if data is None or "baselines" not in data:
+        return None
+    return Confirmation.from_dict(data)

