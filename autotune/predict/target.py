@@ -1,7 +1,8 @@
 """Everything the prediction knows of one target, measured in-process: the trajectories (with where the
 in-process output parts from the arbiter's), the step costs of the target and its drafts, the draft
 models' greedy chains and the DFlash/DSpark drafts' blocks, and the calibration to the arbiter's
-reference measurements."""
+measurements: at first the baseline's alone, then the references of every family (autotune.study.predicted).
+`measure_target` is what the worker process runs (llama.cpp never runs in the search's own process)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,6 @@ from autotune.predict.predictor import Calibration, DraftCharge, Prediction, fit
 from autotune.predict.replay import Replay, replay
 from autotune.predict.trajectory import Trajectories
 from autotune.spec.config import SpecConfig
-from autotune.spec.default import spec_default_config
 
 #: the largest verify batch the cost curves measure (a longer draft is charged as this)
 MAX_BATCH = 65
@@ -37,7 +37,6 @@ class TargetModel:
     trajectories: Trajectories
     cost: CostModel
     baseline: Measurement
-    spec_default: Measurement | None
     chains: dict[str, DraftChains]
     block_drafts: dict[tuple[str, str], BlockDraft] = field(default_factory=dict)
     calibration: Calibration = Calibration()
@@ -56,7 +55,10 @@ class TargetModel:
         return replay(drafter, self.trajectories), DraftCharge(draft)
 
     def prediction(self, config: SpecConfig) -> Prediction:
-        replayed, charge = self.replay(config)
+        return self.predicted(*self.replay(config))
+
+    def predicted(self, replayed: Replay, charge: DraftCharge) -> Prediction:
+        """A replayed configuration's prediction under the current calibration."""
         return predict(replayed, self.cost, self.calibration, charge=charge, baseline_tok_s=self.baseline_tok_s)
 
     def calibrate(self, measured: list[tuple[SpecConfig, list[float]]]) -> Calibration:
@@ -67,10 +69,11 @@ class TargetModel:
         return self.calibration
 
 
-def measure_target(local: PythonEngine, target: Path, baseline: Measurement, spec_default: Measurement | None,
-                   mix: PromptMix, *, arbiter: str, max_tokens: int, drafts: list[Path], chain_length: int,
-                   block_drafts: list[tuple[BlockPlan, Path]], note: Callable[[str], None]) -> TargetModel:
-    """`target`'s model from the arbiter's reference measurements and what `local` measures of it."""
+def measure_target(local: PythonEngine, target: Path, baseline: Measurement, mix: PromptMix, *, arbiter: str,
+                   max_tokens: int, drafts: list[Path], chain_length: int, block_drafts: list[tuple[BlockPlan, Path]],
+                   note: Callable[[str], None]) -> TargetModel:
+    """`target`'s model from the arbiter's baseline measurement (its output is the trajectory, its decode
+    times the first calibration) and what `local` measures of it."""
     local.prepare(SpecConfig(target), mix, max_tokens=max_tokens)
     prompt_tokens = [local.prompt_tokens(target, prompt, max_tokens) for prompt in mix]
     is_eog = local.model(target).is_eog
@@ -104,13 +107,9 @@ def measure_target(local: PythonEngine, target: Path, baseline: Measurement, spe
     for plan, draft in block_drafts:
         recorded[(plan.spec_type, draft.name)] = _record_block_draft(local, SpecConfig(target, plan.spec_type, draft),
                                                                       plan, trajectories, cost, fill, depths, note)
-    found = TargetModel(SpecConfig(target), trajectories, cost, baseline, spec_default, chains, recorded)
-    measured = [(SpecConfig(target), [r.decode_ms for r in baseline.results])]
-    if spec_default is not None:
-        measured.append((spec_default_config(target), [r.decode_ms for r in spec_default.results]))
-    calibration = found.calibrate(measured)
-    note(f"cost model of {target.name}: spread {cost.target.spread:.0%} over repeats; calibrated to the {arbiter} "
-         f"engine: {calibration.error or 0:.1%} error on its references")
+    found = TargetModel(SpecConfig(target), trajectories, cost, baseline, chains, recorded)
+    found.calibrate([(SpecConfig(target), [r.decode_ms for r in baseline.results])])
+    note(f"cost model of {target.name}: spread {cost.target.spread:.0%} over repeats")
     return found
 
 

@@ -113,6 +113,22 @@ def draft_member(spec_type: str) -> str | None:
     return next((m for m in spec_members(spec_type) if m.startswith("draft-")), None)
 
 
+#: The families whose costs differ in kind: n-gram lookups draft for free on the host, a draft model
+#: decodes its own tokens, a block draft decodes a whole block from the target's features (and PCTree
+#: verifies a tree). A combination belongs to its draft member's family.
+NGRAM_FAMILY, DRAFT_MODEL_FAMILY, BLOCK_FAMILY = "n-gram", "draft model", "block draft"
+_FAMILY_OF_DRAFT = {"draft-simple": DRAFT_MODEL_FAMILY, "draft-eagle3": DRAFT_MODEL_FAMILY,
+                    "draft-mtp": DRAFT_MODEL_FAMILY, "draft-dflash": BLOCK_FAMILY, "draft-dspark": BLOCK_FAMILY}
+
+
+def family_of(spec_type: str | None) -> str | None:
+    """The cost family of `spec_type` (None for the baseline)."""
+    if spec_type in (None, BASELINE):
+        return None
+    draft = draft_member(spec_type)
+    return _FAMILY_OF_DRAFT[draft] if draft else NGRAM_FAMILY
+
+
 def combinations_of(types: Iterable[str]) -> frozenset[str]:
     """Every combination (two or more members, at most one draft type) of the single `types`."""
     pool = sorted((t for t in set(types) if t in SPEC_TYPE_PRECEDENCE), key=SPEC_TYPE_PRECEDENCE.index)

@@ -84,9 +84,11 @@ def run(label: str, files: dict[str, Path], max_tokens: int, rounds: int) -> Non
         started = time.perf_counter()
         baseline = engine.measure(SpecConfig(target), MIX, max_tokens=max_tokens)
         spec_default = engine.measure(spec_default_config(target), MIX, max_tokens=max_tokens)
-        model = measure_target(engine, target, baseline, spec_default, MIX, arbiter="python", max_tokens=max_tokens,
+        model = measure_target(engine, target, baseline, MIX, arbiter="python", max_tokens=max_tokens,
                                drafts=[], chain_length=3, block_drafts=plans(candidates),
                                note=lambda text: print(f"  {text}"))
+        model.calibrate([(SpecConfig(target), [r.decode_ms for r in baseline.results]),
+                         (spec_default_config(target), [r.decode_ms for r in spec_default.results])])
         setup_s = time.perf_counter() - started
         predictions, predict_ms = [], []
         for config in candidates:

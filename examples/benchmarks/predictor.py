@@ -1,19 +1,19 @@
-"""How well does prediction rank configurations? Replayed counts and predicted speedups against llama-server.
+"""How well does prediction rank configurations? Predicted speedups against llama-server's, per family.
 
-Gemma 3 270M Q4_K_M, the bundled continuation mix (11 prompts), at each --max-tokens: llama-server
-measures the baseline (its output is the trajectory) and `--spec-default`; in-process, the cost
-model of the target and of three draft quants (Q4_0 and Q2_K copies written by `autotune quantize`, and
-Gemma's Q4_K_M itself: quantization pairs) and their greedy chains; then 16 configurations over 6 types
-are predicted, and all of them plus the
-baseline are measured on llama-server in interleaved rounds. Prints, per configuration: replayed
-drafted/accepted against llama-server's (over the prompts whose output is the baseline's), predicted
-and measured speedup (mean over rounds, 95% interval), the error; then median and worst error and
-Spearman's rank correlation. The calibration is the one a search starts with (baseline and
-`--spec-default` only): the race's refit is not used here.
+Gemma 3 270M Q4_K_M, the bundled continuation mix (11 prompts), at each --max-tokens: the search's own
+prediction (autotune.testing.prediction: the baseline on llama-server, step costs and greedy chains
+in-process for three draft quants (Q4_0 and Q2_K copies written by `autotune quantize`, and Gemma's
+Q4_K_M itself: self-draft), the calibration's references measured and fitted as the search does), then
+16 configurations over n-gram types and draft-simple measured on llama-server with the baseline in
+--rounds interleaved rounds, paired prompt by prompt. Prints, per configuration: its family, replayed
+drafted/accepted against llama-server's, predicted and measured speedup [95% CI], the error (in sample
+for the calibration's references, marked *); then per family and overall the median and worst |error|
+of the others (out of sample) and Spearman's rank correlation, against the targets (median <= 5 %,
+worst <= 12 %, Spearman >= 0.9) and each family's margin (autotune.study.predicted_space.FAMILY_MARGIN).
 
-    python examples/benchmarks/predictor.py [--max-tokens 96,48] [--rounds 3]
+    python examples/benchmarks/predictor.py [--max-tokens 96] [--rounds 3]
 
-Run it on an otherwise idle machine: figures move ±15% between runs on 2 cores.
+Run it on an otherwise idle machine: figures move +-15% between runs on 2 cores.
 """
 
 from __future__ import annotations
@@ -24,18 +24,15 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 from click.testing import CliRunner
 from scipy import stats
 
 from autotune.cli.main import cli
-from autotune.engines.python import PythonEngine
-from autotune.engines.server import ServerEngine
 from autotune.measure.prompts import default_mix_path, load_prompt_mix
-from autotune.measure.stats import ci95
-from autotune.predict.target import measure_target
 from autotune.spec.config import SpecConfig
 from autotune.spec.default import spec_default_config
+from autotune.study.predicted_space import FAMILY_MARGIN
+from autotune.testing.prediction import Checked, check_predictions
 
 CONTEXT = 4096
 MODELS = Path(tempfile.gettempdir()) / "autotune-bench-predictor"
@@ -85,63 +82,39 @@ def setup() -> tuple[Path, Path, Path]:
 
 def run(max_tokens: int, rounds: int, target: Path, q4_0: Path, q2_k: Path) -> None:
     mix = load_prompt_mix(default_mix_path([target])[0]).take(per_category=1)
-    candidates = configs(target, q4_0, q2_k)
     started = time.perf_counter()
-    with ServerEngine(context_size=CONTEXT) as server:
-        baseline = server.measure(SpecConfig(target), mix, max_tokens=max_tokens)
-        spec_default = server.measure(spec_default_config(target), mix, max_tokens=max_tokens)
-    with PythonEngine(context_size=CONTEXT) as local:
-        model = measure_target(local, target, baseline, spec_default, mix, arbiter="server", max_tokens=max_tokens,
-                               drafts=[q4_0, q2_k, target], chain_length=8, block_drafts=[],
-                               note=lambda text: print(f"  {text}"))
-    setup_s = time.perf_counter() - started
-    started = time.perf_counter()
-    predictions = [model.prediction(config) for config in candidates]
-    predict_s = time.perf_counter() - started
-    speedups: dict[int, list[float]] = {i: [] for i in range(len(candidates))}
-    counts: dict[int, tuple[int, int, int, int]] = {}
-    started = time.perf_counter()
-    with ServerEngine(context_size=CONTEXT) as server:
-        for _ in range(rounds):
-            base = server.measure(SpecConfig(target), mix, max_tokens=max_tokens)
-            for index, config in enumerate(candidates):
-                measured = server.measure(config, mix, max_tokens=max_tokens)
-                speedups[index].append(measured.mix_tok_s / base.mix_tok_s)
-                replayed = predictions[index].replay
-                same = [i for i, r in enumerate(measured.results) if r.tokens == baseline.results[i].tokens]
-                counts[index] = (sum(replayed.prompts[i].steps.drafted for i in same),
-                                 sum(replayed.prompts[i].steps.accepted for i in same),
-                                 sum(measured.results[i].n_drafted for i in same),
-                                 sum(measured.results[i].n_accepted for i in same))
-    race_s = time.perf_counter() - started
-    print(f"\n{max_tokens} tokens, {len(mix)} prompts, {rounds} interleaved rounds on llama-server "
-          f"(setup {setup_s:.0f} s, {len(candidates)} predictions {predict_s:.2f} s, measuring {race_s:.0f} s); "
-          f"calibration scale {model.calibration.scale:.3f}, per step {model.calibration.per_step_ms:.2f} ms")
-    print(f"  {'configuration':<58} {'replayed d/a':>13} {'server d/a':>11} {'pred':>6} {'measured [95% CI]':>21} {'error':>7}")
-    errors, predicted, measured_means = [], [], []
-    for index, config in enumerate(candidates):
-        mean = float(np.mean(speedups[index]))
-        low, high = ci95(speedups[index]) or (mean, mean)
-        guess = predictions[index].speedup or 0.0
-        error = guess / mean - 1
-        errors.append(abs(error))
-        predicted.append(guess)
-        measured_means.append(mean)
-        rd, ra, sd, sa = counts[index]
-        flag = "" if (rd, ra) == (sd, sa) else "  COUNTS DIFFER"
-        print(f"  {config.describe()[:58]:<58} {f'{rd}/{ra}':>13} {f'{sd}/{sa}':>11} {guess:6.2f} "
-              f"{mean:8.2f} [{low:.2f}-{high:.2f}] {error:+7.1%}{flag}")
-    rho = stats.spearmanr(predicted, measured_means).statistic
-    print(f"  median |error| {statistics.median(errors):.1%}, worst {max(errors):.1%}, Spearman {rho:.3f}")
-    best_predicted = int(np.argmax(predicted))
-    best_measured = int(np.argmax(measured_means))
-    print(f"  best predicted: {candidates[best_predicted].describe()} ({measured_means[best_predicted]:.2f}x measured); "
-          f"best measured: {candidates[best_measured].describe()} ({measured_means[best_measured]:.2f}x)")
+    checked = check_predictions(target, [q4_0, q2_k, target], configs(target, q4_0, q2_k), mix, max_tokens=max_tokens,
+                                rounds=rounds, context_size=CONTEXT, note=lambda text: print(f"  {text}", flush=True))
+    print(f"\n{max_tokens} tokens, {len(mix)} prompts, {rounds} interleaved rounds on llama-server, paired prompt by "
+          f"prompt ({time.perf_counter() - started:.0f} s in all)")
+    print(f"  {'configuration':<52} {'family':<12} {'replayed d/a':>13} {'server d/a':>11} {'pred':>6} "
+          f"{'measured [95% CI]':>21} {'error':>7}")
+    for item in checked:
+        low, high = item.measured.interval()
+        (rd, ra), (sd, sa) = item.replayed_counts, item.server_counts
+        flag = "" if (rd, ra) == (sd, sa) else "  counts differ"
+        flag += f"  dropped: {item.dropped}" if item.dropped else ""
+        print(f"  {item.config.describe()[:52]:<52} {item.family:<12} {f'{rd}/{ra}':>13} {f'{sd}/{sa}':>11} "
+              f"{item.predicted:6.2f} {item.measured.ratio:8.2f} [{low:.2f}-{high:.2f}] {item.error:+7.1%}"
+              f"{'*' if item.reference else ' '}{flag}")
+    print("  (* a calibration reference: its error is in sample)")
+    out_of_sample = [c for c in checked if not c.reference and c.measured.ratio > 0]
+    for family in sorted({c.family for c in out_of_sample}):
+        summarize(f"{family} ({FAMILY_MARGIN.get(family, 0):.0%} margin)", [c for c in out_of_sample if c.family == family])
+    summarize("all families", out_of_sample)
+
+
+def summarize(name: str, checked: list[Checked]) -> None:
+    errors = [abs(c.error) for c in checked]
+    rho = stats.spearmanr([c.predicted for c in checked], [c.measured.ratio for c in checked]).statistic \
+        if len(checked) > 2 else float("nan")
+    print(f"  {name:<28} {len(checked):>2} configurations: median |error| {statistics.median(errors):.1%}, "
+          f"worst {max(errors):.1%}, Spearman {rho:.3f}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--max-tokens", default="96,48")
+    parser.add_argument("--max-tokens", default="96")
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     target, q4_0, q2_k = setup()

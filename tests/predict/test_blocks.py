@@ -139,7 +139,7 @@ def test_a_target_model_predicts_dspark_and_pctree_with_the_engines_counts(engin
     baseline = engine.measure(SpecConfig(target), MIX, max_tokens=MAX_TOKENS)
     plan = BlockPlan("draft-dspark", n_maxes=(2, 3, 4, 6), pctree=True, p_min=False, tree_k=3, tree_n=12)
     notes: list[str] = []
-    model = measure_target(engine, target, baseline, None, MIX, arbiter="python", max_tokens=MAX_TOKENS, drafts=[],
+    model = measure_target(engine, target, baseline, MIX, arbiter="python", max_tokens=MAX_TOKENS, drafts=[],
                            chain_length=3, block_drafts=[(plan, draft)], note=notes.append)
     assert any("blocks along the trajectories (n_max 2, 3, 4:" in n for n in notes), notes  # its block gives 4
     for params in ({"draft_n_max": 2}, {"draft_n_max": 6},

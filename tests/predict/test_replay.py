@@ -1,6 +1,7 @@
-"""The replay counts what the engines count: on the real Gemma 3 270M, every n-gram type and a combination
+"""The replay counts what the engines count: on the real Gemma 3 270M, the n-gram types and a combination
 replayed over llama-server's own baseline output draft and accept exactly what llama-server drafted and
-accepted; draft-simple cut from a Q4_0 draft's recorded chains counts what the in-process engine counts."""
+accepted (ngram-cache over its own run's output: see its test); draft-simple cut from a Q4_0 draft's
+recorded chains counts what the in-process engine counts."""
 
 from __future__ import annotations
 
@@ -30,7 +31,6 @@ NGRAM_CONFIGS = [
     ("ngram-map-k", {"ngram_map_k_size_n": 3, "ngram_map_k_size_m": 12}),
     ("ngram-map-k4v", {"ngram_map_k4v_size_n": 3, "ngram_map_k4v_size_m": 12, "ngram_map_k4v_min_hits": 1}),
     ("ngram-mod", {"ngram_mod_n_match": 8, "ngram_mod_n_min": 2, "ngram_mod_n_max": 16}),
-    ("ngram-cache", {}),
     ("ngram-simple,ngram-mod", {"ngram_simple_size_n": 4, "ngram_simple_size_m": 12, "ngram_mod_n_match": 8,
                                 "ngram_mod_n_min": 0, "ngram_mod_n_max": 12}),
 ]
@@ -88,6 +88,32 @@ def test_ngram_replay_counts_equal_llama_servers(gemma_pair, mix):
             total_drafted += replayed.drafted
     assert compared >= 0.7 * len(NGRAM_CONFIGS) * len(mix)  # most outputs stay the baseline's
     assert total_drafted > 100  # the mix makes the n-gram types draft: the counts compared are not zeros
+
+
+def test_ngram_cache_replay_over_its_own_output_counts_what_llama_server_counted(gemma_path, mix):
+    """ngram-cache's counts on a prompt depend on what llama-server generated on earlier prompts (its cache
+    outlives requests, and a request whose context stays shorter than an earlier one's drafts from their
+    text alone: autotune.engines.drafters.ngram_cache), and its output parts from the baseline's at
+    near-ties. Replayed over that run's own output, every prompt's counts must be llama-server's, the
+    requests that added nothing to the cache included."""
+    config = SpecConfig(gemma_path, "ngram-cache")
+    with ServerEngine(context_size=CONTEXT, threads=1) as server:
+        measured = server.measure(config, mix, max_tokens=MAX_TOKENS)
+    drafter = build_drafter(config)
+    cache_sizes = []  # when each request (the warm-up first) begins, and at the end
+    begin = drafter.begin
+
+    def watched_begin(prompt):
+        cache_sizes.append(drafter.cache_size)
+        begin(prompt)
+    drafter.begin = watched_begin
+    replayed = replay(drafter, trajectories_of("server", gemma_path, measured, mix))
+    cache_sizes.append(drafter.cache_size)
+    counts = [(r.prompt_id, p.steps.drafted, p.steps.accepted, p.steps.verify_steps,
+               r.n_drafted, r.n_accepted, r.n_verify_steps) for p, r in zip(replayed.prompts, measured.results)]
+    assert all(c[1:4] == c[4:] for c in counts), counts
+    assert replayed.drafted > 0, counts
+    assert any(a == b for a, b in zip(cache_sizes[1:], cache_sizes[2:])), cache_sizes  # a request added nothing
 
 
 def test_draft_simple_replay_from_chains_counts_what_the_in_process_engine_counts(gemma_pair, mix):

@@ -5,6 +5,15 @@ only the n-grams that lie inside each step's new tokens (`common_ngram_cache_upd
 new tokens), and breaks ties between equally frequent continuations by the iteration order of
 libstdc++'s `std::unordered_map<llama_token, int32_t>`, which `_libstdcxx_order` reproduces (buckets,
 prime rehash policy).
+
+The cache outlives requests and so does its size (`seq_info::cache_size`, common/speculative.cpp, never
+reset: `begin` is a no-op): a request adds only the tokens of its context past the longest context an
+earlier request drafted from, and one whose context never gets that far adds nothing and drafts from
+earlier requests' text, their generated tokens included. A replay over the baseline's output therefore counts
+what llama-server counts only while llama-server's ngram-cache output has been the baseline's in every
+request so far. It often is not: ngram-cache verifies batches of up to 9 tokens at nearly every step,
+and on CPU a batch's logits differ slightly from the one-token decodes of the baseline, enough to break
+near-ties the other way.
 """
 
 from __future__ import annotations
