@@ -89,11 +89,8 @@ def race_lines(confirmation: Confirmation, pick: ConfirmedConfig) -> list[str]:
         lines.append(f"# the plain command: no configuration was proven faster than it by "
                      f"{confirmation.min_effect:.0%} on {engine} ({size}; {confirmation.ended})")
         if fastest is not None:
-            why = ("its interval reaches below the minimum effect" if fastest.speedup_ci95 is None
-                   or fastest.speedup_ci95[0] <= 1 + confirmation.min_effect
-                   else "not significant once corrected for the rounds looked at and the entrants")
-            lines.append(f"# the fastest, {fastest.label}, ran {_speedup_text(fastest)} (p={_p(fastest)}): {why}; "
-                         "`--race-budget N` races longer")
+            lines.append(f"# the fastest, {fastest.label}, ran {_speedup_text(fastest)} (p={_p(fastest)}): "
+                         + _not_picked(fastest, 1 + confirmation.min_effect))
         reference = next((d for d in confirmation.spec_defaults if d.target == pick.target and d.speedup), None)
         if reference is not None and reference is not fastest:
             lines.append(f"# llama.cpp's --spec-default in the same rounds: {_speedup_text(reference)}")
@@ -116,6 +113,16 @@ def race_lines(confirmation: Confirmation, pick: ConfirmedConfig) -> list[str]:
         lines.append(f"# {pick.mean_tok_s:.1f} tok/s against the plain command's {baseline.mean_tok_s:.1f} "
                      f"(decode, means over {pick.rounds} rounds)")
     return lines
+
+
+def _not_picked(fastest: ConfirmedConfig, threshold: float) -> str:
+    """Why the race's fastest entrant is not the pick, and whether racing longer could change that."""
+    low, high = fastest.speedup_ci95 or (0.0, float("inf"))
+    if high < threshold:
+        return f"its whole interval lies below the minimum effect ({threshold:.2f}x): no longer race would pick it"
+    if low <= threshold:
+        return "its interval reaches below the minimum effect; `--race-budget N` races longer"
+    return "not significant once corrected for the rounds looked at and the entrants; `--race-budget N` races longer"
 
 
 def _speedup_text(row: ConfirmedConfig, of: str = "") -> str:

@@ -5,6 +5,7 @@ re-measures its best on llama-server and makes the winner a preset."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import click
 
@@ -66,9 +67,9 @@ def search(options, server_bin, strategy, confirm_enabled, race_top, race_budget
     predicted_only = given_flags(PREDICTED_ONLY_FLAGS)
     if strategy == "measure" and predicted_only:
         raise UsageError(f"{', '.join(predicted_only)} means nothing under --strategy measure: drop it")
-    if strategy == "predict" and not confirm_enabled:
-        raise UsageError("--no-confirm means nothing under --strategy predict (the default): its race is the answer; "
-                         "pass --strategy measure to skip the race")
+    if strategy == "predict" and not confirm_enabled and options.levels == (1,):
+        # refused where the search predicts (its race is the answer), taken where it falls back to measuring
+        options = replace(options, measured_only=(*options.measured_only, "--no-confirm"))
     race_options = ConfirmOptions(confirm_enabled, race_top, RaceBudget.parse(race_budget))
     for level in options.levels:
         if strategy == "predict":

@@ -159,6 +159,7 @@ class ServerEngine(Engine):
             self.last_log_tail = exc.log_tail
             raise
         measurement.startup_ms = startup_ms
+        measurement.log_errors = tuple(self.last_log_errors)
         return measurement
 
     def holds_at_once(self, configs: Sequence[SpecConfig]) -> bool:
@@ -166,7 +167,7 @@ class ServerEngine(Engine):
         return self.concurrency == 1 and fits_at_once(configs, context_size=self.context_size)
 
     @contextmanager
-    def live(self, configs: Sequence[SpecConfig], mix: PromptMix, *, max_tokens: int) -> Iterator["LiveServers"]:
+    def live(self, configs: Sequence[SpecConfig], mix: PromptMix, *, max_tokens: int) -> Iterator[LiveServers]:
         """One warmed-up server per configuration, all running until the block ends, each answering one
         prompt at a time: what lets a race measure a prompt's configurations seconds apart."""
         self._stop_margin_server()

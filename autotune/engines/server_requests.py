@@ -39,6 +39,10 @@ class LiveServers:
                            sampling=self._sampling)
         return _result(prompt, answer, _verify_steps(server) - steps_before)
 
+    def error_lines(self, index: int) -> tuple[str, ...]:
+        """Server `index`'s error lines so far (why it drafts nothing, for one)."""
+        return tuple(self._servers[index].error_lines())
+
 
 def generate_mix(
     server: ServerProcess,

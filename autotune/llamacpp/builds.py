@@ -22,14 +22,12 @@ from __future__ import annotations
 
 import importlib.util
 import re
-import subprocess
 from dataclasses import asdict, dataclass, replace
 from importlib import metadata
 from pathlib import Path
 from typing import Sequence
 
-from autotune.errors import LlamaCppCrashed, ServerBinaryError
-from autotune.llamacpp.crash import crash_line, fatal_signal
+from autotune.llamacpp.capabilities import answer_of
 
 #: ggml backend (registry) names of GPU backends, as system_info and device names spell them
 GPU_BACKENDS = ("CUDA", "ROCm", "MUSA", "Metal", "Vulkan", "SYCL", "OpenCL", "CANN")
@@ -39,7 +37,6 @@ _NOT_ISA = frozenset({"LLAMAFILE", "OPENMP", "REPACK", "ACCELERATE", "KLEIDIAI",
 #: `version: 0.6.0-dev (build 0, commit unknown)`; older builds print `version: 6573 (e7a5130a)`
 _VERSION = re.compile(r"^version:\s*(\S+)\s*\((?:build\s+\d+,\s*commit\s+)?([^)\s]+)\)", re.MULTILINE)
 _SECTION = re.compile(r"^\s*(\w+)\s*:\s*(.*)$")
-PROBE_TIMEOUT_S = 60.0  # a CUDA build initialises its devices before it answers
 
 
 @dataclass(frozen=True)
@@ -165,27 +162,8 @@ def server_build(binary: str, package: str = "") -> Build:
 
     LlamaCppCrashed where it dies of a fatal signal even so (a build for another CPU can, in its
     static initializers); ServerBinaryError where it cannot run or fails."""
-    version, commit = parse_server_version(_answer(binary, "--version"))
-    devices = parse_device_list(_answer(binary, "--list-devices"))
+    version, commit = parse_server_version(answer_of(binary, "--version"))
+    devices = parse_device_list(answer_of(binary, "--list-devices"))
     backends = tuple(dict.fromkeys(backend_name(d.split(":", 1)[0]) for d in devices))
     return Build(engine="llama-server", package=package, path=binary, version=version, commit=commit,
                  backends=backends + ("CPU",), devices=devices)
-
-
-def _answer(binary: str, flag: str) -> str:
-    """stdout + stderr of `binary flag`."""
-    try:
-        done = subprocess.run([binary, flag], stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                              errors="replace", timeout=PROBE_TIMEOUT_S)
-    except subprocess.TimeoutExpired as exc:
-        raise ServerBinaryError(f"{binary} {flag}: no answer within {PROBE_TIMEOUT_S:g} s") from exc
-    except OSError as exc:
-        raise ServerBinaryError(f"{binary} {flag}: cannot run it ({exc.strerror})") from exc
-    output = done.stdout + done.stderr
-    signum = fatal_signal(done.returncode)
-    if signum is not None:
-        raise LlamaCppCrashed(crash_line(f"llama-server ({binary})", signum, f"on `{flag}`"), output[-2000:])
-    if done.returncode != 0:
-        last = output.strip().splitlines()[-1] if output.strip() else "no output"
-        raise ServerBinaryError(f"{binary} {flag} failed with exit code {done.returncode}: {last}")
-    return output

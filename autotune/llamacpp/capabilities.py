@@ -67,8 +67,8 @@ def read_capabilities(binary: str) -> ServerCapabilities:
         raise ServerBinaryError(f"{binary}: cannot read the llama-server binary ({exc.strerror})") from exc
     key = (str(Path(binary).resolve()), stat.st_mtime_ns, stat.st_size)
     if key not in _cache:
-        version = _run(binary, "--version")
-        help_text = _run(binary, "--help")
+        version = answer_of(binary, "--version")
+        help_text = answer_of(binary, "--help")
         _cache[key] = parse_capabilities(help_text, version)
     return _cache[key]
 
@@ -151,7 +151,7 @@ def parse_build(version_text: str) -> str:
     return f"llama-server {version}" + (f", {built}" if built else "")
 
 
-def _run(binary: str, flag: str) -> str:
+def answer_of(binary: str, flag: str) -> str:
     """stdout + stderr of `binary flag`; a binary that cannot run is a ServerBinaryError, one killed by a
     fatal signal (a build for another CPU) LlamaCppCrashed with the crash line."""
     try:

@@ -68,6 +68,7 @@ class Measurement:
     concurrency: int = 1  # streams generating at once
     busy_ms: float | None = None  # wall time of the busy period; None: the sum of the requests' own times
     n_verify_steps_total: int | None = None  # with concurrent streams only the total is known
+    log_errors: tuple[str, ...] = ()  # a llama-server's error lines while it measured (why it drafted nothing)
 
     @classmethod
     def pooled(cls, measurements: list["Measurement"]) -> "Measurement":

@@ -139,6 +139,15 @@ def run_nightly(options: SearchOptions, *, top: int, budget: RaceBudget, server_
     return outcome
 
 
+def changed_files(previous: optuna.Study | None, hashes: dict[str, str]) -> frozenset[str]:
+    """The names of the files whose content is new since `previous` (none on a first night: nothing is
+    new against nothing)."""
+    if previous is None:
+        return frozenset()
+    before = StudyRecord.of(previous).file_hashes or {}
+    return frozenset(name for name, sha in hashes.items() if before.get(name) != sha)
+
+
 def retune(inputs: SearchInputs, options: SearchOptions, *, engine_name: str, url: str,
            previous: optuna.Study | None, preset: Preset | None, hashes: dict[str, str], top: int,
            budget: RaceBudget, server_bin: str | None,
@@ -154,7 +163,8 @@ def retune(inputs: SearchInputs, options: SearchOptions, *, engine_name: str, ur
     if engine_name == PREDICTED_ENGINE:
         study = predict_and_race(inputs, options.settings, storage_url=url, server_bin=server_bin,
                                  race_options=ConfirmOptions(True, top, budget), predict_trials=PREDICT_TRIALS,
-                                 reporter=reporter, preset=in_use, study_attrs={"file_hashes": hashes})
+                                 reporter=reporter, preset=in_use, study_attrs={"file_hashes": hashes},
+                                 new_files=changed_files(previous, hashes))
         confirmation = stored_confirmation(study)
     else:
         study = run_study(

@@ -39,7 +39,7 @@ class MeasurementCheck:
             self._baseline_output.setdefault(config.target, [r.tokens for r in measurement.results])
             return None
         if measurement.n_drafted == 0:
-            errors = getattr(self.engine, "last_log_errors", None)
+            errors = measurement.log_errors
             return "drafted nothing: speculation was inactive" + (f" ({errors[0]})" if errors else "")
         expected = self._baseline_output.get(config.target)
         if not self.compare_output or expected is None:

@@ -109,9 +109,10 @@ def run_predicted_search(options: SearchOptions, *, reporter: SearchReporter, se
 def predict_and_race(inputs: SearchInputs, settings: SearchSettings, *, storage_url: str | None,
                      server_bin: str | None, race_options: ConfirmOptions, predict_trials: int,
                      reporter: SearchReporter, preset: SpecConfig | None = None,
-                     study_attrs: dict | None = None) -> optuna.Study:
+                     study_attrs: dict | None = None, new_files: frozenset[str] = frozenset()) -> optuna.Study:
     """Steps 1-6 of the module docstring on checked inputs; `preset` (the configuration in use) races
-    beside the finalists. Returns the predicted study, its race stored with it."""
+    beside the finalists, and the best predicted with each of `new_files` (a night's new release) among
+    them. Returns the predicted study, its race stored with it."""
     model = inputs.space.model
     arbiter = choose_engine(None, server_bin=server_bin)
     binary, missing = command_binary(server_bin)
@@ -165,7 +166,7 @@ def predict_and_race(inputs: SearchInputs, settings: SearchSettings, *, storage_
         "predicted_configurations": len(replayed), "grid": grid,
     })
     entrants = _race(study, inputs, settings, arbiter, engine_args, arbiter_command, race_options, reporter, check,
-                     preset)
+                     preset, new_files)
     _refit(study, targets, entrants)
     return study
 
@@ -230,7 +231,7 @@ def calibrate(targets: dict, replayed: list[Replayed], engine: Engine, mix: Prom
                    on_dropped=lambda e: note(f"calibration: {e.label} left out: {e.dropped}"))
     for target, model in targets.items():
         measured = [(e.config, e.prompt_decode_ms()) for e in entrants
-                    if e.config.target == target and e.rounds and e.failure is None]
+                    if e.config.target == target and _as_predicted(e, targets)]
         calibration = model.calibrate(measured)
         note(f"cost model of {target.name} on the {engine.name} engine: x{calibration.scale:.2f} the target's "
              f"in-process time, {calibration.per_step_ms:.2f} ms a step, {calibration.per_row_ms:.3f} ms a verified "
@@ -238,6 +239,16 @@ def calibrate(targets: dict, replayed: list[Replayed], engine: Engine, mix: Prom
              + _scale_note("block draft", calibration.block_scale)
              + f"; {calibration.error or 0:.1%} off its {calibration.configurations} references (in sample)")
     return entrants
+
+
+def _as_predicted(entrant: Entrant, targets: dict) -> bool:
+    """Whether `entrant` measured what was predicted of it, so that a calibration may fit it: it measured
+    and nothing failed, or it drafted nothing where the replay drafts nothing too (an n-gram draft that
+    finds no match: llama-server's "speculation inactive" is then the prediction come true)."""
+    if not entrant.rounds or entrant.failure is None:
+        return bool(entrant.rounds)
+    drafted = targets[entrant.config.target].replay(entrant.config)[0].drafted
+    return entrant.rounds[-1].n_drafted == 0 and drafted == 0
 
 
 def _scale_note(family: str, scale: float | None) -> str:
@@ -251,7 +262,7 @@ def _add_references(study: optuna.Study, targets: dict, references: list[Entrant
     numbers = {str(target): number for number, target in enumerate(targets)}
     rows = [(BASELINE_ROLE, m.target, m.baseline, 1.0) for m in targets.values()]
     rows += [(SPEC_DEFAULT_ROLE, e.config, e.rounds[0], speedup_of(e, references, "mix_tok_s", "prompt").ratio)
-             for e in references if e.role == SPEC_DEFAULT_ROLE and e.rounds and e.failure is None]
+             for e in references if e.role == SPEC_DEFAULT_ROLE and _as_predicted(e, targets)]
     for role, config, measurement, speedup in rows:
         model = targets[config.target]
         attrs = trial_attrs(
@@ -270,13 +281,13 @@ def _add_references(study: optuna.Study, targets: dict, references: list[Entrant
 
 def _race(study: optuna.Study, inputs: SearchInputs, settings: SearchSettings, arbiter: str, engine_args: dict,
           command: ServerCommand, race_options: ConfirmOptions, reporter: SearchReporter, check: CommandCheck,
-          preset: SpecConfig | None) -> list[Entrant]:
+          preset: SpecConfig | None, new_files: frozenset[str] = frozenset()) -> list[Entrant]:
     """Race the finalists whose command `check`'s llama-server runs with the references (and the preset);
     store the race as the study's confirmation; returns the entrants with what they measured."""
     entrants = [Entrant(TrialRecord.of(t).role, t.number, TrialRecord.of(t).spec_config(),
                         family_of(TrialRecord.of(t).spec_type))
                 for t in study.trials if TrialRecord.of(t).role in (BASELINE_ROLE, SPEC_DEFAULT_ROLE)]
-    picked = finalists(study, race_options.top, check)
+    picked = finalists(study, race_options.top, check, new_files)
     entrants += [Entrant("trial", t.number, TrialRecord.of(t).spec_config(), family_of(TrialRecord.of(t).spec_type))
                  for t, _ in picked]
     if preset is not None:
@@ -309,5 +320,5 @@ def _refit(study: optuna.Study, targets: dict, entrants: list[Entrant]) -> None:
         str(target): model.calibrate(measured).as_dict()
         for target, model in targets.items()
         if (measured := [(e.config, e.prompt_decode_ms()) for e in entrants
-                         if e.config.target == target and e.rounds and e.failure is None])}
+                         if e.config.target == target and _as_predicted(e, targets)])}
     store_study(study, prediction=stored)

@@ -21,6 +21,7 @@ import optuna
 from autotune.errors import TrialFailure
 from autotune.hardware import hardware_key
 from autotune.llamacpp.runnable import CommandCheck
+from autotune.models.hub import file_revisions
 from autotune.predict.predictor import DraftCharge, Prediction
 from autotune.predict.replay import Replay
 from autotune.spec.command import ServerCommand
@@ -125,24 +126,31 @@ def store_predictions(study: optuna.Study, replayed: list[Replayed], targets: di
             hardware=hardware_key(), predicted=predicted.as_dict(plain[item.config.target], categories),
             speedup=predicted.as_dict()["speedup"],
             figures=figures, speedup_baseline_trial=baselines[str(item.config.target)], lossless=None,
-            lossless_reason="not measured: predicted along the baseline's output")
+            lossless_reason="not measured: predicted along the baseline's output",
+            model_revisions=file_revisions([item.config.target, item.config.draft]))
         trials.append(optuna.trial.create_trial(value=predicted.speedup or 0.0, user_attrs=attrs))
     study.add_trials(trials)
 
 
-def finalists(study: optuna.Study, top: int, check: CommandCheck) -> list[tuple[optuna.trial.FrozenTrial, str]]:
-    """The predicted trials that race, each with why (module docstring): each family's best within its
-    margin of the overall best, then the rest by predicted speedup up to `top`, no two near-duplicates of
-    one type (the same replayed counts, or a speedup within NEAR of one chosen)."""
+def finalists(study: optuna.Study, top: int, check: CommandCheck, new_files: frozenset[str] = frozenset()
+              ) -> list[tuple[optuna.trial.FrozenTrial, str]]:
+    """The predicted trials that race, each with why (module docstring): the best predicted with each of
+    `new_files` (file names: a night's new release gets its seat whatever its prediction), each family's
+    best within its margin of the overall best, then the rest by predicted speedup up to `top`, no two
+    near-duplicates of one type (the same replayed counts, or a speedup within NEAR of one chosen)."""
     ranked = sorted((t for t in study.trials if TrialRecord.of(t).role is None and t.value is not None
                      and check.runs(TrialRecord.of(t).argv)), key=lambda t: t.value, reverse=True)
     if not ranked:
         return []
     overall = ranked[0].value
     chosen: list[tuple[optuna.trial.FrozenTrial, str]] = []
+    for name in sorted(new_files):
+        best = next((t for t in ranked if name in _file_names(t)), None)
+        if best is not None and all(best is not t for t, _ in chosen):
+            chosen.append((best, f"the best predicted with the new {name}"))
     for family, margin in FAMILY_MARGIN.items():
         best = next((t for t in ranked if family_of(TrialRecord.of(t).spec_type) == family), None)
-        if best is not None and best.value * (1 + margin) >= overall:
+        if best is not None and best.value * (1 + margin) >= overall and all(best is not t for t, _ in chosen):
             why = "the best predicted" if best is ranked[0] else f"its family's best, within its {margin:.0%} margin"
             chosen.append((best, why))
     for trial in ranked:
@@ -151,6 +159,12 @@ def finalists(study: optuna.Study, top: int, check: CommandCheck) -> list[tuple[
         if not any(t is trial or _near_duplicate(t, trial) for t, _ in chosen):
             chosen.append((trial, "by rank"))
     return sorted(chosen, key=lambda pair: pair[0].value, reverse=True)
+
+
+def _file_names(trial: optuna.trial.FrozenTrial) -> set[str]:
+    """The names of the files `trial`'s configuration runs (its target, and its draft where it has one)."""
+    config = TrialRecord.of(trial).spec_config()
+    return {p.name for p in (config.target, config.draft) if p is not None}
 
 
 def _near_duplicate(chosen: optuna.trial.FrozenTrial, trial: optuna.trial.FrozenTrial) -> bool:

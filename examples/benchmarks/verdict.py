@@ -13,10 +13,10 @@ decode times recorded on llama-server, and the demo's verdict with and without a
    factor: the noise stays the machine's): how often the race finds the speedup within the budget
    (target: 80 % at 1.10x) and after how many rounds.
 4. --demo: `autotune search --model gemma3-270m` on a quiet box and under a noise you can make (a busy
-   loop on one core for 1-6 s, then 1-6 s asleep, at random), each --demo-runs times: verdict, interval,
-   interval width and time.
+   loop on one core for 1-6 s, then 1-6 s asleep, at random), --demo-runs and --loaded-runs times:
+   verdict, interval, interval width and time.
 
-    python examples/benchmarks/verdict.py [--rounds 12] [--races 2000] [--demo --demo-runs 3]
+    python examples/benchmarks/verdict.py [--rounds 12] [--races 2000] [--demo --demo-runs 3 --loaded-runs 1]
 
 Run it on an otherwise idle machine (the load in step 4 is the only noise it wants).
 """
@@ -128,6 +128,8 @@ def demo(loaded: bool) -> tuple[str, float]:
             stop.set()
             neighbour.join()
     took = time.perf_counter() - started
+    Path(home, "demo.log").write_text(done.stderr + done.stdout)
+    print(f"      (its whole output: {home}/demo.log)")
     return (done.stdout.strip() if done.returncode == 0 else f"exit {done.returncode}: {done.stderr[-500:]}"), took
 
 
@@ -139,7 +141,8 @@ def main() -> None:
     parser.add_argument("--budget", type=int, default=int(DEFAULT_BUDGET))
     parser.add_argument("--recording", type=Path, default=Path(tempfile.gettempdir()) / "autotune-verdict.json")
     parser.add_argument("--demo", action="store_true")
-    parser.add_argument("--demo-runs", type=int, default=1)
+    parser.add_argument("--demo-runs", type=int, default=1, help="demo runs on the quiet box")
+    parser.add_argument("--loaded-runs", type=int, default=1, help="demo runs under the busy neighbour")
     args = parser.parse_args()
     if args.recording.exists():
         data = json.loads(args.recording.read_text())
@@ -170,7 +173,7 @@ def main() -> None:
     if args.demo:
         print("\nthe README demo (`autotune search --model gemma3-270m`):")
         for loaded in (False, True):
-            for run in range(args.demo_runs):
+            for run in range(args.loaded_runs if loaded else args.demo_runs):
                 verdict, took = demo(loaded)
                 interval = re.search(r"\[95% CI ([\d.]+)-([\d.]+)\]", verdict)
                 width = f", width {float(interval.group(2)) - float(interval.group(1)):.2f}" if interval else ""

@@ -83,7 +83,8 @@ def test_server_search_on_dspark_measures_and_prints_the_launched_command(tmp_pa
         assert command == format_command(trials[pick["trial"]].user_attrs["argv"])
     else:
         assert command == format_command(trials[0].user_attrs["argv"])
-        assert "# the plain command, " in result.stdout and "no configuration was significantly faster" in result.stdout
+        assert "# the plain command: no configuration was proven faster than it by 2% on llama-server (" \
+            in result.stdout
     argv = shlex.split(command)
     assert shutil.which(argv[0])
     assert Path(argv[argv.index("-m") + 1]).samefile(models_dir / "tiny-target.gguf")

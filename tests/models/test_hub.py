@@ -419,11 +419,14 @@ def test_nightly_notices_a_new_release_on_the_hub(tmp_path, tiny_dir, target_onl
         third = invoke(*args)
         assert third.exit_code in (0, 3, 4), third.output
         assert f"downloading {REPO}/draft-A.gguf (a new revision, " in third.stderr
-    names = sorted(s.study_name for s in optuna.get_all_study_summaries(url, include_best_trial=False))
-    assert len(names) == 2 and names[1].endswith("/v2")  # the release started a new study version
-    v2 = optuna.load_study(study_name=names[1], storage=url)
-    assert f"draft-simple:tiny-target.gguf + draft-A.gguf@{C2}" in v2.user_attrs["files"]
-    assert {t.user_attrs["role"] for t in v2.trials if "role" in t.user_attrs} >= {"baseline", "warm-start"}
+    (name,) = [s.study_name for s in optuna.get_all_study_summaries(url, include_best_trial=False)]
+    assert name.endswith(":predicted") and "replacing the earlier predicted study" in third.stderr  # predicted anew
+    study = optuna.load_study(study_name=name, storage=url)
+    assert f"draft-simple:tiny-target.gguf + draft-A.gguf@{C2}" in study.user_attrs["files"]
+    raced = study.user_attrs["confirmation"]["configs"]  # the new draft's best raced against the preset in use
+    assert {c["role"] for c in raced} >= {"preset", "trial"}
+    assert any(c["role"] == "trial" and "draft-A.gguf" in c["label"] for c in raced)
+    assert "the best predicted with the new draft-A.gguf" in third.stderr
     (preset,) = json.loads(invoke("presets", "list", "--json").stdout)
     if preset["params"]["spec_type"] == "draft-simple":  # else --spec-default won: its command runs no hub file
         assert preset["file_revisions"]["draft-A.gguf"]["revision"] == (C2 if third.exit_code == 0 else C1)

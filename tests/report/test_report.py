@@ -18,6 +18,7 @@ from click.testing import CliRunner
 from autotune.cli.main import cli
 from autotune.spec.command import ServerCommand
 from autotune.study.confirm import confirm
+from autotune.study.race import RaceBudget
 from autotune.engines import create_engine
 from autotune.hardware import hardware_key
 from autotune.study.best import best_result
@@ -73,7 +74,7 @@ def reports(tmp_path_factory, tiny_dir) -> Reports:
         assert searched.exit_code == 0, searched.output
         study = optuna.load_study(study_name=study_name("tiny", hardware_key(), "python"), storage=storage)
         with create_engine("python", context_size=512, threads=1) as engine:
-            confirm(study, engine, top=2, repeats=2, command=ServerCommand(512))
+            confirm(study, engine, top=2, budget=RaceBudget(rounds=2), command=ServerCommand(512))
         _derive_studies(study, storage)
         pages = {}
         for kind, args in {"search": ("--model", "tiny", "--objective", "decode"), "mixed": ("--model", "tiny-mixed"),
