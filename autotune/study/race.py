@@ -270,7 +270,8 @@ def _look(entrants: list[Entrant], figure: str, pairing: str, played: int, plann
     leader = max(candidates, key=lambda e: vs_baseline[id(e)].ratio)
     vs_leader = {id(e): paired_speedup(leader.units(figure), e.units(figure), pair_by_unit=pairing == "prompt")
                  for e in candidates if e is not leader}
-    return judge(vs_baseline, vs_leader, look=played, planned=planned)
+    family = sum(1 for e in entrants if e.role in ("trial", SPEC_DEFAULT_ROLE) and e.failure is None)  # dropped too
+    return judge(vs_baseline, vs_leader, look=played, planned=planned, family=family)
 
 
 def _prompt_by_prompt_round(engine: Engine, entrants: list[Entrant], mix: PromptMix, max_tokens: int,
