@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+from autotune.measure.paired import MIN_EFFECT
 from autotune.presets.confirmed import PresetResult
 from autotune.spec.command import format_command
 from autotune.spec.default import SPEC_DEFAULT_FLAG
@@ -48,9 +49,11 @@ def best_text(result: BestResult | PresetResult) -> str:
 
 
 def _losing_category_lines(result: BestResult) -> list[str]:
-    """One line where the pick runs slower than the plain command on some categories of the mix."""
+    """One line where the pick runs slower than the plain command on some categories of the mix (by at
+    least the 0.01x the line shows: a 1.00x is no loss to speak of)."""
     pick = result.by_category().get("pick")
-    losing = {name: figures for name, figures in (pick or {}).get("categories", {}).items() if figures["speedup"] < 1}
+    losing = {name: figures for name, figures in (pick or {}).get("categories", {}).items()
+              if round(figures["speedup"], 2) < 1}
     if not losing:
         return []
     shown = ", ".join(f"{name} {f['speedup']:.2f}x [{f['speedup_ci95'][0]:.2f}-{f['speedup_ci95'][1]:.2f}]"
@@ -134,7 +137,8 @@ def _speedup_text(row: ConfirmedConfig, of: str = "") -> str:
 
 
 def _p(row: ConfirmedConfig) -> str:
-    return "-" if row.p_value is None else f"{row.p_value:.2g}"
+    """The one-sided p-value of `row`'s speedup against the minimum effect (the race's null)."""
+    return "-" if row.p_value is None else f"{row.p_value:.2g} against {1 + MIN_EFFECT:.2f}x"
 
 
 def _unconfirmed_line(result: BestResult) -> str:

@@ -30,7 +30,7 @@ from autotune.engines.base import Engine
 from autotune.errors import TrialFailure, UsageError
 from autotune.measure.device_lock import device_lock
 from autotune.measure.measurement import GenerationResult, Measurement
-from autotune.measure.paired import Speedup, Units, paired_speedup
+from autotune.measure.paired import MIN_EFFECT, Speedup, Units, paired_speedup
 from autotune.measure.prompts import PromptMix
 from autotune.measure.sequential import Decision, judge
 from autotune.measure.stats import ci95
@@ -329,7 +329,7 @@ def _confirmation(engine: Engine, entrants: list[Entrant], mix: PromptMix, comma
             label=entrant.label, role=entrant.role, trial=entrant.trial, target=str(entrant.config.target),
             argv=command.argv(entrant.config), samples=samples, mean_tok_s=round(mean, 3),
             ci95=(ci95(samples) or (mean, mean)) if samples else (0.0, 0.0),
-            p_value=None if speedup is None else round(speedup.p_faster(), 6),
+            p_value=None if speedup is None else round(speedup.p_faster(1 + MIN_EFFECT), 6),
             speedup=None if speedup is None or speedup.ratio <= 0 else round(speedup.ratio, 4),
             failure=entrant.failure, dropped=entrant.dropped if measured else None,
             figures={name: [round(getattr(m, name), 3) for m in entrant.rounds] for name in SERVING_FIGURES},

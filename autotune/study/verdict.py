@@ -33,7 +33,7 @@ class ConfirmedConfig:
     samples: list[float]  # mix tok/s of each round it ran
     mean_tok_s: float
     ci95: tuple[float, float]  # of the mean mix tok/s over its rounds (absolute; wide with few rounds)
-    p_value: float | None  # paired, one-sided: that it is no faster than its target's baseline
+    p_value: float | None  # paired, one-sided: that it is no more than MIN_EFFECT faster than its baseline
     speedup: float | None  # paired: its target's baseline's decode time over its own, same prompts and rounds
     failure: str | None = None
     #: every round's serving figures (aggregate_tok_s, per_stream_tok_s, per_stream_p10_tok_s, mix_tok_s)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from autotune.measure.paired import Units, paired_speedup
+from autotune.measure.paired import MIN_EFFECT, Units, paired_speedup
 from autotune.measure.stats import ci95
 from autotune.study.verdict import ConfirmedConfig
 
@@ -26,7 +26,7 @@ def raced_row(label: str, role: str, decode_ms: list[list[float]], *, baseline_m
     mean = float(np.mean(samples))
     return ConfirmedConfig(
         label=label, role=role, trial=trial, target=target, argv=argv or [label], samples=samples, mean_tok_s=mean,
-        ci95=ci95(samples) or (mean, mean), p_value=None if speedup is None else speedup.p_faster(),
+        ci95=ci95(samples) or (mean, mean), p_value=None if speedup is None else speedup.p_faster(1 + MIN_EFFECT),
         speedup=None if speedup is None else round(speedup.ratio, 4),
         speedup_ci95=None if speedup is None else speedup.interval(), significant=significant,
         rounds=len(decode_ms), prompts=len(decode_ms[0]), decode_ms=decode_ms, tokens=tokens)
