@@ -102,7 +102,9 @@ class Entrant:
 
     @property
     def label(self) -> str:
-        return f"{SPEC_DEFAULT_FLAG} ({self.config.describe()})" if self.role == SPEC_DEFAULT_ROLE else self.config.describe()
+        if self.role == SPEC_DEFAULT_ROLE:
+            return f"{SPEC_DEFAULT_FLAG} ({self.config.describe()})"
+        return f"the preset in use ({self.config.describe()})" if self.role == "preset" else self.config.describe()
 
     @property
     def in_race(self) -> bool:
