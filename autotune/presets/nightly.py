@@ -74,7 +74,7 @@ def decide(model: str, confirmation: Confirmation, preset: Preset | None) -> Nig
     if winner is None:
         return NightlyOutcome("unchanged", f"{model}: no configuration could be confirmed; preset kept")
     figures = (f"{winner.label} {winner.mean_tok_s:.1f} tok/s ({winner.speedup:.2f}x)" if winner.role != "baseline" else
-               f"the plain command {winner.mean_tok_s:.1f} tok/s (nothing was significantly faster)")
+               f"the plain command {winner.mean_tok_s:.1f} tok/s (nothing was proven faster by {confirmation.min_effect:.0%})")
     if preset is None:
         return NightlyOutcome("improved", f"{model}: first preset: {figures}", winner)
     current = confirmation.preset

@@ -27,6 +27,8 @@ def our_llama_servers() -> set[int]:
 
 _EXEC_AUTOTUNE = (
     "import os, signal, sys\n"
+    "signal.signal(signal.SIGHUP, signal.SIG_DFL)\n"
+    "signal.signal(signal.SIGTERM, signal.SIG_DFL)\n"
     "signal.signal(signal.SIGINT, signal.SIG_IGN if sys.argv[1] == 'ignore' else signal.SIG_DFL)\n"
     "os.execv(sys.executable, [sys.executable, '-m', 'autotune', *sys.argv[2:]])\n"
 )
@@ -34,9 +36,10 @@ _EXEC_AUTOTUNE = (
 
 def start_autotune(args: list[str], *, env: dict, sigint: str = "default", **popen) -> subprocess.Popen:
     """`python -m autotune ARGS` in a session of its own (a signal to its group reaches it and its
-    workers, as a terminal's Ctrl-C does), with SIGINT at its default or ignored (`sigint="ignore"`, as
-    a shell script's background job has it) whatever the test runner inherited: the disposition is
-    set, then autotune is exec'd in the same process, which keeps it."""
+    workers, as a terminal's Ctrl-C does), with SIGHUP and SIGTERM at their defaults and SIGINT at its
+    default or ignored (`sigint="ignore"`, as a shell script's background job has it), whatever the test
+    runner inherited (`nohup` ignores SIGHUP, a background job SIGINT): the dispositions are set, then
+    autotune is exec'd in the same process, which keeps them."""
     if sigint not in ("default", "ignore"):
         raise ValueError(f"sigint must be 'default' or 'ignore', not {sigint!r}")
     return subprocess.Popen([sys.executable, "-c", _EXEC_AUTOTUNE, sigint, *args], env=env, text=True,
