@@ -87,6 +87,7 @@ def race_lines(confirmation: Confirmation, pick: ConfirmedConfig) -> list[str]:
     size = f"{confirmation.repeats} rounds x {pick.prompts or len(confirmation.prompt_ids)} prompts" + \
         (", each prompt paired" if confirmation.pairing == "prompt" else ", paired by round")
     lines = []
+    reference = confirmation.spec_default_of(pick)
     if pick.role == BASELINE_ROLE:
         fastest = confirmation.fastest
         lines.append(f"# the plain command: no configuration was proven faster than it by "
@@ -94,12 +95,10 @@ def race_lines(confirmation: Confirmation, pick: ConfirmedConfig) -> list[str]:
         if fastest is not None:
             lines.append(f"# the fastest, {fastest.label}, ran {_speedup_text(fastest)} (p={_p(fastest)}): "
                          + _not_picked(fastest, 1 + confirmation.min_effect))
-        reference = next((d for d in confirmation.spec_defaults if d.target == pick.target and d.speedup), None)
-        if reference is not None and reference is not fastest:
+        if reference is not None and reference.speedup and reference is not fastest:
             lines.append(f"# llama.cpp's --spec-default in the same rounds: {_speedup_text(reference)}")
     else:
         lines.append(f"# {_speedup_text(pick, PLAIN_SPEED)} on {engine} (p={_p(pick)}, {size})")
-        reference = confirmation.spec_default_of(pick)
         if pick.role == SPEC_DEFAULT_ROLE:
             searched = [c for c in confirmation.configs if c.role == "trial" and c.speedup]
             if searched:
@@ -111,8 +110,7 @@ def race_lines(confirmation: Confirmation, pick: ConfirmedConfig) -> list[str]:
             low, high = versus.interval()
             lines.append(f"# llama.cpp's --spec-default in the same rounds: {_speedup_text(reference)}; this command "
                          f"runs {versus.ratio:.2f}x its speed [95% CI {low:.2f}-{high:.2f}]")
-    baseline = confirmation.baseline_of(pick)
-    if pick.role != BASELINE_ROLE:
+        baseline = confirmation.baseline_of(pick)
         lines.append(f"# {pick.mean_tok_s:.1f} tok/s against the plain command's {baseline.mean_tok_s:.1f} "
                      f"(decode, means over {pick.rounds} rounds)")
     return lines

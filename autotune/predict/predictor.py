@@ -39,7 +39,7 @@ machine runs both), and `per_row_ms` its prior, 0.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Sequence
 
 import numpy as np
@@ -104,11 +104,7 @@ class Calibration:
 
     @classmethod
     def from_dict(cls, data: dict) -> "Calibration":
-        return cls(**{k: data.get(k) for k in ("scale", "per_step_ms") if k in data},
-                   per_row_ms=data.get("per_row_ms", 0.0), draft_scale=data.get("draft_scale"),
-                   block_scale=data.get("block_scale"), points=data.get("points", 0),
-                   configurations=data.get("configurations", 0), error=data.get("error"),
-                   worst_error=data.get("worst_error"))
+        return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
 
 
 @dataclass(frozen=True)
@@ -221,8 +217,7 @@ def fit_calibration(runs: Sequence[tuple[Replay, DraftCharge, Sequence[float]]],
         if sum(measured) > 0 and predicted_ms > 0:
             errors.append(abs(sum(measured) / predicted_ms - 1))  # equal tokens: tok/s ratio = time ratio
     if errors:
-        calibration = Calibration(**{**calibration.__dict__, "error": float(np.median(errors)),
-                                     "worst_error": float(np.max(errors))})
+        calibration = replace(calibration, error=float(np.median(errors)), worst_error=float(np.max(errors)))
     return calibration
 
 

@@ -22,7 +22,6 @@ from dataclasses import dataclass, replace
 import optuna
 
 from autotune.engines import choose_engine
-from autotune.errors import UsageError
 from autotune.hardware import hardware_key
 from autotune.measure.prompts import load_prompt_mix
 from autotune.models.releases import follow_releases
@@ -30,7 +29,7 @@ from autotune.presets.confirmed import preset_from
 from autotune.spec.space import load_model_space
 from autotune.study.catalog import latest_version, study_name, study_names
 from autotune.study.confirm import confirm_study, top_trials
-from autotune.study.predicted import PREDICT_TRIALS, cannot_predict, predict_and_race
+from autotune.study.predicted import PREDICT_TRIALS, cannot_predict, measured_only_refused, predict_and_race
 from autotune.study.race import RaceBudget, round_line
 from autotune.study.records import PREDICTED_ENGINE, StudyRecord, config_from_attrs
 from autotune.study.search import ConfirmOptions, SearchInputs, SearchOptions, check_inputs, run_study
@@ -119,8 +118,8 @@ def run_nightly(options: SearchOptions, *, top: int, budget: RaceBudget, server_
         storage = open_storage(url)
         predicted = cannot_predict(settings, inputs.space) is None
         if predicted and options.measured_only:
-            raise UsageError(f"{', '.join(options.measured_only)}: only the measured strategy reads these, and this "
-                             "model's re-tuning is predicted and raced (temperature 0, one stream, decode): drop them")
+            raise measured_only_refused(options.measured_only, "this model's re-tuning is predicted and raced "
+                                                               "(temperature 0, one stream, decode): drop them")
         engine_name = PREDICTED_ENGINE if predicted else choose_engine(
             options.engine_name, concurrency=settings.concurrency, server_bin=server_bin, note=reporter.note)
         base = study_name(model, hardware_key(), engine_name, objective="decode" if predicted else settings.objective,

@@ -25,6 +25,7 @@ from autotune.study.records import PREDICTED_ENGINE, SPEC_DEFAULT_ROLE, StudyRec
 from autotune.study.trials import baselines_of, drift_corrected, is_reference
 from autotune.study.verdict import Confirmation, stored_confirmation
 
+
 def top_trials(study: optuna.Study, top: int, check: CommandCheck | None = None) -> list[optuna.trial.FrozenTrial]:
     """The `top` fastest completed, lossless, speculative trials with distinct configurations, ranked by
     their speedup over the baseline measured nearest before each (drift cancels); with `check`, only
@@ -67,12 +68,17 @@ def finalists(study: optuna.Study, top: int, check: CommandCheck | None = None) 
     return top_trials(study, top, check)
 
 
+def trial_entrant(trial: optuna.trial.FrozenTrial, role: str = "trial") -> Entrant:
+    """`trial`'s configuration as an entrant of a race."""
+    record = TrialRecord.of(trial)
+    return Entrant(role, trial.number, record.spec_config(), family_of(record.spec_type))
+
+
 def race_entrants(study: optuna.Study, trials: list[optuna.trial.FrozenTrial],
                   preset: SpecConfig | None = None) -> list[Entrant]:
     """The references (the baseline and, where the study has it, `--spec-default`, for every target
     involved), then `trials` and the `preset` in use."""
-    configs = [Entrant("trial", t.number, TrialRecord.of(t).spec_config(), family_of(TrialRecord.of(t).spec_type))
-               for t in trials]
+    configs = [trial_entrant(t) for t in trials]
     if preset is not None:
         configs.append(Entrant("preset", None, preset, family_of(preset.spec_type)))
     targets = list(dict.fromkeys(e.config.target for e in configs))
@@ -80,8 +86,7 @@ def race_entrants(study: optuna.Study, trials: list[optuna.trial.FrozenTrial],
     for target in targets:
         measured = baselines_of(study, target, SPEC_DEFAULT_ROLE)
         if measured:
-            config = TrialRecord.of(measured[-1]).spec_config()
-            references.append(Entrant(SPEC_DEFAULT_ROLE, measured[-1].number, config, family_of(config.spec_type)))
+            references.append(trial_entrant(measured[-1], SPEC_DEFAULT_ROLE))
     return references + configs
 
 

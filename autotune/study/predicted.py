@@ -47,6 +47,7 @@ from autotune.spec.space import SearchSpace
 from autotune.spec.types import DRAFT_MODEL_TYPES, family_of, spec_members
 from autotune.study.best import BestResult, best_result
 from autotune.study.catalog import study_name, study_names
+from autotune.study.confirm import trial_entrant
 from autotune.study.predicted_space import Replayed, family_references, finalists, replay_space, store_predictions
 from autotune.study.race import PAIRING_NOTES, Entrant, measure_rounds, race, round_line, speedup_of
 from autotune.study.records import (
@@ -80,6 +81,12 @@ def cannot_predict(settings: SearchSettings, space: SearchSpace | None = None) -
     return None
 
 
+def measured_only_refused(flags: tuple[str, ...], why: str) -> UsageError:
+    """The one-line refusal of flags only the measured strategy reads, given to a predicted search."""
+    return UsageError(f"{', '.join(flags)}: only the measured strategy reads {'this' if len(flags) == 1 else 'these'}, "
+                      f"and {why}")
+
+
 def replayable(spec_type: str) -> bool:
     """Whether the replay covers `spec_type`: the engine's chainable drafters and their combinations, or
     DFlash/DSpark on their own (their blocks; the in-process engine chains them with nothing)."""
@@ -98,9 +105,8 @@ def run_predicted_search(options: SearchOptions, *, reporter: SearchReporter, se
         reporter.note(f"not predicted: {reason}; measuring instead (as --strategy measure)")
         return run_search(options, reporter=reporter, server_bin=server_bin, confirm_options=race_options)
     if options.measured_only:
-        raise UsageError(f"{', '.join(options.measured_only)}: only the measured strategy reads "
-                         f"{'this' if len(options.measured_only) == 1 else 'these'}, and this search is predicted "
-                         "(--strategy predict, the default): drop them, or pass --strategy measure")
+        raise measured_only_refused(options.measured_only, "this search is predicted (--strategy predict, the "
+                                                           "default): drop them, or pass --strategy measure")
     study = predict_and_race(inputs, options.settings, storage_url=options.storage_url, server_bin=server_bin,
                              race_options=race_options, predict_trials=predict_trials, reporter=reporter)
     return best_result(study, check=command_check(server_bin))
@@ -284,12 +290,10 @@ def _race(study: optuna.Study, inputs: SearchInputs, settings: SearchSettings, a
           preset: SpecConfig | None, new_files: frozenset[str] = frozenset()) -> list[Entrant]:
     """Race the finalists whose command `check`'s llama-server runs with the references (and the preset);
     store the race as the study's confirmation; returns the entrants with what they measured."""
-    entrants = [Entrant(TrialRecord.of(t).role, t.number, TrialRecord.of(t).spec_config(),
-                        family_of(TrialRecord.of(t).spec_type))
-                for t in study.trials if TrialRecord.of(t).role in (BASELINE_ROLE, SPEC_DEFAULT_ROLE)]
+    entrants = [trial_entrant(t, TrialRecord.of(t).role) for t in study.trials
+                if TrialRecord.of(t).role in (BASELINE_ROLE, SPEC_DEFAULT_ROLE)]
     picked = finalists(study, race_options.top, check, new_files)
-    entrants += [Entrant("trial", t.number, TrialRecord.of(t).spec_config(), family_of(TrialRecord.of(t).spec_type))
-                 for t, _ in picked]
+    entrants += [trial_entrant(t) for t, _ in picked]
     if preset is not None:
         entrants.append(Entrant("preset", None, preset, family_of(preset.spec_type)))
     reporter.note(f"racing {len(picked)} predicted finalists with the references on the {arbiter} engine, up to "

@@ -175,10 +175,10 @@ def measure_rounds(engine: Engine, entrants: list[Entrant], mix: PromptMix, *, m
     """`rounds` rounds of the race's interleaving, with its checks but without its verdict: what measures
     the references a prediction is calibrated on. `by_prompt` False measures whole mixes in turn even
     where the servers would fit together (to compare the two pairings). Returns the pairing."""
-    played = _Rounds(engine, entrants, mix, max_tokens, command, "mix_tok_s", on_dropped, by_prompt)
+    measured = _Rounds(engine, entrants, mix, max_tokens, command, "mix_tok_s", on_dropped, by_prompt)
     for _ in range(rounds):
-        _report(played.entrants, played.play(), "mix_tok_s", played.pairing, on_measured)
-    return played.pairing
+        _report(measured.entrants, measured.play(), "mix_tok_s", measured.pairing, on_measured)
+    return measured.pairing
 
 
 class _Rounds:

@@ -49,10 +49,6 @@ class ConfirmedConfig:
     family: str | None = None  # the spec-type family it stood for (autotune.spec.types.family_of)
 
     @property
-    def significantly_faster(self) -> bool:
-        return self.significant
-
-    @property
     def units(self) -> Units:
         return Units.of(self.decode_ms, self.tokens)
 
