@@ -1,7 +1,7 @@
 """The one error tree of autotune.
 
 Library code raises these; only the CLI turns them into a one-line message and an exit code
-(`exit_code`): 2 for bad input or usage, 1 for a failure at run time.
+(`exit_code`): 2 for bad input or usage, 1 for a failure at run time, 3 for work another process holds.
 """
 
 
@@ -43,6 +43,16 @@ class StorageError(UsageError):
 
 class StudyNotFoundError(UsageError):
     """No study (or no finished trial) exists for what was asked."""
+
+
+class LeaseHeld(AutotuneError):
+    """Another process holds the lease of what was asked (`--no-wait`): the message says whose and since when."""
+
+    exit_code = 3
+
+
+class LeaseLost(AutotuneError):
+    """This process's lease was taken over (it missed its heartbeats): what it measured is not stored."""
 
 
 class ServerBinaryError(UsageError):

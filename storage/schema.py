@@ -1,9 +1,9 @@
-"""SQLAlchemy models of what Optuna does not keep: presets and a persistent file-hash cache.
+"""SQLAlchemy models of what Optuna does not keep: presets, a persistent file-hash cache and leases.
 
 The tables live in the same database as Optuna's but in their own `MetaData`, so creating them
 never touches Optuna's tables (and Optuna's migrations never see ours). Every name starts with
 `autotune_`. Changing a table means bumping `SCHEMA_VERSION` and adding the statements that bring the
-previous version to it to `storage.presets.MIGRATIONS`: an older database is migrated when it is
+previous version to it to `storage.migrations.MIGRATIONS`: an older database is migrated when it is
 opened, and a database newer than this autotune (or older than any migration) is refused.
 """
 
@@ -17,7 +17,7 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
-SCHEMA_VERSION = 4  # 2: file_revisions; 3: presets keyed by (model, hardware, concurrency); 4: reason
+SCHEMA_VERSION = 5  # 2: file_revisions; 3: presets keyed by (model, hardware, concurrency); 4: reason; 5: leases
 
 
 class Base(DeclarativeBase):
@@ -92,3 +92,27 @@ class FileHashRow(Base):
     size: Mapped[int] = mapped_column(BigInteger)
     mtime_ns: Mapped[int] = mapped_column(BigInteger)
     sha256: Mapped[str] = mapped_column(String(64))
+
+
+class LeaseRow(Base):
+    """Which process searches one (model, hardware key, objective, concurrency) now (storage.leases).
+
+    The row exists while a lease is held: claiming inserts it (the unique key makes two inserts of one
+    key fail but one), releasing deletes it, and a takeover of a lease whose holder stopped beating
+    rewrites it."""
+
+    __tablename__ = "autotune_leases"
+    __table_args__ = (UniqueConstraint("model", "hardware", "objective", "concurrency", name="uq_autotune_leases_key"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    model: Mapped[str] = mapped_column(String(255))
+    hardware: Mapped[str] = mapped_column(String(255))
+    objective: Mapped[str] = mapped_column(String(64))
+    concurrency: Mapped[int] = mapped_column(Integer)
+    token: Mapped[str] = mapped_column(String(64))  # the holder's own mark: only it renews or releases the lease
+    host: Mapped[str] = mapped_column(String(255))
+    pid: Mapped[int] = mapped_column(Integer)
+    process_started: Mapped[str] = mapped_column(String(64))  # the holder's start time (autotune.engines.orphans)
+    since: Mapped[datetime] = mapped_column(UTCDateTime)
+    heartbeat_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    beat_s: Mapped[float] = mapped_column(Float)  # the holder's heartbeat interval

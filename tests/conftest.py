@@ -129,6 +129,18 @@ def postgres_url(tmp_path_factory):
 
 
 @pytest.fixture
+def fresh_postgres(postgres_url):
+    """The shared server, emptied of the previous test's tables."""
+    import sqlalchemy
+
+    engine = sqlalchemy.create_engine(postgres_url)
+    with engine.begin() as connection:
+        connection.execute(sqlalchemy.text("DROP SCHEMA public CASCADE; CREATE SCHEMA public"))
+    engine.dispose()
+    return postgres_url
+
+
+@pytest.fixture
 def confirmed_pick():
     """The race's rule for what `best` prints, written out independently of Confirmation.winner: among
     the entrants the race proved faster than its baseline (`significant`, which it marks only when it

@@ -77,9 +77,9 @@ def _register() -> None:
     from autotune.cli.models import models, quantize
     from autotune.cli.pull import pull
     from autotune.cli.report import report
-    from autotune.cli.study import best, confirm, search, trials
+    from autotune.cli.study import best, confirm, prune, search, trials
 
-    for command in (search, best, trials, confirm, nightly, presets, models, quantize, report, pull, doctor):
+    for command in (search, best, trials, prune, confirm, nightly, presets, models, quantize, report, pull, doctor):
         cli.add_command(command)
 
 

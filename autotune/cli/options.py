@@ -17,6 +17,11 @@ model_option = click.option("--model", "-m", required=True, help="Model name: a 
 measured_model_option = click.option(
     "--model", "-m", help="Model name: a search_spaces/<name>.toml file (with --target: the study's name, "
                           "default the target's general.name).")
+#: search: one model, or several to work through as a queue shared with the other workers of one database
+search_models_option = click.option(
+    "--model", "-m", multiple=True,
+    help="Model name: a search_spaces/<name>.toml file (with --target: the study's name, default the target's "
+         "general.name). Repeat it to work through several as a queue shared with every worker of the database.")
 storage_option = click.option(
     "--storage", envvar=STORAGE_ENV,
     help=f"SQLAlchemy URL of the study database [env {STORAGE_ENV}; default: SQLite in autotune's data dir].",
@@ -118,7 +123,9 @@ _MEASUREMENT_OPTIONS = [
     click.option("--storage", "storage_url", envvar=STORAGE_ENV,
                  help=f"SQLAlchemy URL of the study database [env {STORAGE_ENV}; default: SQLite in autotune's data dir]."),
     models_dir_option,
-    space_option,
+    click.option("--space", "space_file", type=click.Path(path_type=Path), multiple=True,
+                 help="Search-space file to use instead of the bundled one (repeat it for several --model: each "
+                      "file serves the model its [model] name names)."),
     click.option("--seed", type=click.IntRange(min=0), help="Seed of the TPE sampler and of token sampling (default: TPE random, sampling seed 0)."),
     click.option("--threads", type=click.IntRange(min=1), help="CPU threads (default: every core this process may use)."),
     objective_option,
@@ -131,7 +138,11 @@ _MEASUREMENT_OPTIONS = [
     click.option("--trial-timeout", "trial_timeout_s", type=click.FloatRange(min=1),
                  help="Fail a trial that runs longer than this many seconds."),
     click.option("--heartbeat", "heartbeat_s", type=click.IntRange(min=1), default=60, show_default=True,
-                 help="Seconds between a worker's heartbeats; a trial silent for 3 of them is failed and re-queued."),
+                 help="Seconds between a worker's heartbeats: a search's lease silent for 3 of them is taken over "
+                      "by the next search of its model, and a measured trial is failed and re-queued."),
+    click.option("--wait/--no-wait", default=True, show_default=True,
+                 help="While another search of this model on this hardware holds its lease, wait for it; "
+                      "--no-wait: exit 3 at once, saying whose lease it is and since when."),
     *sampling_options(defaults=True),
     concurrency_option("Concurrent streams on one llama-server (-np N), one study per level: 1,2,4 tunes "
                        "each load. Above 1 the server engine measures."),
@@ -153,36 +164,61 @@ _MEASUREMENT_OPTIONS = [
 #: the flags only the measured strategy reads, as the user spells them (refused where the search predicts)
 MEASURED_ONLY_FLAGS = {"trials": "--trials", "engine_name": "--engine", "repeats": "--repeats",
                        "baseline_every": "--baseline-every", "pruning": "--pruning/--no-pruning",
-                       "trial_timeout_s": "--trial-timeout", "heartbeat_s": "--heartbeat"}
+                       "trial_timeout_s": "--trial-timeout"}
 #: measurement flags that are the study's settings (autotune.study.tuner.SearchSettings) ...
 _SETTINGS_FLAGS = ("trials", "max_tokens", "seed", "threads", "objective", "repeats", "baseline_every", "pruning",
                    "trial_timeout_s", "min_stream_tok_s")
 #: ... and those that say where its inputs come from and where it is kept (SearchOptions)
 _INPUT_FLAGS = ("engine_name", "prompts_file", "per_category", "storage_url", "space_file", "heartbeat_s",
-                "target_file", "draft_files", "offline")
+                "target_file", "draft_files", "offline", "wait")
 
 
 def measurement_options(command):
     """What to measure and where to keep it: the options `search` and `nightly` share, handed to the
-    command as one `options: SearchOptions` argument (the model's name included)."""
-    from autotune.study.search import SearchOptions
-    from autotune.study.tuner import SearchSettings
-
+    command as one `options: SearchOptions` argument (the model's name included). Where the command's
+    --model repeats (`search --model a --model b`: a work queue), it also gets `queue`, the options of
+    each model in the order given, each with the --space file that names it."""
     @functools.wraps(command)
     def with_values(**kwargs):
         given = given_flags(MEASURED_ONLY_FLAGS)
         flags = {name: kwargs.pop(name) for name in (*_SETTINGS_FLAGS, *_INPUT_FLAGS, "models_dir", "concurrency",
                                                      "temperature", "top_k", "top_p", "min_p")}
-        model = _measured_model(kwargs.pop("model"), flags["target_file"], flags["draft_files"], flags["space_file"])
-        sampling = Sampling(flags["temperature"], flags["top_k"], flags["top_p"], flags["min_p"], seed=flags["seed"] or 0)
-        settings = SearchSettings(model=model, sampling=sampling, **{name: flags[name] for name in _SETTINGS_FLAGS})
-        options = SearchOptions(settings, models_dir=flags["models_dir"] or default_models_dir(),
-                                levels=flags["concurrency"],
-                                measured_only=given if flags["concurrency"] == (1,) else (),  # a level >1 measures
-                                **{name: flags[name] for name in _INPUT_FLAGS})
-        return command(options=options, **kwargs)
+        names = kwargs.pop("model")
+        repeated = isinstance(names, tuple)
+        if repeated and len(names) > 1 and flags["target_file"]:
+            raise click.UsageError("--target names one model: drop it, or give one --model")
+        queue = tuple(_search_options(name, flags, given) for name in (names or (None,) if repeated else (names,)))
+        return command(options=queue[0], **({"queue": queue} if repeated else {}), **kwargs)
 
     return with_options(_MEASUREMENT_OPTIONS)(with_values)
+
+
+def _search_options(model: str | None, flags: dict, given: tuple[str, ...]):
+    """The SearchOptions of one model from the parsed measurement flags."""
+    from autotune.study.search import SearchOptions
+    from autotune.study.tuner import SearchSettings
+
+    space_file = _space_of(model, flags["space_file"])
+    model = _measured_model(model, flags["target_file"], flags["draft_files"], space_file)
+    sampling = Sampling(flags["temperature"], flags["top_k"], flags["top_p"], flags["min_p"], seed=flags["seed"] or 0)
+    settings = SearchSettings(model=model, sampling=sampling, **{name: flags[name] for name in _SETTINGS_FLAGS})
+    return SearchOptions(settings, models_dir=flags["models_dir"] or default_models_dir(), levels=flags["concurrency"],
+                         measured_only=given if flags["concurrency"] == (1,) else (),  # a level >1 measures
+                         space_file=space_file,
+                         **{name: flags[name] for name in _INPUT_FLAGS if name != "space_file"})
+
+
+def _space_of(model: str | None, space_files: tuple[Path, ...]) -> Path | None:
+    """The --space file of `model`: the only one given, else the one whose model.name is `model`."""
+    from autotune.errors import UsageError
+    from autotune.spec.space import load_space
+
+    if len(space_files) <= 1:
+        return space_files[0] if space_files else None
+    named = [path for path in space_files if load_space(path).model.name == model]
+    if not named:
+        raise UsageError(f"none of the --space files names the model {model!r} (their [model] name)")
+    return named[0]
 
 
 def given_flags(flags: dict[str, str]) -> tuple[str, ...]:
@@ -214,12 +250,15 @@ def _measured_model(model: str | None, target_file: Path | None, draft_files: tu
 
 
 def study_options(command):
-    """Which stored study a reading command looks at: --model, --hardware, --engine, --objective, --storage."""
+    """Which stored study a reading command looks at: --model, --hardware, --engine, --objective,
+    --concurrency, --run, --storage."""
     return with_options([
         model_option,
         click.option("--hardware", help="Hardware key of the study (default: this machine's)."),
         study_engine_option,
         study_objective_option,
         study_concurrency_option,
+        click.option("--run", type=click.IntRange(min=1),
+                     help="Run N of the study (1: its first search) [default: the newest whose race finished]."),
         storage_option,
     ])(command)

@@ -13,7 +13,7 @@ from autotune.cli.options import study_options
 @study_options
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
               help="Folder to write index.html and the PNG figures into (created if missing).")
-def report(model, hardware, engine, objective, concurrency, storage, out_dir):
+def report(model, hardware, engine, objective, concurrency, run, storage, out_dir):
     """Draw MODEL's study: where the speed comes from, as an HTML page and PNG files.
 
     OUT/index.html works offline (plotly.js is inlined) and shows the optimization history, tok/s by
@@ -29,6 +29,6 @@ def report(model, hardware, engine, objective, concurrency, storage, out_dir):
     from autotune.study.catalog import open_study_of
 
     study = open_study_of(model, hardware=hardware, engine=engine, storage_url=storage, objective=objective,
-                          concurrency=concurrency)
+                          concurrency=concurrency, run=run)
     for path in write_report(study, out_dir):
         click.echo(str(path))

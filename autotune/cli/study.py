@@ -10,7 +10,7 @@ from dataclasses import replace
 import click
 
 from autotune.cli.options import (
-    ConcurrencyLevels, given_flags, json_option, measured_model_option, measurement_options, model_option, sampling_options,
+    ConcurrencyLevels, given_flags, json_option, measurement_options, model_option, sampling_options, search_models_option,
     server_bin_option, storage_option, study_engine_option, study_objective_option, study_options, with_options,
 )
 from autotune.cli.output import best_text, category_table, confirmation_table, trials_table
@@ -22,7 +22,7 @@ PREDICTED_ONLY_FLAGS = {"predict_trials": "--predict-trials"}
 
 
 @click.command()
-@measured_model_option
+@search_models_option
 @measurement_options
 @server_bin_option
 @click.option("--strategy", type=click.Choice(["predict", "measure"]), default="predict", show_default=True,
@@ -40,7 +40,7 @@ PREDICTED_ONLY_FLAGS = {"predict_trials": "--predict-trials"}
 @click.option("--predict-trials", type=click.IntRange(min=1), default=400, show_default=True,
               help="[predict] Configurations the predicted study samples (TPE) where the grid is larger than it "
                    "can replay point by point.")
-def search(options, server_bin, strategy, confirm_enabled, race_top, race_budget, predict_trials):
+def search(options, queue, server_bin, strategy, confirm_enabled, race_top, race_budget, predict_trials):
     """Find the fastest speculative settings for MODEL on this machine and print their command line.
 
     By default (`--strategy predict`) the baseline is measured once; every configuration of the search
@@ -49,18 +49,27 @@ def search(options, server_bin, strategy, confirm_enabled, race_top, race_budget
     llama-server, round after round, until one is proven faster or none can be. `--strategy measure`
     runs (or resumes) an Optuna study of measured trials instead, trial 0 the baseline, and ends with
     the same race. Either way the printed figures are the race's, and every trial is stored in the
-    study database.
+    study database; a predicted search writes a run of its own beside the earlier ones (`autotune
+    prune` removes old runs).
+
+    A search holds its model's lease on this hardware in the database while it runs: a second search
+    of the same model waits for it, saying whose lease it is and since when (`--no-wait`: exit 3).
+    Several `--model`s are a work queue: every worker sharing the database takes the next model
+    nobody holds and that has no answer newer than its files, and stops when none is left.
 
     \b
     Example:
         autotune search --model gemma3-270m --max-tokens 48
+        autotune search --model qwen3-8b --model llama3.1-8b --storage postgresql+psycopg://db/autotune
     """
     from autotune.cli.progress import TerminalReporter
     from autotune.engines import choose_engine
     from autotune.errors import UsageError
-    from autotune.study.predicted import run_predicted_search
+    from autotune.study.predicted import cannot_predict, run_predicted_search
     from autotune.study.race import RaceBudget
+    from autotune.study.records import PREDICTED_ENGINE
     from autotune.study.search import ConfirmOptions, run_search
+    from autotune.study.work_queue import run_work_queue
 
     for level in options.levels:  # bad input (no llama-server for N > 1) before anything is measured
         choose_engine(options.engine_name, concurrency=level, server_bin=server_bin)
@@ -69,16 +78,28 @@ def search(options, server_bin, strategy, confirm_enabled, race_top, race_budget
         raise UsageError(f"{', '.join(predicted_only)} means nothing under --strategy measure: drop it")
     if strategy == "predict" and not confirm_enabled and options.levels == (1,):
         # refused where the search predicts (its race is the answer), taken where it falls back to measuring
-        options = replace(options, measured_only=(*options.measured_only, "--no-confirm"))
+        queue = tuple(replace(o, measured_only=(*o.measured_only, "--no-confirm")) for o in queue)
     race_options = ConfirmOptions(confirm_enabled, race_top, RaceBudget.parse(race_budget))
-    for level in options.levels:
+
+    def search_one(options, lease=None):
         if strategy == "predict":
-            best = run_predicted_search(options.at_level(level), reporter=TerminalReporter(), server_bin=server_bin,
-                                        race_options=race_options, predict_trials=predict_trials)
-        else:
-            best = run_search(options.at_level(level), reporter=TerminalReporter(), server_bin=server_bin,
-                              confirm_options=race_options)
-        click.echo(best_text(best))
+            return run_predicted_search(options, reporter=TerminalReporter(), server_bin=server_bin,
+                                        race_options=race_options, predict_trials=predict_trials, lease=lease)
+        return run_search(options, reporter=TerminalReporter(), server_bin=server_bin, confirm_options=race_options,
+                          lease=lease)
+
+    def answer_engine(options):
+        if strategy == "predict" and cannot_predict(options.settings) is None:
+            return PREDICTED_ENGINE
+        return choose_engine(options.engine_name, concurrency=options.settings.concurrency, server_bin=server_bin)
+
+    at_levels = tuple(o.at_level(level) for o in queue for level in o.levels)
+    if len(queue) == 1:
+        for level_options in at_levels:
+            click.echo(best_text(search_one(level_options)))
+        return
+    for item in run_work_queue(at_levels, search=search_one, reporter=TerminalReporter(), answer_engine=answer_engine):
+        click.echo(f"# {item.model}: {item.skipped}" if item.result is None else best_text(item.result))
 
 
 @click.command()
@@ -88,7 +109,7 @@ def search(options, server_bin, strategy, confirm_enabled, race_top, race_budget
 @click.option("--by-category", is_flag=True,
               help="Add each prompt category's raced speedup [95% CI] and predicted one, for the pick and for "
                    "--spec-default (the best draft length differs between code and chat).")
-def best(model, hardware, engine, objective, concurrency, storage, as_json, server_bin, by_category):
+def best(model, hardware, engine, objective, concurrency, run, storage, as_json, server_bin, by_category):
     """Print the fastest configuration found for MODEL as a llama-server command line.
 
     The first line is the command; then its mix tok/s, the baseline's and the speedup. Without a
@@ -108,7 +129,7 @@ def best(model, hardware, engine, objective, concurrency, storage, as_json, serv
 
     try:
         result = best_result(open_study_of(model, hardware=hardware, engine=engine, storage_url=storage,
-                                           objective=objective, concurrency=concurrency),
+                                           objective=objective, concurrency=concurrency, run=run),
                              check=command_check(server_bin))
     except StudyNotFoundError:
         preset = stored_preset(model, hardware=hardware, storage_url=storage, concurrency=concurrency or 1)
@@ -126,22 +147,55 @@ def best(model, hardware, engine, objective, concurrency, storage, as_json, serv
 @click.command()
 @study_options
 @json_option
-def trials(model, hardware, engine, objective, concurrency, storage, as_json):
+def trials(model, hardware, engine, objective, concurrency, run, storage, as_json):
     """List the trials of MODEL's study: state, parameters, tok/s, speedup and acceptance.
+
+    The run shown is the newest whose race finished (`--run N`: an earlier one); where the study has
+    several runs, the text output names each on stderr, the one shown marked `*`.
 
     \b
     Example:
         autotune trials --model gemma3-270m
+        autotune trials --model gemma3-270m --run 1
     """
     from autotune.study.catalog import open_study_of
     from autotune.study.best import trial_rows
+    from autotune.study.runs import base_name, runs_of
 
-    rows = trial_rows(open_study_of(model, hardware=hardware, engine=engine, storage_url=storage, objective=objective,
-                                    concurrency=concurrency))
+    study = open_study_of(model, hardware=hardware, engine=engine, storage_url=storage, objective=objective,
+                          concurrency=concurrency, run=run)
+    rows = trial_rows(study)
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
     click.echo(trials_table(rows))
+    stored = runs_of(study._storage, base_name(study.study_name))
+    for each in stored if len(stored) > 1 else ():  # on stderr: the table stays the table for a script
+        click.echo(f"{'*' if each.name == study.study_name else ' '} {each.describe()}", err=True)
+
+
+@click.command()
+@model_option
+@click.option("--hardware", help="Hardware key of the studies (default: this machine's).")
+@click.option("--keep", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Runs whose race finished to keep of each study.")
+@storage_option
+def prune(model, hardware, keep, storage):
+    """Delete MODEL's old runs: of each of its studies on this hardware, every run older than the newest
+    KEEP whose race finished. Runs newer than those stay (a search may be writing one), and a study
+    with no finished race keeps every run.
+
+    \b
+    Example:
+        autotune prune --model gemma3-270m --keep 2
+    """
+    from autotune.study.catalog import prune_model_runs
+
+    deleted = prune_model_runs(model, hardware=hardware, storage_url=storage, keep=keep)
+    for run in deleted:
+        click.echo(f"deleted {run.describe()}")
+    if not deleted:
+        click.echo(f"nothing to prune: {model} has no run older than its newest {keep} finished")
 
 
 @click.command()

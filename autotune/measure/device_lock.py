@@ -4,6 +4,10 @@ Each device this process would use (the GPUs nvidia-smi lists, as CUDA_VISIBLE_D
 with the rule the hardware key uses, autotune.hardware.cuda_visible; else the CPU) has a lock file; a
 worker holds the locks of its devices while it measures and waits its turn otherwise. `flock` locks
 die with their process, so a killed worker never leaves a device locked.
+
+A search holds the lock from its first measurement to its last (the predicted search from the
+baseline to the race's last prompt), and the phases inside take it again: a nested `device_lock` in
+the holding process passes straight through (a second flock of the same file would wait for itself).
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ from autotune.hardware import cuda_visible, cuda_visible_entries, listed_gpus
 
 LOCK_DIR_ENV = "AUTOTUNE_LOCK_DIR"
 
+_holding = False  # whether this process holds its devices' locks
+
 
 def device_ids() -> list[str]:
     """A lock name per visible device: `gpu-<uuid>` (one name per GPU, whether CUDA_VISIBLE_DEVICES
@@ -33,7 +39,12 @@ def device_ids() -> list[str]:
 
 @contextmanager
 def device_lock(on_wait: Callable[[str], None] = lambda device: None) -> Iterator[None]:
-    """Hold every device's lock (in a fixed order, so two workers cannot deadlock)."""
+    """Hold every device's lock (in a fixed order, so two workers cannot deadlock); inside a block that
+    holds them already, pass through."""
+    global _holding
+    if _holding:
+        yield
+        return
     folder = Path(os.environ.get(LOCK_DIR_ENV) or Path(tempfile.gettempdir()) / "autotune-locks")
     folder.mkdir(parents=True, exist_ok=True)
     handles = []
@@ -46,7 +57,9 @@ def device_lock(on_wait: Callable[[str], None] = lambda device: None) -> Iterato
             except BlockingIOError:
                 on_wait(device)
                 fcntl.flock(handle, fcntl.LOCK_EX)
+        _holding = True
         yield
     finally:
+        _holding = False
         for handle in reversed(handles):
             handle.close()  # closing releases the flock

@@ -27,15 +27,18 @@ from autotune.measure.prompts import load_prompt_mix
 from autotune.models.releases import follow_releases
 from autotune.presets.confirmed import preset_from
 from autotune.spec.space import load_model_space
-from autotune.study.catalog import latest_version, study_name, study_names
+from autotune.study.catalog import study_name, study_names
 from autotune.study.confirm import confirm_study, top_trials
 from autotune.study.predicted import PREDICT_TRIALS, cannot_predict, measured_only_refused, predict_and_race
 from autotune.study.race import RaceBudget, round_line
+from autotune.study.leased import search_lease
 from autotune.study.records import PREDICTED_ENGINE, StudyRecord, config_from_attrs
 from autotune.study.search import ConfirmOptions, SearchInputs, SearchOptions, check_inputs, run_study
+from autotune.study.runs import newest_answer
 from autotune.study.tuner import SearchReporter
 from autotune.study.verdict import Confirmation, ConfirmedConfig, stored_confirmation
 from storage import open_storage, resolve_storage_url
+from storage.leases import Lease
 from storage.presets import Preset, PresetStore
 
 EXIT_CODES = {"improved": 0, "unchanged": 3, "regressed": 4}
@@ -110,10 +113,10 @@ def run_nightly(options: SearchOptions, *, top: int, budget: RaceBudget, server_
     model, settings = options.model, options.settings
     if options.prompts_file:
         load_prompt_mix(options.prompts_file)  # a bad prompt file is found before a long download
-    releases = follow_releases(load_model_space(model, options.space_file), reporter.note, offline=options.offline)
-    inputs = check_inputs(options, reporter.note)
     url = resolve_storage_url(options.storage_url)
-    with PresetStore(url) as store:
+    with PresetStore(url) as store:  # a bad storage is found before any download or measurement
+        releases = follow_releases(load_model_space(model, options.space_file), reporter.note, offline=options.offline)
+        inputs = check_inputs(options, reporter.note)
         hashes = {path.name: store.cached_sha256(path) for path in inputs.files.paths}
         storage = open_storage(url)
         predicted = cannot_predict(settings, inputs.space) is None
@@ -124,14 +127,15 @@ def run_nightly(options: SearchOptions, *, top: int, budget: RaceBudget, server_
             options.engine_name, concurrency=settings.concurrency, server_bin=server_bin, note=reporter.note)
         base = study_name(model, hardware_key(), engine_name, objective="decode" if predicted else settings.objective,
                           concurrency=settings.concurrency)
-        latest, _ = latest_version(storage, base)
-        previous = optuna.load_study(study_name=latest, storage=storage) if latest in study_names(storage) else None
-        preset = store.get(model, hardware_key(), settings.concurrency)
-        if previous is not None and preset is not None and StudyRecord.of(previous).file_hashes == hashes:
-            return unchanged_files(model)
-        outcome, new_preset = retune(inputs, options, engine_name=engine_name, url=url, previous=previous,
-                                     preset=preset, hashes=hashes, top=top, budget=budget,
-                                     server_bin=server_bin, reporter=reporter)
+        with search_lease(options, reporter.note) as lease:  # one search of this key at a time, nightly or not
+            answer = newest_answer(storage, base)
+            previous = optuna.load_study(study_name=answer, storage=storage) if answer in study_names(storage) else None
+            preset = store.get(model, hardware_key(), settings.concurrency)
+            if previous is not None and preset is not None and StudyRecord.of(previous).file_hashes == hashes:
+                return unchanged_files(model)
+            outcome, new_preset = retune(inputs, options, engine_name=engine_name, url=url, previous=previous,
+                                         preset=preset, hashes=hashes, top=top, budget=budget,
+                                         server_bin=server_bin, reporter=reporter, lease=lease)
         if new_preset is not None:
             why = releases or ([] if previous is None else ["the model files changed"])
             store.save(replace(new_preset, reason="; ".join([*why, outcome.summary.removeprefix(f"{model}: ")])))
@@ -149,8 +153,8 @@ def changed_files(previous: optuna.Study | None, hashes: dict[str, str]) -> froz
 
 def retune(inputs: SearchInputs, options: SearchOptions, *, engine_name: str, url: str,
            previous: optuna.Study | None, preset: Preset | None, hashes: dict[str, str], top: int,
-           budget: RaceBudget, server_bin: str | None,
-           reporter: SearchReporter) -> tuple[NightlyOutcome, Preset | None]:
+           budget: RaceBudget, server_bin: str | None, reporter: SearchReporter,
+           lease: Lease) -> tuple[NightlyOutcome, Preset | None]:
     """Tune on the files as they are now and pit the result against the stored preset, which races beside
     the finalists: predicted and raced (`engine_name` "predicted"), else a new measured study version
     warm-started with the previous winners and raced. Returns the verdict and, on a win over the preset,
@@ -162,7 +166,7 @@ def retune(inputs: SearchInputs, options: SearchOptions, *, engine_name: str, ur
     if engine_name == PREDICTED_ENGINE:
         study = predict_and_race(inputs, options.settings, storage_url=url, server_bin=server_bin,
                                  race_options=ConfirmOptions(True, top, budget), predict_trials=PREDICT_TRIALS,
-                                 reporter=reporter, preset=in_use, study_attrs={"file_hashes": hashes},
+                                 reporter=reporter, lease=lease, preset=in_use, study_attrs={"file_hashes": hashes},
                                  new_files=changed_files(previous, hashes))
         confirmation = stored_confirmation(study)
     else:
@@ -176,8 +180,8 @@ def retune(inputs: SearchInputs, options: SearchOptions, *, engine_name: str, ur
             return NightlyOutcome("unchanged", f"{model}: no speculative configuration completed (all pruned or "
                                                f"failed, see `autotune trials --model {model}`); preset kept"), None
         confirmation = confirm_study(study, top=top, budget=budget, engine_name="server", server_bin=server_bin,
-                                     preset=in_use, on_measured=lambda r, entrant, speedup: reporter.note(
-                                         round_line(r, entrant, speedup)))
+                                     preset=in_use, before_storing=lease.check,
+                                     on_measured=lambda r, entrant, speedup: reporter.note(round_line(r, entrant, speedup)))
     outcome = decide(model, confirmation, preset)
     if outcome.new_winner is None:
         return outcome, None

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 import optuna
 
 from autotune.study.verdict import stored_confirmation
-from autotune.study.catalog import latest_version, parse_kind, study_name
+from autotune.study.catalog import parse_kind, study_name
+from autotune.study.runs import newest_answer
 from autotune.study.records import BASELINE_ROLE, WARM_START_ROLE
 from autotune.study.records import StudyRecord, TrialRecord
 
@@ -79,8 +80,8 @@ def load_curve(study: optuna.Study) -> LoadCurve | None:
     for level, found in engines.items():
         # this study's engine where it measured that level, else llama-server (every level above 1 runs there)
         chosen = engine if engine in found else ("server" if "server" in found else sorted(found)[0])
-        newest[level], _ = latest_version(storage, study_name(model, hardware, chosen, objective=objective,
-                                                              concurrency=level))
+        newest[level] = newest_answer(storage, study_name(model, hardware, chosen, objective=objective,
+                                                          concurrency=level))
     if len(newest) < 2:
         return None
     by_type: dict[str, list[LevelPoint]] = {}

@@ -1,5 +1,5 @@
-"""Naming and finding studies: one study per (model, hardware, engine, objective, load), versioned
-by nightly runs."""
+"""Naming and finding studies: one study per (model, hardware, engine, objective, load), a run of it
+per predicted search or nightly version (autotune.study.runs)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from autotune.engines import DEFAULT_ENGINE
 from autotune.errors import StudyNotFoundError, UsageError
 from autotune.hardware import hardware_key
 from autotune.study.objectives import DEFAULT_OBJECTIVE
+from autotune.study.runs import Run, newest_answer, prune_runs, run_name, runs_of
 from storage import open_storage, resolve_storage_url
 
 optuna.logging.set_verbosity(optuna.logging.ERROR)  # the reporter shows failed trials with their reason
@@ -20,8 +21,9 @@ CONCURRENCY_MARK = "#np"
 def study_name(model: str, hardware: str, engine: str, version: int | None = None, objective: str = "decode",
                concurrency: int = 1) -> str:
     """`<model>@<hardware-key>:<engine>`, `+<objective>` when it is not decode, `#np<N>` for N concurrent
-    streams (`--concurrency N` above 1), and `/v<N>` for the N-th nightly version: figures of two
-    engines, machines, objectives, loads or sets of model files never share a study."""
+    streams (`--concurrency N` above 1), and `/v<N>` for the N-th run (a predicted search or a nightly
+    version, autotune.study.runs): figures of two engines, machines, objectives, loads or sets of model
+    files never share a study."""
     base = f"{model}@{hardware}:{engine}" + ("" if objective == "decode" else f"+{objective}")
     base += "" if concurrency == 1 else f"{CONCURRENCY_MARK}{concurrency}"
     return f"{base}/v{version}" if version else base
@@ -37,17 +39,10 @@ def parse_kind(kind: str) -> tuple[str, str, int]:
 
 def latest_version(storage: optuna.storages.BaseStorage, base: str) -> tuple[str, int | None]:
     """The newest study of `base` (the unversioned name or its highest `/vN`) and its version."""
-    versions: dict[int | None, str] = {}
-    for summary in optuna.get_all_study_summaries(storage, include_best_trial=False):
-        name = summary.study_name
-        if name == base:
-            versions[None] = name
-        elif name.startswith(base + "/v") and name[len(base) + 2 :].isdigit():
-            versions[int(name[len(base) + 2 :])] = name
-    if not versions:
+    runs = runs_of(storage, base)
+    if not runs:
         return base, None
-    newest = max(versions, key=lambda v: v or 0)
-    return versions[newest], newest
+    return runs[-1].name, runs[-1].number if runs[-1].number > 1 else None
 
 
 def load_study(storage: optuna.storages.BaseStorage, name: str) -> optuna.Study:
@@ -93,23 +88,23 @@ def study_names(storage: optuna.storages.BaseStorage) -> set[str]:
 
 def open_study_of(model: str, *, hardware: str | None = None, engine: str | None = None,
                   storage_url: str | None = None, objective: str | None = None,
-                  concurrency: int | None = None) -> optuna.Study:
-    """The newest stored study of `model` on `hardware` (this machine's by default). With `engine`,
-    `objective` or `concurrency` unset, the one study that exists for them; several are a UsageError
-    naming the flags that pick each."""
+                  concurrency: int | None = None, run: int | None = None) -> optuna.Study:
+    """The study of `model` on `hardware` (this machine's by default) that answers: its newest run whose
+    race finished (autotune.study.runs), or run number `run`. With `engine`, `objective` or `concurrency`
+    unset, the one study that exists for them; several are a UsageError naming the flags that pick each."""
     storage = open_storage(resolve_storage_url(storage_url))
     hardware = hardware or hardware_key()
+
+    def answering(engine: str, objective: str, concurrency: int) -> optuna.Study:
+        base = study_name(model, hardware, engine, objective=objective, concurrency=concurrency)
+        return load_study(storage, newest_answer(storage, base) if run is None else run_name(base, run))
+
     if engine is not None and objective is not None and concurrency is not None:
-        name, _ = latest_version(storage, study_name(model, hardware, engine, objective=objective,
-                                                     concurrency=concurrency))
-        return load_study(storage, name)
+        return answering(engine, objective, concurrency)
     found = [s for s in study_levels(storage, model, hardware)
              if engine in (None, s[0]) and objective in (None, s[1]) and concurrency in (None, s[2])]
     if len(found) == 1:
-        found_engine, found_objective, found_level = found[0]
-        name, _ = latest_version(storage, study_name(model, hardware, found_engine, objective=found_objective,
-                                                     concurrency=found_level))
-        return load_study(storage, name)
+        return answering(*found[0])
     if not found:
         wanted = study_name(model, hardware, engine or DEFAULT_ENGINE, objective=objective or DEFAULT_OBJECTIVE,
                             concurrency=concurrency or 1)
@@ -117,3 +112,12 @@ def open_study_of(model: str, *, hardware: str | None = None, engine: str | None
     choices = "; ".join(f"--engine {e} --objective {o}" + (f" --concurrency {n}" if len({f[2] for f in found}) > 1 else "")
                         for e, o, n in found)
     raise UsageError(f"{model} has {len(found)} studies on {hardware}: pick one with {choices}")
+
+
+def prune_model_runs(model: str, *, hardware: str | None, storage_url: str | None, keep: int) -> list[Run]:
+    """`prune_runs` on every study of `model` on `hardware` (this machine's by default); returns what went."""
+    storage = open_storage(resolve_storage_url(storage_url))
+    hardware = hardware or hardware_key()
+    return [run for engine, objective, level in study_levels(storage, model, hardware)
+            for run in prune_runs(storage, study_name(model, hardware, engine, objective=objective,
+                                                      concurrency=level), keep=keep)]

@@ -7,6 +7,7 @@ where the study measured it, llama.cpp's `--spec-default`, one each per target i
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -92,10 +93,11 @@ def race_entrants(study: optuna.Study, trials: list[optuna.trial.FrozenTrial],
 
 def confirm(study: optuna.Study, engine: Engine, *, top: int, budget: RaceBudget, command: ServerCommand,
             preset: SpecConfig | None = None, on_measured: OnMeasured = lambda round_, entrant, speedup: None,
-            figure: str = "mix_tok_s", check: CommandCheck | None = None) -> Confirmation:
+            figure: str = "mix_tok_s", check: CommandCheck | None = None,
+            before_storing: Callable[[], None] = lambda: None) -> Confirmation:
     """Race the study's finalists (`finalists`) with the references and `preset` within `budget`, and store
-    the race with the study. `command` spells each one's printed argv; with `check` only configurations
-    whose command that llama-server runs race."""
+    the race with the study (after `before_storing`, which may refuse: a lease lost). `command` spells each
+    one's printed argv; with `check` only configurations whose command that llama-server runs race."""
     trials = finalists(study, top, check)
     if not trials:
         raise StudyNotFoundError(f"study {study.study_name!r} has no completed speculative trial to confirm")
@@ -106,13 +108,14 @@ def confirm(study: optuna.Study, engine: Engine, *, top: int, budget: RaceBudget
             engine.prepare(entrant.config, mix, max_tokens=max_tokens)
     confirmation = race(engine, entrants, mix, max_tokens=max_tokens, budget=budget, command=command, figure=figure,
                         on_measured=on_measured)
+    before_storing()
     store_study(study, confirmation=confirmation.as_dict())
     return confirmation
 
 
 def confirm_study(study: optuna.Study, *, top: int, budget: RaceBudget, engine_name: str, server_bin: str | None,
                   on_measured: OnMeasured, preset: SpecConfig | None = None,
-                  sampling: dict | None = None) -> Confirmation:
+                  sampling: dict | None = None, before_storing: Callable[[], None] = lambda: None) -> Confirmation:
     """Confirm `study` on `engine_name` with the study's threads, flags and sampling (`sampling`
     overrides the latter field by field); the printed argv names the binary that confirmed it."""
     stored = StudyRecord.of(study)
@@ -129,4 +132,4 @@ def confirm_study(study: optuna.Study, *, top: int, budget: RaceBudget, engine_n
                        base_flags=command.base_flags, sampling=command.sampling,
                        concurrency=command.parallel) as engine:
         return confirm(study, engine, top=top, budget=budget, command=command, preset=preset, on_measured=on_measured,
-                       figure=figure, check=check)
+                       figure=figure, check=check, before_storing=before_storing)

@@ -13,15 +13,20 @@ measured, predict every configuration of the space, then race the best few on ll
    target, one configuration of each family in the space, its best predicted under the baseline-only
    calibration (a short n-gram draft, a draft model, a block draft). Each target's cost factors are
    fitted to them (autotune.predict.predictor); that costs one mix per reference, 3 to 5 in all.
-5. The predicted study (engine part `predicted`) stores every configuration's prediction.
+5. The predicted study (engine part `predicted`) stores every configuration's prediction: a new run beside
+   the earlier ones (autotune.study.runs), so a search stopped before its race ends deletes no verdict.
 6. The race (autotune.study.race) of the finalists (each family's best within its margin, then by rank)
    with the references, and, for `nightly`, the preset in use; its verdict is the printed one. Each
    finalist's predicted speedup is then compared with its raced one: the prediction's error, out of
    sample.
+
+The search holds its key's lease (storage.leases) throughout, and the device lock from step 1 to the
+race's last prompt: another search of this machine never times anything while this one does.
 """
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import replace
 from typing import Callable
 
@@ -35,6 +40,7 @@ from autotune.errors import UsageError, WorkerDied
 from autotune.hardware import hardware_key
 from autotune.llamacpp.runnable import CommandCheck, command_check
 from autotune.llamacpp.server_binary import command_binary
+from autotune.measure.device_lock import device_lock
 from autotune.measure.prompts import PromptMix
 from autotune.models.files import file_sha256
 from autotune.predict.block_drafts import BlockPlan
@@ -46,7 +52,7 @@ from autotune.spec.default import spec_default_config
 from autotune.spec.space import SearchSpace
 from autotune.spec.types import DRAFT_MODEL_TYPES, family_of, spec_members
 from autotune.study.best import BestResult, best_result
-from autotune.study.catalog import study_name, study_names
+from autotune.study.catalog import study_name
 from autotune.study.confirm import trial_entrant
 from autotune.study.predicted_space import Replayed, family_references, finalists, replay_space, store_predictions
 from autotune.study.race import PAIRING_NOTES, Entrant, measure_rounds, race, round_line, speedup_of
@@ -54,10 +60,13 @@ from autotune.study.records import (
     BASELINE_ROLE, PREDICTED_ENGINE, SPEC_DEFAULT_ROLE, StudyRecord, TrialRecord, config_attrs, store_study,
     trial_attrs,
 )
+from autotune.study.leased import search_lease
 from autotune.study.references import measures_spec_default
+from autotune.study.runs import next_run
 from autotune.study.search import ConfirmOptions, SearchInputs, SearchOptions, check_inputs, run_search, runnable_space
 from autotune.study.tuner import SearchReporter, SearchSettings
 from storage import open_storage, resolve_storage_url
+from storage.leases import Lease
 
 #: configurations the predicted study samples (TPE) where the grid is larger than it replays point by point
 PREDICT_TRIALS = 400
@@ -96,29 +105,47 @@ def replayable(spec_type: str) -> bool:
 
 def run_predicted_search(options: SearchOptions, *, reporter: SearchReporter, server_bin: str | None,
                          race_options: ConfirmOptions = ConfirmOptions(),
-                         predict_trials: int = PREDICT_TRIALS) -> BestResult:
-    """Predict, then race (see the module docstring); returns the study's best (the race's pick). A search
-    that cannot be predicted (`cannot_predict`) is measured instead (`run_search`), said in one line."""
+                         predict_trials: int = PREDICT_TRIALS, lease: Lease | None = None) -> BestResult:
+    """Predict, then race (see the module docstring) under the lease of this search's key (`lease`, or one
+    claimed here: waiting for another search of the key, or LeaseHeld with --no-wait); returns the run's
+    best (the race's pick). A search that cannot be predicted (`cannot_predict`) is measured instead
+    (`run_search`), said in one line."""
     inputs = check_inputs(options, reporter.note)
     reason = cannot_predict(options.settings, inputs.space)
     if reason is not None:
         reporter.note(f"not predicted: {reason}; measuring instead (as --strategy measure)")
-        return run_search(options, reporter=reporter, server_bin=server_bin, confirm_options=race_options)
+        return run_search(options, reporter=reporter, server_bin=server_bin, confirm_options=race_options, lease=lease)
     if options.measured_only:
         raise measured_only_refused(options.measured_only, "this search is predicted (--strategy predict, the "
                                                            "default): drop them, or pass --strategy measure")
-    study = predict_and_race(inputs, options.settings, storage_url=options.storage_url, server_bin=server_bin,
-                             race_options=race_options, predict_trials=predict_trials, reporter=reporter)
+    with nullcontext(lease) if lease is not None else search_lease(options, reporter.note) as held:
+        study = predict_and_race(inputs, options.settings, storage_url=options.storage_url, server_bin=server_bin,
+                                 race_options=race_options, predict_trials=predict_trials, reporter=reporter,
+                                 lease=held)
     return best_result(study, check=command_check(server_bin))
 
 
 def predict_and_race(inputs: SearchInputs, settings: SearchSettings, *, storage_url: str | None,
                      server_bin: str | None, race_options: ConfirmOptions, predict_trials: int,
-                     reporter: SearchReporter, preset: SpecConfig | None = None,
+                     reporter: SearchReporter, lease: Lease, preset: SpecConfig | None = None,
                      study_attrs: dict | None = None, new_files: frozenset[str] = frozenset()) -> optuna.Study:
-    """Steps 1-6 of the module docstring on checked inputs; `preset` (the configuration in use) races
-    beside the finalists, and the best predicted with each of `new_files` (a night's new release) among
-    them. Returns the predicted study, its race stored with it."""
+    """Steps 1-6 of the module docstring on checked inputs, under `lease` (this search's key) and the device
+    lock from the baseline to the race's last prompt; `preset` (the configuration in use) races beside the
+    finalists, and the best predicted with each of `new_files` (a night's new release) among them. Returns
+    the new run (autotune.study.runs), its race stored with it; earlier runs stay as they were."""
+    storage = open_storage(resolve_storage_url(storage_url))  # a bad storage is found before any measurement
+    for note in inputs.notes:
+        reporter.note(note)
+    with device_lock(lambda device: reporter.note(f"waiting: another autotune search is measuring on {device}")):
+        return _predict_and_race(inputs, settings, storage, server_bin=server_bin, race_options=race_options,
+                                 predict_trials=predict_trials, reporter=reporter, lease=lease, preset=preset,
+                                 study_attrs=study_attrs, new_files=new_files)
+
+
+def _predict_and_race(inputs: SearchInputs, settings: SearchSettings, storage: optuna.storages.BaseStorage, *,
+                      server_bin: str | None, race_options: ConfirmOptions, predict_trials: int,
+                      reporter: SearchReporter, lease: Lease, preset: SpecConfig | None, study_attrs: dict | None,
+                      new_files: frozenset[str]) -> optuna.Study:
     model = inputs.space.model
     arbiter = choose_engine(None, server_bin=server_bin)
     binary, missing = command_binary(server_bin)
@@ -148,13 +175,7 @@ def predict_and_race(inputs: SearchInputs, settings: SearchSettings, *, storage_
         references = calibrate(targets, replayed, engine, inputs.mix, max_tokens=settings.max_tokens,
                                command=arbiter_command, runs=check if arbiter == "server" else None,
                                with_spec_default=with_spec_default, note=reporter.note)
-    storage = open_storage(resolve_storage_url(storage_url))
-    for note in inputs.notes:
-        reporter.note(note)
-    name = study_name(settings.model, hardware_key(), PREDICTED_ENGINE)
-    if name in study_names(storage):
-        reporter.note(f"replacing the earlier predicted study {name!r}")
-        optuna.delete_study(study_name=name, storage=storage)
+    name = next_run(storage, study_name(settings.model, hardware_key(), PREDICTED_ENGINE))
     study = optuna.create_study(storage=storage, study_name=name, direction="maximize")
     store_study(study, model=settings.model, hardware=hardware_key(), engine=PREDICTED_ENGINE, objective="decode",
                 measurement={"prompts": [p.id for p in inputs.mix], "prompt_source": inputs.mix.source,
@@ -172,7 +193,7 @@ def predict_and_race(inputs: SearchInputs, settings: SearchSettings, *, storage_
         "predicted_configurations": len(replayed), "grid": grid,
     })
     entrants = _race(study, inputs, settings, arbiter, engine_args, arbiter_command, race_options, reporter, check,
-                     preset, new_files)
+                     preset, new_files, lease)
     _refit(study, targets, entrants)
     return study
 
@@ -287,9 +308,10 @@ def _add_references(study: optuna.Study, targets: dict, references: list[Entrant
 
 def _race(study: optuna.Study, inputs: SearchInputs, settings: SearchSettings, arbiter: str, engine_args: dict,
           command: ServerCommand, race_options: ConfirmOptions, reporter: SearchReporter, check: CommandCheck,
-          preset: SpecConfig | None, new_files: frozenset[str] = frozenset()) -> list[Entrant]:
+          preset: SpecConfig | None, new_files: frozenset[str], lease: Lease) -> list[Entrant]:
     """Race the finalists whose command `check`'s llama-server runs with the references (and the preset);
-    store the race as the study's confirmation; returns the entrants with what they measured."""
+    store the race as the study's confirmation, while `lease` is still ours (a race another worker took over
+    is not stored twice); returns the entrants with what they measured."""
     entrants = [trial_entrant(t, TrialRecord.of(t).role) for t in study.trials
                 if TrialRecord.of(t).role in (BASELINE_ROLE, SPEC_DEFAULT_ROLE)]
     picked = finalists(study, race_options.top, check, new_files)
@@ -306,6 +328,7 @@ def _race(study: optuna.Study, inputs: SearchInputs, settings: SearchSettings, a
             on_measured=lambda r, entrant, speedup: reporter.note(round_line(r, entrant, speedup)),
             on_dropped=lambda e: reporter.note(f"race: {e.label} leaves after round {e.dropped_after}: {e.dropped}"),
             on_start=lambda pairing: reporter.note(PAIRING_NOTES[pairing]))
+    lease.check()
     store_study(study, confirmation=confirmation.as_dict())
     by_number = {t.number: TrialRecord.of(t) for t in study.trials}
     for row in confirmation.configs:

@@ -120,7 +120,6 @@ class StudyRecord:
     file_hashes: dict = field(default_factory=dict)  # a nightly version's files
     confirmation: dict | None = None  # Confirmation.as_dict() of the last confirmation (or race)
     prediction: dict = field(default_factory=dict)  # a predicted study's trajectories, costs and calibration
-    race_claim: dict | None = None  # which of the study's workers races it (autotune.study.race_claim)
 
     @classmethod
     def of(cls, study: optuna.Study) -> "StudyRecord":

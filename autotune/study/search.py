@@ -9,6 +9,7 @@ arbiter (llama-server when one resolves), and the printed figures are the confir
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -34,12 +35,14 @@ from autotune.study.best import BestResult, best_result
 from autotune.study.catalog import latest_version, study_name, study_names
 from autotune.study.confirm import confirm_study, top_trials
 from autotune.study.race import DEFAULT_BUDGET, RaceBudget, round_line
-from autotune.study.race_claim import claim_race, race_done
+from autotune.study.leased import free_lease, lease_key
 from autotune.study.records import TrialRecord
 from autotune.study.references import requeue_stale_trial
 from autotune.study.trials import is_spec_default
 from autotune.study.tuner import SearchReporter, SearchSettings, Tuner
+from autotune.study.verdict import stored_confirmation
 from storage import open_storage, resolve_storage_url
+from storage.leases import Lease, held_line
 
 
 @dataclass(frozen=True)
@@ -65,7 +68,8 @@ class SearchOptions:
     storage_url: str | None = None
     models_dir: Path | None = None  # None: the user data dir's (autotune.settings)
     space_file: Path | None = None
-    heartbeat_s: int = 60
+    heartbeat_s: int = 60  # of the key's lease (storage.leases) and of a measured study's trials
+    wait: bool = True  # --wait/--no-wait: for another search of this key to end, or LeaseHeld at once
     levels: tuple[int, ...] = (1,)  # --concurrency: a study per level
     target_file: Path | None = None  # --target: an ad-hoc model, its space inferred (autotune.models.adhoc)
     draft_files: tuple[Path, ...] = ()  # --draft, with --target
@@ -130,10 +134,14 @@ def check_inputs(options: SearchOptions, note: Callable[[str], None]) -> SearchI
 
 
 def run_search(options: SearchOptions, *, reporter: SearchReporter, server_bin: str | None = None,
-               confirm_options: ConfirmOptions = ConfirmOptions()) -> BestResult:
+               confirm_options: ConfirmOptions = ConfirmOptions(), lease: Lease | None = None) -> BestResult:
     """Run the study of `options.settings` (one load), then (unless disabled) re-measure its top
     configurations with the baseline, interleaved and repeated, on llama-server when a binary resolves,
-    else in-process: the figures printed are those, not the best of many noisy single measurements."""
+    else in-process: the figures printed are those, not the best of many noisy single measurements.
+
+    Workers of one study share its trials; its race runs under the key's lease (`lease`, the caller's,
+    else one claimed without waiting): a worker that finds it held leaves the race to its holder, and one
+    that finds these very finalists raced already does not race them again."""
     settings = options.settings
     inputs = check_inputs(options, reporter.note)
     engine_name = choose_engine(options.engine_name, concurrency=settings.concurrency, server_bin=server_bin,
@@ -143,20 +151,33 @@ def run_search(options: SearchOptions, *, reporter: SearchReporter, server_bin: 
     multi_objective = len(study.directions) > 1  # a pareto pick is made on the front, not by decode tok/s
     check = command_check(server_bin)  # the llama-server the printed command names
     finalists = top_trials(study, confirm_options.top, check)
-    holder = claim_race(study) if confirm_options.enabled and not multi_objective and finalists else None
-    if holder is not None:
-        reporter.note(f"{holder} races this study's finalists: `autotune best --model {settings.model}` shows its "
-                      "verdict once it is done")
-    elif confirm_options.enabled and not multi_objective and finalists:
-        arbiter = choose_engine(None, concurrency=settings.concurrency, server_bin=server_bin)
-        references = "the baseline and --spec-default" if any(map(is_spec_default, study.trials)) else "the baseline"
-        reporter.note(f"racing the top {len(finalists)} with {references} on the {arbiter} engine, "
-                      f"up to {confirm_options.budget.describe()}")
-        confirm_study(study, top=confirm_options.top, budget=confirm_options.budget, engine_name=arbiter,
-                      server_bin=server_bin,
-                      on_measured=lambda r, entrant, speedup: reporter.note(round_line(r, entrant, speedup)))
-        race_done(study)
+    if confirm_options.enabled and not multi_objective and finalists:
+        with nullcontext((lease, None)) if lease is not None else free_lease(options, reporter.note) as (held, holder):
+            if held is None:
+                reporter.note(f"{held_line(lease_key(settings), holder)} and races this study's finalists: "
+                              f"`autotune best --model {settings.model}` shows its verdict once it is done")
+            elif _raced(study, finalists):
+                reporter.note("these finalists' race is stored already: not racing them again")
+            else:
+                _race_finalists(study, finalists, settings, confirm_options, server_bin, reporter, held)
     return best_result(study, check=check)
+
+
+def _raced(study: optuna.Study, finalists: list[optuna.trial.FrozenTrial]) -> bool:
+    """Whether the study's stored race (reloaded: another worker may have raced since) raced exactly these."""
+    stored = stored_confirmation(optuna.load_study(study_name=study.study_name, storage=study._storage))
+    return stored is not None and {c.trial for c in stored.configs} == {t.number for t in finalists}
+
+
+def _race_finalists(study: optuna.Study, finalists: list, settings: SearchSettings, confirm_options: ConfirmOptions,
+                    server_bin: str | None, reporter: SearchReporter, lease: Lease) -> None:
+    arbiter = choose_engine(None, concurrency=settings.concurrency, server_bin=server_bin)
+    references = "the baseline and --spec-default" if any(map(is_spec_default, study.trials)) else "the baseline"
+    reporter.note(f"racing the top {len(finalists)} with {references} on the {arbiter} engine, "
+                  f"up to {confirm_options.budget.describe()}")
+    confirm_study(study, top=confirm_options.top, budget=confirm_options.budget, engine_name=arbiter,
+                  server_bin=server_bin, before_storing=lease.check,
+                  on_measured=lambda r, entrant, speedup: reporter.note(round_line(r, entrant, speedup)))
 
 
 def run_study(
@@ -183,6 +204,8 @@ def run_study(
         reporter.note(missing)
     command = ServerCommand(model.context_size, tuple(model.base_flags), binary=binary, threads=settings.threads,
                             sampling=settings.sampling, parallel=settings.concurrency)
+    storage = open_storage(resolve_storage_url(storage_url), heartbeat_interval_s=heartbeat_s,
+                           stale_trial_callback=requeue_stale_trial)  # a bad storage is found before any measurement
     with create_engine(
         engine_name, context_size=model.context_size, threads=settings.threads, server_bin=server_bin,
         base_flags=model.base_flags, sampling=settings.sampling, concurrency=settings.concurrency,
@@ -190,8 +213,6 @@ def run_study(
         runnable = runnable_space(inputs.space, engine, inputs.candidates, reporter=reporter, sampling=settings.sampling)
         for target in inputs.candidates.targets:
             engine.prepare(SpecConfig(target), inputs.mix, max_tokens=settings.max_tokens)
-        storage = open_storage(resolve_storage_url(storage_url), heartbeat_interval_s=heartbeat_s,
-                               stale_trial_callback=requeue_stale_trial)
         for note in (*engine.startup_notes, *inputs.notes):
             reporter.note(note)
         name, version = latest_version(

@@ -1,11 +1,13 @@
-"""Processes in tests: which llama-server processes a test left behind (found in /proc), and autotune
-started as a terminal or a background script would start it."""
+"""Processes in tests: which llama-server processes a test left behind (found in /proc), autotune
+started as a terminal or a background script would start it, and the timed lines of its output."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 
@@ -58,3 +60,41 @@ def process_ids_named(name: str, *, containing: str) -> list[int]:
         if comm == name and containing in cmdline:
             pids.append(int(entry))
     return pids
+
+
+class LineLog:
+    """The lines a running process writes to one pipe, each with when it came (time.monotonic()), read
+    by a thread of its own so that the pipe never fills while a test watches for a line."""
+
+    def __init__(self, stream):
+        self.lines: list[tuple[float, str]] = []
+        self._closed = False
+        self._changed = threading.Condition()
+        self._reader = threading.Thread(target=self._read, args=(stream,), daemon=True)
+        self._reader.start()
+
+    def _read(self, stream) -> None:
+        for line in stream:
+            with self._changed:
+                self.lines.append((time.monotonic(), line.rstrip("\n")))
+                self._changed.notify_all()
+        with self._changed:
+            self._closed = True
+            self._changed.notify_all()
+
+    def wait_for(self, text: str, timeout_s: float) -> tuple[float, str] | None:
+        """The first line containing `text` (waiting up to `timeout_s`); None if the pipe closed or time ran out."""
+        deadline = time.monotonic() + timeout_s
+        with self._changed:
+            while True:
+                found = self.first(text)
+                if found or self._closed or time.monotonic() > deadline:
+                    return found
+                self._changed.wait(timeout=max(0.0, deadline - time.monotonic()))
+
+    def first(self, text: str) -> tuple[float, str] | None:
+        return next(((at, line) for at, line in self.lines if text in line), None)
+
+    def text(self) -> str:
+        self._reader.join(timeout=30)
+        return "\n".join(line for _, line in self.lines)

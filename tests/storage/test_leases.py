@@ -1,0 +1,133 @@
+"""Leases on real databases (SQLite in a tmpdir, a real PostgreSQL), claimed by real processes."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+
+from autotune.errors import LeaseHeld, LeaseLost
+from storage.leases import MISSED_BEATS, LeaseKey, LeaseStore
+
+KEY = LeaseKey("tiny", "CPU Test")
+
+#: a process that claims KEY without waiting, says what it got, then holds it until stdin closes
+HOLDER = textwrap.dedent("""
+    import sys, time
+    from autotune.errors import LeaseLost
+    from storage.leases import LeaseKey, LeaseStore
+    url, beat_s, start_at = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
+    store = LeaseStore(url)
+    time.sleep(max(0.0, start_at - time.time()))
+    lease = store.try_claim(LeaseKey("tiny", "CPU Test"), beat_s=beat_s)
+    print("won" if lease else "held", flush=True)
+    if lease:
+        with lease:
+            sys.stdin.read()
+            try:
+                lease.check()
+                print("still mine", flush=True)
+            except LeaseLost as exc:
+                print(f"lost: {exc}", flush=True)
+""")
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def url(request, tmp_path):
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'leases.db'}"
+    return request.getfixturevalue("fresh_postgres")
+
+
+def holder(url: str, beat_s: float = 60, start_at: float = 0.0) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", HOLDER, url, str(beat_s), str(start_at)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+
+
+def test_of_processes_claiming_at_the_same_instant_exactly_one_wins(url):
+    LeaseStore(url).close()  # the tables exist before the race to claim
+    start_at = time.time() + 4  # every process has opened the database by then
+    claimers = [holder(url, start_at=start_at) for _ in range(5)]
+    try:
+        answers = sorted(c.stdout.readline().strip() for c in claimers)
+    finally:
+        for c in claimers:
+            c.stdin.close()
+            c.wait(timeout=30)
+    assert answers == ["held"] * 4 + ["won"]
+    assert LeaseStore(url).holder(KEY) is None  # the winner released it on its way out
+
+
+def test_a_held_lease_is_refused_without_waiting_and_says_whose_it_is(url):
+    held = holder(url)
+    try:
+        assert held.stdout.readline().strip() == "won"
+        with pytest.raises(LeaseHeld) as refused:
+            LeaseStore(url).claim(KEY, beat_s=1, wait=False)
+        assert LeaseHeld.exit_code == 3
+        assert f"tiny on CPU Test is being searched by autotune pid {held.pid} on {socket.gethostname()} since " \
+               in str(refused.value)
+    finally:
+        held.stdin.close()
+        held.wait(timeout=30)
+
+
+def test_a_waiting_claim_says_whose_lease_once_and_gets_it_when_released(url):
+    held = holder(url)
+    assert held.stdout.readline().strip() == "won"
+    heard = []
+    threading.Timer(3.0, held.stdin.close).start()
+    started = time.monotonic()
+    with LeaseStore(url).claim(KEY, beat_s=0.5, wait=True, on_wait=heard.append) as lease:
+        waited = time.monotonic() - started
+        assert lease.taken_from is None  # released, not taken over
+    held.wait(timeout=30)
+    assert 2.5 < waited < 10
+    assert [h.pid for h in heard] == [held.pid]
+
+
+def test_a_silent_holder_loses_its_lease_after_missed_beats_and_the_takeover_names_it(url):
+    held = holder(url, beat_s=0.5)
+    try:
+        assert held.stdout.readline().strip() == "won"
+        held.send_signal(signal.SIGSTOP)  # alive (its pid runs) but silent, as a machine cut off the network
+        store = LeaseStore(url)
+        assert store.try_claim(KEY, beat_s=0.5) is None  # not yet: it beat just now
+        time.sleep(MISSED_BEATS * 0.5 + 1.0)
+        with store.try_claim(KEY, beat_s=0.5) as lease:
+            assert lease.taken_from is not None and lease.taken_from.pid == held.pid
+            assert lease.taken_from.host == socket.gethostname()
+            held.send_signal(signal.SIGCONT)
+            held.stdin.close()
+            assert held.stdout.readline().startswith("lost: the lease of tiny on CPU Test was taken over")
+            assert store.holder(KEY).pid != held.pid  # the old holder's exit did not release ours
+            lease.check()  # still ours
+    finally:
+        held.send_signal(signal.SIGCONT)
+        held.wait(timeout=30)
+
+
+def test_a_killed_holder_on_this_host_frees_its_lease_at_once(url):
+    held = holder(url, beat_s=600)  # its beats alone would hold the lease for half an hour
+    assert held.stdout.readline().strip() == "won"
+    held.kill()
+    held.wait(timeout=30)
+    with LeaseStore(url).try_claim(KEY, beat_s=1) as lease:
+        assert lease.taken_from.pid == held.pid
+
+
+def test_a_lease_taken_over_refuses_its_old_holder(url):
+    store = LeaseStore(url)
+    first = store.try_claim(KEY, beat_s=0.2)
+    time.sleep(MISSED_BEATS * 0.2 + 0.5)  # never entered: no beats
+    with store.try_claim(KEY, beat_s=0.2) as second:
+        assert second.taken_from is not None
+        with pytest.raises(LeaseLost):
+            first.check()
+        second.check()
