@@ -419,8 +419,8 @@ def test_nightly_notices_a_new_release_on_the_hub(tmp_path, tiny_dir, target_onl
         third = invoke(*args)
         assert third.exit_code in (0, 3, 4), third.output
         assert f"downloading {REPO}/draft-A.gguf (a new revision, " in third.stderr
-    (name,) = [s.study_name for s in optuna.get_all_study_summaries(url, include_best_trial=False)]
-    assert name.endswith(":predicted") and "replacing the earlier predicted study" in third.stderr  # predicted anew
+    first_night, name = sorted(s.study_name for s in optuna.get_all_study_summaries(url, include_best_trial=False))
+    assert name == f"{first_night}/v2"  # predicted anew, beside the first night's run
     study = optuna.load_study(study_name=name, storage=url)
     assert f"draft-simple:tiny-target.gguf + draft-A.gguf@{C2}" in study.user_attrs["files"]
     raced = study.user_attrs["confirmation"]["configs"]  # the new draft's best raced against the preset in use
