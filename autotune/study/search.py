@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass, replace
+from datetime import datetime, timezone
 from pathlib import Path
 
 import optuna
@@ -141,7 +142,7 @@ def run_search(options: SearchOptions, *, reporter: SearchReporter, server_bin: 
 
     Workers of one study share its trials; its race runs under the key's lease (`lease`, the caller's,
     else one claimed without waiting): a worker that finds it held leaves the race to its holder, and one
-    that finds these very finalists raced already does not race them again."""
+    that finds a race stored since its finalists began does not race them again."""
     settings = options.settings
     inputs = check_inputs(options, reporter.note)
     engine_name = choose_engine(options.engine_name, concurrency=settings.concurrency, server_bin=server_bin,
@@ -157,16 +158,21 @@ def run_search(options: SearchOptions, *, reporter: SearchReporter, server_bin: 
                 reporter.note(f"{held_line(lease_key(settings), holder)} and races this study's finalists: "
                               f"`autotune best --model {settings.model}` shows its verdict once it is done")
             elif _raced(study, finalists):
-                reporter.note("these finalists' race is stored already: not racing them again")
+                reporter.note("this study's race is stored already, newer than its finalists: not racing them again")
             else:
                 _race_finalists(study, finalists, settings, confirm_options, server_bin, reporter, held)
     return best_result(study, check=check)
 
 
 def _raced(study: optuna.Study, finalists: list[optuna.trial.FrozenTrial]) -> bool:
-    """Whether the study's stored race (reloaded: another worker may have raced since) raced exactly these."""
+    """Whether the study's stored race (reloaded: another worker may have raced since) ended after each of
+    `finalists` began: a worker that finishes its share of the trials while another races leaves the race
+    to that one, and a resumed study, whose new trials begin after the race, races again."""
     stored = stored_confirmation(optuna.load_study(study_name=study.study_name, storage=study._storage))
-    return stored is not None and {c.trial for c in stored.configs} == {t.number for t in finalists}
+    if stored is None:
+        return False
+    ended = datetime.fromisoformat(stored.date)
+    return all(t.datetime_start is not None and t.datetime_start.astimezone(timezone.utc) < ended for t in finalists)
 
 
 def _race_finalists(study: optuna.Study, finalists: list, settings: SearchSettings, confirm_options: ConfirmOptions,

@@ -60,10 +60,10 @@ def test_two_workers_share_one_study(tiny_space, models_dir, autotune_home, stor
     assert 8 <= len(trials) <= 11
     assert sum(err.count("] trial ") for _, err in outputs) == len(trials)  # every trial was some worker's
     # one race for the study: the first worker to finish took the lease and raced, the other found the
-    # lease held (or, where that race had ended, the same finalists raced already) and left it
+    # lease held (or, where that race had ended, a race stored since its finalists began) and left it
     racers = [err for _, err in outputs if "autotune: racing the top " in err]
     others = [err for _, err in outputs if "races this study's finalists" in err
-              or "these finalists' race is stored already" in err]
+              or "this study's race is stored already" in err]
     assert len(racers) == 1 and len(others) == 1, [err[-1500:] for _, err in outputs]
     assert "race round 1:" not in others[0]
     study = optuna.load_study(study_name=f"tiny@{hardware_key()}:python", storage=storage_url)
