@@ -172,14 +172,21 @@ class BestResult:
 
     def by_category(self) -> dict:
         """For the pick and for `--spec-default`, each category's raced speedup over the plain command
-        (paired on that category's prompts) with its interval, and the predicted one beside it."""
+        (paired on that category's prompts) with its interval, and the predicted one beside it. Where the
+        plain command is the pick, the race's fastest entrant stands in its place (key `fastest`): where it
+        won and where it lost is what the user then wants to see."""
         confirmation, pick = self.confirmation, self.confirmed
-        if confirmation is None or pick is None or pick.role == "baseline":
+        if confirmation is None or pick is None:
             return {}
-        rows = {"pick": pick, "spec_default": confirmation.spec_default_of(pick)}
+        if pick.role == "baseline":
+            rows = {"fastest": confirmation.fastest}
+            rows["spec_default"] = None if rows["fastest"] is None else confirmation.spec_default_of(rows["fastest"])
+        else:
+            rows = {"pick": pick, "spec_default": confirmation.spec_default_of(pick)}
+        shown = rows.get("pick") or rows.get("fastest")
         found = {}
         for name, row in rows.items():
-            if row is None or (name == "spec_default" and row is pick):
+            if row is None or (name == "spec_default" and row is shown):
                 continue
             predicted = self.predicted_categories.get(row.trial, {})
             found[name] = {"label": row.label, "categories": {
