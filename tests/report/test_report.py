@@ -77,7 +77,8 @@ def reports(tmp_path_factory, tiny_dir) -> Reports:
         _derive_studies(study, storage)
         pages = {}
         for kind, args in {"search": ("--model", "tiny", "--objective", "decode"), "mixed": ("--model", "tiny-mixed"),
-                           "pareto": ("--model", "tiny", "--objective", "pareto")}.items():
+                           "pareto": ("--model", "tiny", "--objective", "pareto"), "equal": ("--model", "tiny-equal")
+                           }.items():
             out = root / f"report-{kind}"
             result = run("report", *args, "--storage", storage, "--out", str(out))
             assert result.exit_code == 0, result.output
@@ -124,9 +125,21 @@ def _derive_studies(study: optuna.Study, storage: str) -> None:
         pareto.add_trial(optuna.trial.create_trial(state=trial.state, values=values, params=trial.params,
                                                    distributions=trial.distributions, user_attrs=trial.user_attrs))
 
+    equal = optuna.create_study(storage=storage, study_name=study_name("tiny-equal", hw, "python"), direction="maximize")
+    equal.add_trial(baseline)
+    for value in EQUAL_VALUES:  # one spec type whose rounded interval lies a hair below its mean
+        equal.add_trial(optuna.trial.create_trial(state=TrialState.COMPLETE, value=value, params=speculative.params,
+                                                  distributions=speculative.distributions,
+                                                  user_attrs=speculative.user_attrs))
+
     optuna.create_study(storage=storage, study_name=study_name("tiny-empty", hw, "python"))
     failed = optuna.create_study(storage=storage, study_name=study_name("tiny-failed", hw, "python"))
     failed.add_trial(unfinished(TrialState.FAIL, "fail_reason", "llama-server would not start"))
+
+
+#: Three tok/s figures that spread by 1e-9: their 95% interval, rounded to 3 decimals, is 50.000-50.000, and
+#: their mean 50.0004 lies outside it (matplotlib refused the negative error bar: 'yerr' must not ...).
+EQUAL_VALUES = (50.0004, 50.0004, 50.0004 + 1e-9)
 
 
 def picked_row(html: str) -> int:
@@ -170,6 +183,23 @@ def test_the_top_table_has_command_lines_confirmed_figures_and_provenance(report
     assert "llama-server -m " in html
     assert "95% CI" in html  # `confirm` ran: its figures are in the table
     assert html.count("data-trial-detail=") >= 2
+
+
+def test_an_interval_that_misses_its_mean_is_drawn_without_its_bar_and_said(reports):
+    index, pngs = reports.pages["equal"]
+    for png in pngs:
+        check_png(png)
+    html = index.read_text()
+    drawn_without = [line for line in re.findall(r'<p class="caption">([^<]*)</p>', html) if "without an error bar" in line]
+    assert len(drawn_without) == 1  # the spec-type figure; the baseline's single trial has no interval at all
+    assert drawn_without[0].endswith("Drawn without an error bar, as its interval does not contain its mean: "
+                                     f"{escape(equal_spec_type(reports))} (mean 50.000, interval 50.000-50.000).")
+
+
+def equal_spec_type(reports: Reports) -> str:
+    """The spec type of the trial tiny-equal copies (the search's first completed speculative trial)."""
+    trial = next(t for t in reports.search.trials if t.state == TrialState.COMPLETE and t.params)
+    return trial.user_attrs["config"]["spec_type"]
 
 
 def test_failed_and_pruned_trials_are_shown_not_hidden(reports):
