@@ -89,6 +89,7 @@ def race_lines(confirmation: Confirmation, pick: ConfirmedConfig) -> list[str]:
         (", each prompt paired" if confirmation.pairing == "prompt" else ", paired by round")
     lines = []
     reference = confirmation.spec_default_of(pick)
+    failed = [d for d in confirmation.spec_defaults if d.target == pick.target and d.failure]
     if pick.role == BASELINE_ROLE:
         fastest = confirmation.fastest
         lines.append(f"# the plain command: no configuration was proven faster than it by "
@@ -114,6 +115,7 @@ def race_lines(confirmation: Confirmation, pick: ConfirmedConfig) -> list[str]:
         baseline = confirmation.baseline_of(pick)
         lines.append(f"# {pick.mean_tok_s:.1f} tok/s against the plain command's {baseline.mean_tok_s:.1f} "
                      f"(decode, means over {pick.rounds} rounds)")
+    lines += [f"# llama.cpp's --spec-default left the race: {d.failure}" for d in failed]
     return lines
 
 

@@ -205,6 +205,7 @@ class BestResult:
             "pick": None if pick is None else pick.as_json(),
             "spec_default": None if spec_default is None else spec_default.as_json(),
             "finalists": [row.as_json() for row in confirmation.configs],
+            "spec_defaults": [row.as_json() for row in confirmation.spec_defaults],  # a failed one included
             "pairing": confirmation.pairing, "ended": confirmation.ended, "rounds": confirmation.repeats,
             "planned_rounds": confirmation.planned_rounds, "min_effect": confirmation.min_effect,
             "alpha": confirmation.alpha,
