@@ -59,27 +59,11 @@ def tiny_dir(tmp_path_factory) -> Path:
     return root
 
 
-TINY_SPACE = """
-[model]
-name = "tiny"
-target = "tiny-target.gguf"
-draft = "{draft}"
-context_size = 512
-
-[spec_types.draft-simple]
-draft_n_max = [1, 6]
-
-[spec_types.ngram-simple]
-ngram_simple_size_n = [1, 3]
-ngram_simple_size_m = [2, 8]
-"""
-
-
 @pytest.fixture
 def tiny_space(tmp_path) -> Path:
     """A search-space file for the tiny models."""
     path = tmp_path / "tiny.toml"
-    path.write_text(textwrap.dedent(TINY_SPACE.format(draft="tiny-draft.gguf")))
+    path.write_text(textwrap.dedent(tiny_gguf.TINY_SPACE.format(draft="tiny-draft.gguf")))
     return path
 
 

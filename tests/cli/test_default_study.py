@@ -26,23 +26,10 @@ from autotune.hardware import hardware_key
 from autotune.study.catalog import study_name
 from autotune.study.verdict import BUDGET_SPENT, NONE_CAN_WIN, WINNER, Confirmation, ConfirmedConfig
 from autotune.testing.races import raced_row, scaled
+from autotune.testing.tiny_gguf import TINY_SPACE
 
 pytestmark = pytest.mark.usefixtures("no_server_left_behind")
 
-SPACE = """
-[model]
-name = "tiny"
-target = "tiny-target.gguf"
-draft = "tiny-draft.gguf"
-context_size = 512
-
-[spec_types.draft-simple]
-draft_n_max = [1, 6]
-
-[spec_types.ngram-simple]
-ngram_simple_size_n = [1, 3]
-ngram_simple_size_m = [2, 8]
-"""
 #: One prompt of each category is raced (--per-category 1, the default): the categories every
 #: per-category output must show.
 PROMPTS = [("qa", "What is the capital of France?"), ("code", "def fibonacci(n):"),
@@ -75,7 +62,7 @@ def studies(tmp_path_factory, tiny_dir) -> Studies:
     root = tmp_path_factory.mktemp("default-study")
     storage = f"sqlite:///{root / 'autotune.db'}"
     space, prompts = root / "tiny.toml", root / "prompts.jsonl"
-    space.write_text(textwrap.dedent(SPACE))
+    space.write_text(textwrap.dedent(TINY_SPACE.format(draft="tiny-draft.gguf")))
     prompts.write_text("".join(json.dumps({"id": f"{c}-{i}", "category": c, "prompt": p}) + "\n"
                                for i, (c, p) in enumerate(PROMPTS)))
     with pytest.MonkeyPatch.context() as env:
@@ -175,34 +162,32 @@ def test_a_winner_is_printed_with_its_chosen_speedup(studies):
     assert categories_of(by_category) == {category: "1.30x" for category in CATEGORIES}
 
 
-def test_the_plain_command_shows_where_the_fastest_entrant_won_and_lost(studies):
+@pytest.mark.parametrize("ended", [NONE_CAN_WIN, BUDGET_SPENT])
+def test_a_plain_pick_prints_the_plain_command_and_where_the_fastest_entrant_won_and_lost(studies, ended):
     baseline, first, _ = race_rows(studies)
-    lines = run("best", "--model", MODELS[NONE_CAN_WIN], storage=studies.storage).stdout.splitlines()
+    lines = run("best", "--model", MODELS[ended], storage=studies.storage).stdout.splitlines()
     assert shlex.split(lines[0]) == baseline.argv
-    assert lines[1] == PLAIN_LINE.format(ended=NONE_CAN_WIN)
-    assert lines[2].startswith(f"# the fastest, {first.label}, ran 1.01x [95% CI 1.01-1.01] (p=")
-    assert lines[2].endswith("its whole interval lies below the minimum effect (1.02x): no longer race would pick it")
-    found = json.loads(run("best", "--model", MODELS[NONE_CAN_WIN], "--json", storage=studies.storage).stdout)
+    assert lines[1] == PLAIN_LINE.format(ended=ended)
+    assert lines[2].startswith(f"# the fastest, {first.label}, ran ")
+    found = json.loads(run("best", "--model", MODELS[ended], "--json", storage=studies.storage).stdout)
     assert found["trial"] == baseline.trial and found["params"]["spec_type"] == "none"
-    assert found["race"]["ended"] == NONE_CAN_WIN and found["race"]["pick"]["role"] == "baseline"
+    assert found["race"]["ended"] == ended and found["race"]["pick"]["role"] == "baseline"
+    assert found["race"]["rounds"] == 2 and not any(row["significant"] for row in found["race"]["finalists"])
     assert found["by_category"]["fastest"]["label"] == first.label
     assert sorted(found["by_category"]["fastest"]["categories"]) == CATEGORIES
-    by_category = run("best", "--model", MODELS[NONE_CAN_WIN], "--by-category", storage=studies.storage).stdout
+    by_category = run("best", "--model", MODELS[ended], "--by-category", storage=studies.storage).stdout
     assert (f"# the plain command is the pick; the fastest entrant, {first.label}: speedup by category [95% CI], "
             "predicted") in by_category.splitlines()
+    assert sorted(categories_of(by_category)) == CATEGORIES
+
+
+def test_an_entrant_that_cannot_reach_the_minimum_effect_is_said_so_with_its_figures(studies):
+    _, first, _ = race_rows(studies)
+    lines = run("best", "--model", MODELS[NONE_CAN_WIN], storage=studies.storage).stdout.splitlines()
+    assert lines[2].startswith(f"# the fastest, {first.label}, ran 1.01x [95% CI 1.01-1.01] (p=")
+    assert lines[2].endswith("its whole interval lies below the minimum effect (1.02x): no longer race would pick it")
+    by_category = run("best", "--model", MODELS[NONE_CAN_WIN], "--by-category", storage=studies.storage).stdout
     assert categories_of(by_category) == {category: "1.01x" for category in CATEGORIES}
-
-
-def test_a_spent_budget_is_the_plain_command_and_says_so(studies):
-    baseline, first, _ = race_rows(studies)
-    lines = run("best", "--model", MODELS[BUDGET_SPENT], storage=studies.storage).stdout.splitlines()
-    assert shlex.split(lines[0]) == baseline.argv
-    assert lines[1] == PLAIN_LINE.format(ended=BUDGET_SPENT)
-    assert lines[2].startswith(f"# the fastest, {first.label}, ran ")
-    found = json.loads(run("best", "--model", MODELS[BUDGET_SPENT], "--json", storage=studies.storage).stdout)
-    assert found["race"]["ended"] == BUDGET_SPENT and found["race"]["rounds"] == 2
-    assert not any(row["significant"] for row in found["race"]["finalists"])
-    assert sorted(found["by_category"]["fastest"]["categories"]) == CATEGORIES
 
 
 # -- presets export --------------------------------------------------------------------------------
@@ -211,7 +196,7 @@ def test_a_default_nightly_makes_the_preset_every_export_writes(tmp_path, tiny_d
     """`nightly`'s first night on the default strategy stores its pick as the preset (exit 0, 'first
     preset'); json, toml and sh exports all carry that pick's command."""
     space = tmp_path / "tiny.toml"
-    space.write_text(textwrap.dedent(SPACE))
+    space.write_text(textwrap.dedent(TINY_SPACE.format(draft="tiny-draft.gguf")))
     storage = f"sqlite:///{tmp_path / 'night.db'}"
     night = CliRunner().invoke(cli, ["nightly", "--model", "tiny", "--space", str(space), "--models-dir",
                                      str(tiny_dir), "--max-tokens", "24", "--top", "2", "--race-budget", "2",
