@@ -178,12 +178,8 @@ class BestResult:
         confirmation, pick = self.confirmation, self.confirmed
         if confirmation is None or pick is None:
             return {}
-        if pick.role == "baseline":
-            rows = {"fastest": confirmation.fastest}
-            rows["spec_default"] = None if rows["fastest"] is None else confirmation.spec_default_of(rows["fastest"])
-        else:
-            rows = {"pick": pick, "spec_default": confirmation.spec_default_of(pick)}
-        shown = rows.get("pick") or rows.get("fastest")
+        key, shown = ("fastest", confirmation.fastest) if pick.role == "baseline" else ("pick", pick)
+        rows = {key: shown, "spec_default": None if shown is None else confirmation.spec_default_of(shown)}
         found = {}
         for name, row in rows.items():
             if row is None or (name == "spec_default" and row is shown):
