@@ -129,15 +129,16 @@ def test_an_abort_in_llama_cpp_names_its_message_from_the_worker_stderr(engine, 
 
 
 def test_a_deadline_that_passes_mid_prompt_kills_the_worker(engine, target):
+    """The deadline has passed by the time the first answer is awaited: the worker, busy with the first
+    prompt, is killed there on any machine, fast or loaded (no wall-clock race with the mix)."""
     engine.prepare(SpecConfig(target), LONG_MIX, max_tokens=16)
     doomed = engine.worker_pid
     finished = []
-    with pytest.raises(TrialFailure, match=r"^timeout after \d+\.\d s at prompt \d$") as failure:
-        engine.measure(SpecConfig(target), LONG_MIX, max_tokens=LONG_TOKENS, deadline_s=time.monotonic() + 0.6,
+    with pytest.raises(TrialFailure, match=r"^timeout after \d+\.\d s at prompt 1$") as failure:
+        engine.measure(SpecConfig(target), LONG_MIX, max_tokens=LONG_TOKENS, deadline_s=time.monotonic(),
                        on_prompt=lambda index, result: finished.append(index))
     assert not isinstance(failure.value, WorkerDied)  # a hang we stopped, not a crash
-    stopped_at = int(str(failure.value).rsplit(" ", 1)[1])  # counted from 1
-    assert stopped_at == len(finished) + 1 <= len(LONG_MIX.prompts)  # cut inside a prompt, before the mix ended
+    assert finished == []  # cut inside the first prompt
     assert not alive(doomed)
     assert engine.measure(SpecConfig(target), LONG_MIX, max_tokens=8).results
 
