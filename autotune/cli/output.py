@@ -63,12 +63,13 @@ def _losing_category_lines(result: BestResult) -> list[str]:
 
 def category_table(result: BestResult) -> str:
     """`best --by-category`: each category's raced speedup (95 % interval) and predicted one, for the pick
-    and for llama.cpp's --spec-default."""
+    (or, where the plain command is the pick, the race's fastest entrant) and for llama.cpp's --spec-default."""
     found = result.by_category()
     if not found:
-        return "# by category: the plain command is the pick, or no race measured it"
+        return "# by category: no race timed this pick's prompts one by one"
     lines = []
-    for name, heading in (("pick", "the pick"), ("spec_default", "llama.cpp's --spec-default")):
+    for name, heading in (("pick", "the pick"), ("fastest", "the plain command is the pick; the fastest entrant"),
+                          ("spec_default", "llama.cpp's --spec-default")):
         if name not in found:
             continue
         lines.append(f"# {heading}, {found[name]['label']}: speedup by category [95% CI], predicted")
@@ -88,6 +89,7 @@ def race_lines(confirmation: Confirmation, pick: ConfirmedConfig) -> list[str]:
         (", each prompt paired" if confirmation.pairing == "prompt" else ", paired by round")
     lines = []
     reference = confirmation.spec_default_of(pick)
+    failed = [d for d in confirmation.spec_defaults if d.target == pick.target and d.failure]
     if pick.role == BASELINE_ROLE:
         fastest = confirmation.fastest
         lines.append(f"# the plain command: no configuration was proven faster than it by "
@@ -113,6 +115,7 @@ def race_lines(confirmation: Confirmation, pick: ConfirmedConfig) -> list[str]:
         baseline = confirmation.baseline_of(pick)
         lines.append(f"# {pick.mean_tok_s:.1f} tok/s against the plain command's {baseline.mean_tok_s:.1f} "
                      f"(decode, means over {pick.rounds} rounds)")
+    lines += [f"# llama.cpp's --spec-default left the race: {d.failure}" for d in failed]
     return lines
 
 

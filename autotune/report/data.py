@@ -46,6 +46,20 @@ class Interval:
         low, high = ci95(values) or (None, None)
         return cls(len(values), float(np.mean(values)), low, high)
 
+    @property
+    def error_bar(self) -> tuple[float, float] | None:
+        """(below, above) the mean, or None where there is no interval or it does not contain the mean
+        (the interval is rounded to 3 decimals, the mean is not: equal values can leave the mean a hair
+        outside it). A figure draws no bar then and its caption says why (`outside_note`)."""
+        if self.low is None or self.high is None or not self.contains_mean:
+            return None
+        return self.mean - self.low, self.high - self.mean
+
+    @property
+    def contains_mean(self) -> bool:
+        """Whether the mean lies in its interval; True where there is no interval to disagree."""
+        return self.low is None or self.high is None or self.low <= self.mean <= self.high
+
 
 @dataclass(frozen=True)
 class Group:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import optuna
 import plotly.graph_objects as go
 
-from autotune.report.data import StudyView, TrialState, short_path
+from autotune.report.data import Group, StudyView, TrialState, short_path
 from autotune.report.load import load_curve, plotly_load
 from autotune.study.records import TrialRecord
 
@@ -52,12 +52,13 @@ def plan(view: StudyView) -> list[Panel]:
               "never drawn as a score of 0.", "history"),
         Panel("spec-types", "tok/s by spec type",
               f"Every completed trial (dots) and each type's mean with its 95% interval (t-distribution); "
-              f"{baseline}.", "spec-types"),
+              f"{baseline}." + outside_note({str(g.key): g for g in view.by_spec_type()}), "spec-types"),
     ]
     for name in view.grouped_params():
+        groups = {f"{spec_type} {name}={g.key}": g for spec_type, found in view.by_param(name).items() for g in found}
         panels.append(Panel(f"by-{name.replace('_', '-')}", f"tok/s by {name}",
-                            f"Trials by {name}, one line per spec type: mean and 95% interval; {baseline}.",
-                            "param", name))
+                            f"Trials by {name}, one line per spec type: mean and 95% interval; {baseline}."
+                            + outside_note(groups), "param", name))
     categories, speedups = view.category_speedups()
     panels.append(Panel(
         "category-speedup", "Speedup over the baseline per prompt category",
@@ -98,6 +99,16 @@ def plotly_figure(panel: Panel, view: StudyView) -> go.Figure:
     figure.update_layout(title=panel.title, height=HEIGHT_PX, template="plotly_white",
                          margin=dict(l=70, r=30, t=60, b=70))
     return figure
+
+
+def outside_note(groups: dict[str, Group]) -> str:
+    """One sentence for a caption naming the groups drawn without an error bar because their interval
+    does not contain their mean; empty where every interval does."""
+    outside = [(label, g.interval) for label, g in groups.items() if g.interval and not g.interval.contains_mean]
+    if not outside:
+        return ""
+    shown = ", ".join(f"{label} (mean {i.mean:.3f}, interval {i.low:.3f}-{i.high:.3f})" for label, i in outside)
+    return f" Drawn without an error bar, as its interval does not contain its mean: {shown}."
 
 
 def spec_type_colors(view: StudyView) -> dict[str, str]:
@@ -225,11 +236,10 @@ def _param(view: StudyView, name: str) -> go.Figure:
 
 def _mean_marker(figure: go.Figure, xs, groups, *, name: str = "mean, 95% CI", color: str = "black",
                  mode: str = "markers") -> None:
-    means = [g.interval.mean for g in groups if g.interval]
-    xs = [x for x, g in zip(xs, groups) if g.interval]
-    plus = [(g.interval.high - g.interval.mean) if g.interval.high is not None else 0 for g in groups if g.interval]
-    minus = [(g.interval.mean - g.interval.low) if g.interval.low is not None else 0 for g in groups if g.interval]
-    counts = [g.interval.n for g in groups if g.interval]
+    kept = [(x, g.interval) for x, g in zip(xs, groups) if g.interval]
+    xs, means, counts = [x for x, _ in kept], [i.mean for _, i in kept], [i.n for _, i in kept]
+    bars = [i.error_bar for _, i in kept]  # None: no bar at that point (plotly skips it)
+    minus, plus = [b and b[0] for b in bars], [b and b[1] for b in bars]
     figure.add_trace(go.Scatter(
         x=xs, y=means, mode=mode, name=name, marker=dict(symbol="diamond", size=12, color=color),
         line=dict(color=color), error_y=dict(type="data", symmetric=False, array=plus, arrayminus=minus, thickness=2),

@@ -92,6 +92,8 @@ def _summary(view: StudyView) -> str:
     if view.confirmation is not None:
         c = view.confirmation
         rows.append(("raced", f"on {c.engine} ({c.build}), {c.repeats} rounds, {c.pairing} pairing, {c.ended}, {c.date}"))
+        failed = [r for r in c.rows if r.failure]
+        rows.append(("left the race", "; ".join(f"{r.label}: {r.failure}" for r in failed) if failed else None))
     body = "".join(f"<tr><th>{escape(k)}</th><td>{escape(str(v))}</td></tr>" for k, v in rows if v is not None)
     return f'<table class="summary" style="width:auto">{body}</table>'
 

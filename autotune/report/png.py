@@ -3,6 +3,7 @@ the importances and the pareto front, plain matplotlib for the rest (same data, 
 
 from __future__ import annotations
 
+import math
 import sys
 import warnings
 from pathlib import Path
@@ -114,8 +115,8 @@ def _mean_marker(axes, xs, groups, *, label="mean, 95% CI", color="black", line=
     if not kept:
         return
     means = [i.mean for _, i in kept]
-    below = [i.mean - i.low if i.low is not None else 0 for _, i in kept]
-    above = [i.high - i.mean if i.high is not None else 0 for _, i in kept]
+    bars = [i.error_bar or (math.nan, math.nan) for _, i in kept]  # NaN: no bar at that point
+    below, above = [b[0] for b in bars], [b[1] for b in bars]
     axes.errorbar([x for x, _ in kept], means, yerr=[below, above], fmt="D-" if line else "D", color=color,
                   capsize=5, markersize=8, label=label if not axes.get_legend_handles_labels()[1].count(label) else None)
 

@@ -172,14 +172,17 @@ class BestResult:
 
     def by_category(self) -> dict:
         """For the pick and for `--spec-default`, each category's raced speedup over the plain command
-        (paired on that category's prompts) with its interval, and the predicted one beside it."""
+        (paired on that category's prompts) with its interval, and the predicted one beside it. Where the
+        plain command is the pick, the race's fastest entrant stands in its place (key `fastest`): where it
+        won and where it lost is what the user then wants to see."""
         confirmation, pick = self.confirmation, self.confirmed
-        if confirmation is None or pick is None or pick.role == "baseline":
+        if confirmation is None or pick is None:
             return {}
-        rows = {"pick": pick, "spec_default": confirmation.spec_default_of(pick)}
+        key, shown = ("fastest", confirmation.fastest) if pick.role == "baseline" else ("pick", pick)
+        rows = {key: shown, "spec_default": None if shown is None else confirmation.spec_default_of(shown)}
         found = {}
         for name, row in rows.items():
-            if row is None or (name == "spec_default" and row is pick):
+            if row is None or (name == "spec_default" and row is shown):
                 continue
             predicted = self.predicted_categories.get(row.trial, {})
             found[name] = {"label": row.label, "categories": {
@@ -198,6 +201,7 @@ class BestResult:
             "pick": None if pick is None else pick.as_json(),
             "spec_default": None if spec_default is None else spec_default.as_json(),
             "finalists": [row.as_json() for row in confirmation.configs],
+            "spec_defaults": [row.as_json() for row in confirmation.spec_defaults],  # a failed one included
             "pairing": confirmation.pairing, "ended": confirmation.ended, "rounds": confirmation.repeats,
             "planned_rounds": confirmation.planned_rounds, "min_effect": confirmation.min_effect,
             "alpha": confirmation.alpha,

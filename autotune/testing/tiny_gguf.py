@@ -50,6 +50,7 @@ import numpy as np
 import gguf
 
 __all__ = [
+    "TINY_SPACE",
     "SPECIAL_TOKENS",
     "UNK_ID",
     "BOS_ID",
@@ -64,6 +65,22 @@ __all__ = [
     "write_qwen3_target",
     "write_dspark_draft",
 ]
+
+#: A search space over the models the tests write here (tiny-target.gguf and a draft named by `{draft}`).
+TINY_SPACE = """
+[model]
+name = "tiny"
+target = "tiny-target.gguf"
+draft = "{draft}"
+context_size = 512
+
+[spec_types.draft-simple]
+draft_n_max = [1, 6]
+
+[spec_types.ngram-simple]
+ngram_simple_size_n = [1, 3]
+ngram_simple_size_m = [2, 8]
+"""
 
 SPECIAL_TOKENS: tuple[str, ...] = ("<unk>", "<s>", "</s>", "<pad>", "<mask>")
 UNK_ID, BOS_ID, EOS_ID, PAD_ID, MASK_ID = range(len(SPECIAL_TOKENS))

@@ -8,7 +8,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 from importlib import metadata
 from pathlib import Path
 
@@ -44,9 +43,7 @@ def lines_starting(output: str, prefix: str) -> list[str]:
 
 def test_doctor_reads_both_builds_and_decodes_gemma_on_each(gemma_dir):
     server = resolve_server_binary()
-    started = time.monotonic()
-    done = doctor(gemma_dir)
-    took = time.monotonic() - started
+    done = doctor(gemma_dir)  # within doctor()'s timeout: no wall-clock bound a loaded box could cross
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout
     assert lines_starting(out, "model: ") == [f"model: gemma3-270m, decoding {gemma_dir / 'gemma-3-270m-q4_k_m.gguf'}"]
@@ -65,7 +62,6 @@ def test_doctor_reads_both_builds_and_decodes_gemma_on_each(gemma_dir):
     assert re.fullmatch(r"decode llama-server: 4 tokens, [0-9.]+ tok/s \([0-9.]+ s in all\)",
                         lines_starting(out, "decode llama-server")[0])
     assert lines_starting(out, "problem:") == [] and out.splitlines()[-1] == "usable: yes"
-    assert took < 120, f"doctor took {took:.0f} s"
 
     report = json.loads(doctor(gemma_dir, "--json").stdout)
     assert report["usable"] is True and report["model"] == "gemma3-270m"

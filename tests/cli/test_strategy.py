@@ -21,7 +21,8 @@ def run(*args: str):
     return result
 
 
-def test_predict_then_race_prints_the_race_winner_with_its_prediction(tiny_space, models_dir, autotune_home):
+def test_predict_then_race_prints_the_race_winner_with_its_prediction(tiny_space, models_dir, autotune_home,
+                                                                     confirmed_pick):
     result = run("search", "--model", "tiny", "--space", str(tiny_space), "--models-dir", str(models_dir),
                  "--max-tokens", "24", "--race-top", "2", "--race-budget", "2")
     assert "predicted" in result.output and "racing 2 predicted finalists with the references" in result.output
@@ -44,7 +45,10 @@ def test_predict_then_race_prints_the_race_winner_with_its_prediction(tiny_space
     assert best["engine"] in ("predicted", "server") and "predicted_speedup" in best and "calibration_error" not in best
     assert best["confirmed"]["engine"] == "server"
     race = best["race"]
-    assert len(race["finalists"]) == 2 and race["pick"] is not None
+    picked = confirmed_pick(confirmation)  # the race's rule, written out: None is the plain command
+    assert len(race["finalists"]) == 2 and race["pick"]["trial"] == (picked["trial"] if picked else 0)
+    assert best["trial"] == race["pick"]["trial"]
+    assert best["command"] in result.stdout.splitlines()  # the command the search printed
     for row in race["finalists"]:
         assert set(row) >= {"speedup", "speedup_ci95", "p_value", "significant", "rounds", "prompts"}
         if row["speedup"] is not None:

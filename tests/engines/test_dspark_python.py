@@ -109,12 +109,11 @@ def per_step(result) -> float:
 # -- the engine runs it ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("ci, outcome", [("true", pytest.fail.Exception), ("", pytest.skip.Exception)])
-def test_missing_symbols_fail_under_ci_and_skip_elsewhere(monkeypatch, ci, outcome):
+def test_missing_symbols_skip_naming_them(monkeypatch):
+    """A skip (under CI a failure: tests/test_ci.py), naming what this libllama lacks."""
     monkeypatch.setattr(dfc, "missing", lambda: ["llama_model_target_layer_ids"])
     monkeypatch.setattr(dfc, "available", lambda: False)
-    monkeypatch.setenv("CI", ci)
-    with pytest.raises(outcome, match="libllama lacks"):
+    with pytest.raises(pytest.skip.Exception, match=r"libllama lacks \['llama_model_target_layer_ids'\]"):
         require_dspark_symbols()
 
 

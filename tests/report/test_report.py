@@ -21,7 +21,6 @@ from autotune.study.confirm import confirm
 from autotune.study.race import RaceBudget
 from autotune.engines import create_engine
 from autotune.hardware import hardware_key
-from autotune.study.best import best_result
 from autotune.study.catalog import study_name
 from autotune.testing.browser import find_chromium, headless_chromium
 
@@ -78,7 +77,8 @@ def reports(tmp_path_factory, tiny_dir) -> Reports:
         _derive_studies(study, storage)
         pages = {}
         for kind, args in {"search": ("--model", "tiny", "--objective", "decode"), "mixed": ("--model", "tiny-mixed"),
-                           "pareto": ("--model", "tiny", "--objective", "pareto")}.items():
+                           "pareto": ("--model", "tiny", "--objective", "pareto"), "equal": ("--model", "tiny-equal")
+                           }.items():
             out = root / f"report-{kind}"
             result = run("report", *args, "--storage", storage, "--out", str(out))
             assert result.exit_code == 0, result.output
@@ -125,9 +125,21 @@ def _derive_studies(study: optuna.Study, storage: str) -> None:
         pareto.add_trial(optuna.trial.create_trial(state=trial.state, values=values, params=trial.params,
                                                    distributions=trial.distributions, user_attrs=trial.user_attrs))
 
+    equal = optuna.create_study(storage=storage, study_name=study_name("tiny-equal", hw, "python"), direction="maximize")
+    equal.add_trial(baseline)
+    for value in EQUAL_VALUES:  # one spec type whose rounded interval lies a hair below its mean
+        equal.add_trial(optuna.trial.create_trial(state=TrialState.COMPLETE, value=value, params=speculative.params,
+                                                  distributions=speculative.distributions,
+                                                  user_attrs=speculative.user_attrs))
+
     optuna.create_study(storage=storage, study_name=study_name("tiny-empty", hw, "python"))
     failed = optuna.create_study(storage=storage, study_name=study_name("tiny-failed", hw, "python"))
     failed.add_trial(unfinished(TrialState.FAIL, "fail_reason", "llama-server would not start"))
+
+
+#: Three tok/s figures that spread by 1e-9: their 95% interval, rounded to 3 decimals, is 50.000-50.000, and
+#: their mean 50.0004 lies outside it (matplotlib refused the negative error bar: 'yerr' must not ...).
+EQUAL_VALUES = (50.0004, 50.0004, 50.0004 + 1e-9)
 
 
 def picked_row(html: str) -> int:
@@ -159,10 +171,11 @@ def test_report_writes_an_offline_page_and_the_same_figures_as_png(reports):
     assert "<script src=" not in html and "<link" not in html and "@import" not in html
 
 
-def test_the_top_table_has_command_lines_confirmed_figures_and_provenance(reports):
+def test_the_top_table_has_command_lines_confirmed_figures_and_provenance(reports, confirmed_pick):
     html = reports.pages["search"][0].read_text()
     study = reports.search
-    picked = best_result(study).trial
+    raced = confirmed_pick(study.user_attrs["confirmation"])  # None: the plain command, trial 0
+    picked = study.trials[raced["trial"] if raced else 0]
     assert picked_row(html) == picked.number
     assert escape(picked.user_attrs["llama_cpp_build"]) in html
     for sha in picked.user_attrs["model_files"].values():
@@ -170,6 +183,23 @@ def test_the_top_table_has_command_lines_confirmed_figures_and_provenance(report
     assert "llama-server -m " in html
     assert "95% CI" in html  # `confirm` ran: its figures are in the table
     assert html.count("data-trial-detail=") >= 2
+
+
+def test_an_interval_that_misses_its_mean_is_drawn_without_its_bar_and_said(reports):
+    index, pngs = reports.pages["equal"]
+    for png in pngs:
+        check_png(png)
+    html = index.read_text()
+    drawn_without = [line for line in re.findall(r'<p class="caption">([^<]*)</p>', html) if "without an error bar" in line]
+    assert len(drawn_without) == 1  # the spec-type figure; the baseline's single trial has no interval at all
+    assert drawn_without[0].endswith("Drawn without an error bar, as its interval does not contain its mean: "
+                                     f"{escape(equal_spec_type(reports))} (mean 50.000, interval 50.000-50.000).")
+
+
+def equal_spec_type(reports: Reports) -> str:
+    """The spec type of the trial tiny-equal copies (the search's first completed speculative trial)."""
+    trial = next(t for t in reports.search.trials if t.state == TrialState.COMPLETE and t.params)
+    return trial.user_attrs["config"]["spec_type"]
 
 
 def test_failed_and_pruned_trials_are_shown_not_hidden(reports):
@@ -192,7 +222,18 @@ def test_a_pareto_study_draws_its_front_and_the_pick(reports):
     assert "pareto: decode tok/s and prompt tok/s" in html
     study = optuna.load_study(study_name=study_name("tiny", hardware_key(), "python", objective="pareto"),
                               storage=reports.storage)
-    assert picked_row(html) == best_result(study).trial.number
+    assert picked_row(html) == pareto_pick(study).number
+
+
+def pareto_pick(study: optuna.Study) -> optuna.trial.FrozenTrial:
+    """`best`'s rule on a pareto study, written out: of the completed trials no other beats on both decode
+    and prompt tok/s, the lossless one with the highest end-to-end tok/s."""
+    complete = [t for t in study.trials if t.state == TrialState.COMPLETE]
+    front = [t for t in complete if not any(o.values[0] >= t.values[0] and o.values[1] >= t.values[1]
+                                            and o.values != t.values for o in complete)]
+    lossless = [t for t in front if t.user_attrs.get("lossless") is not False]
+    assert lossless, "every trial on the front lost the baseline's output: pick the study again"
+    return max(lossless, key=lambda t: t.user_attrs["figures"]["e2e_tok_s"])
 
 
 @pytest.mark.parametrize("model, message", [
