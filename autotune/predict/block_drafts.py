@@ -78,7 +78,7 @@ class BlockDraft:
 
     @classmethod
     def record(cls, pair: DFlashPair, plan: BlockPlan, trajectories: Trajectories, *,
-               budget: int = CANDIDATE_BUDGET, sample_positions: int = SAMPLE_POSITIONS,
+               budget: int = CANDIDATE_BUDGET, sample_positions: int | None = SAMPLE_POSITIONS,
                ) -> tuple["BlockDraft", str | None]:
         """Record `plan`'s blocks with `pair` at about `sample_positions` positions per block size (all of
         them where the mix has fewer: autotune.predict.block_sample); with a note where PCTree candidates

@@ -121,6 +121,7 @@ class StudyRecord:
     confirmation: dict | None = None  # Confirmation.as_dict() of the last confirmation (or race)
     prediction: dict = field(default_factory=dict)  # a predicted study's trajectories, costs and calibration
     race_claim: dict | None = None  # which of the study's workers races it (autotune.study.race_claim)
+    cost: dict = field(default_factory=dict)  # Ledger.as_dict(): what the search cost per phase (autotune.measure.ledger)
 
     @classmethod
     def of(cls, study: optuna.Study) -> "StudyRecord":
