@@ -36,10 +36,10 @@ from autotune.predict.trajectory import Trajectories, Trajectory
 #: consecutive positions of one sampled window
 WINDOW = 32
 #: positions recorded per (draft, block size) over the whole mix by default; None: every one. On the
-#: fixtures (examples/benchmarks/block_replay.py, 6 prompts x 256 tokens) no sample smaller than the mix kept
-#: the predicted speedup within 1 % of the full recording's (a third of the positions: tokens per step
-#: within 0.1-2.4 %, the speedup of one configuration 15 % off), so a search records every position until
-#: a sample that does is found
+#: bigram fixture (examples/benchmarks/block_replay.py) a third of 1,536 positions put tokens per step within
+#: 0.1-2.4 % of the full recording's but one configuration's predicted speedup 15 % off, and 300 of 570
+#: positions moved the speedup by 0.7-1.0 %: no sample that saves much keeps it within 1 %, so a search
+#: records every position until one does
 SAMPLE_POSITIONS: int | None = None
 
 #: one step from a recorded block: (block, room, script, index in the script of the token after `last`)
