@@ -19,6 +19,7 @@ from autotune.errors import AutotuneError, ModelFileError, SearchSpaceError
 from autotune.hardware import hardware_key
 from autotune.llamacpp.runnable import command_check
 from autotune.llamacpp.server_binary import command_binary
+from autotune.measure.ledger import Ledger
 from autotune.measure.prompts import PromptMix, default_mix_path, load_prompt_mix
 from autotune.models.adhoc import adhoc_space
 from autotune.models.candidates import Candidates, find_candidates
@@ -35,7 +36,7 @@ from autotune.study.catalog import latest_version, study_name, study_names
 from autotune.study.confirm import confirm_study, top_trials
 from autotune.study.race import DEFAULT_BUDGET, RaceBudget, round_line
 from autotune.study.race_claim import claim_race, race_done
-from autotune.study.records import TrialRecord
+from autotune.study.records import TrialRecord, store_study
 from autotune.study.references import requeue_stale_trial
 from autotune.study.trials import is_spec_default
 from autotune.study.tuner import SearchReporter, SearchSettings, Tuner
@@ -138,8 +139,10 @@ def run_search(options: SearchOptions, *, reporter: SearchReporter, server_bin: 
     inputs = check_inputs(options, reporter.note)
     engine_name = choose_engine(options.engine_name, concurrency=settings.concurrency, server_bin=server_bin,
                                 note=reporter.note)
-    study = run_study(inputs, settings, engine_name=engine_name, server_bin=server_bin,
-                      storage_url=options.storage_url, reporter=reporter, heartbeat_s=options.heartbeat_s)
+    ledger = Ledger()
+    with ledger.phase("trials"):
+        study = run_study(inputs, settings, engine_name=engine_name, server_bin=server_bin,
+                          storage_url=options.storage_url, reporter=reporter, heartbeat_s=options.heartbeat_s)
     multi_objective = len(study.directions) > 1  # a pareto pick is made on the front, not by decode tok/s
     check = command_check(server_bin)  # the llama-server the printed command names
     finalists = top_trials(study, confirm_options.top, check)
@@ -152,10 +155,13 @@ def run_search(options: SearchOptions, *, reporter: SearchReporter, server_bin: 
         references = "the baseline and --spec-default" if any(map(is_spec_default, study.trials)) else "the baseline"
         reporter.note(f"racing the top {len(finalists)} with {references} on the {arbiter} engine, "
                       f"up to {confirm_options.budget.describe()}")
-        confirm_study(study, top=confirm_options.top, budget=confirm_options.budget, engine_name=arbiter,
-                      server_bin=server_bin,
-                      on_measured=lambda r, entrant, speedup: reporter.note(round_line(r, entrant, speedup)))
+        with ledger.phase("race"):
+            confirm_study(study, top=confirm_options.top, budget=confirm_options.budget, engine_name=arbiter,
+                          server_bin=server_bin,
+                          on_measured=lambda r, entrant, speedup: reporter.note(round_line(r, entrant, speedup)))
         race_done(study)
+    store_study(study, cost=ledger.as_dict())
+    reporter.note(ledger.line())
     return best_result(study, check=check)
 
 

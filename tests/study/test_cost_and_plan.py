@@ -86,3 +86,13 @@ def test_a_search_plans_keeps_an_eta_and_stores_its_cost(tiny_space, models_dir,
     assert all(row["seconds"] > 0 for row in cost.values())
     best = json.loads(run("best", "--model", "tiny", "--json").stdout)
     assert best["cost"] == cost
+
+
+def test_a_measured_search_stores_its_cost_too(tiny_space, models_dir, autotune_home):
+    result = run("search", "--model", "tiny", "--space", str(tiny_space), "--models-dir", str(models_dir),
+                 "--strategy", "measure", "--engine", "python", "--trials", "3", "--max-tokens", "8", "--no-confirm",
+                 "--no-pruning")
+    assert result.stderr.splitlines()[-1].startswith("autotune: cost: trials ")
+    cost = json.loads(run("best", "--model", "tiny", "--engine", "python", "--json").stdout)["cost"]
+    assert list(cost) == ["trials"] and cost["trials"]["server_starts"] == 0  # in-process: no server started
+    assert cost["trials"]["tokens"] >= 3 * 11 * 2  # three trials of 11 prompts (in the worker), two tokens at least
