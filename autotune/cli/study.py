@@ -18,7 +18,7 @@ from autotune.study.race import DEFAULT_BUDGET
 
 
 #: the flags only the predicted strategy reads
-PREDICTED_ONLY_FLAGS = {"predict_trials": "--predict-trials"}
+PREDICTED_ONLY_FLAGS = {"predict_trials": "--predict-trials", "plan": "--plan", "plan_tok_s": "--plan-tok-s"}
 
 
 @click.command()
@@ -40,7 +40,14 @@ PREDICTED_ONLY_FLAGS = {"predict_trials": "--predict-trials"}
 @click.option("--predict-trials", type=click.IntRange(min=1), default=400, show_default=True,
               help="[predict] Configurations the predicted study samples (TPE) where the grid is larger than it "
                    "can replay point by point.")
-def search(options, queue, server_bin, strategy, confirm_enabled, race_top, race_budget, predict_trials):
+@click.option("--plan", is_flag=True,
+              help="[predict] Measure one prompt of the baseline, print what the search would download, record and "
+                   "race with the minutes of each phase on this machine, and stop (nothing is downloaded or stored).")
+@click.option("--plan-tok-s", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="[predict] With --plan: price the plan at this baseline decode tok/s instead of measuring it "
+                   "(where no target is on disk yet).")
+def search(options, queue, server_bin, strategy, confirm_enabled, race_top, race_budget, predict_trials, plan,
+           plan_tok_s):
     """Find the fastest speculative settings for MODEL on this machine and print their command line.
 
     By default (`--strategy predict`) the baseline is measured once; every configuration of the search
@@ -60,6 +67,7 @@ def search(options, queue, server_bin, strategy, confirm_enabled, race_top, race
     \b
     Example:
         autotune search --model gemma3-270m --max-tokens 48
+        autotune search --model qwen3-8b --max-tokens 512 --per-category 4 --plan
         autotune search --model qwen3-8b --model llama3.1-8b --storage postgresql+psycopg://db/autotune
     """
     from autotune.cli.progress import TerminalReporter
@@ -80,6 +88,16 @@ def search(options, queue, server_bin, strategy, confirm_enabled, race_top, race
         # refused where the search predicts (its race is the answer), taken where it falls back to measuring
         queue = tuple(replace(o, measured_only=(*o.measured_only, "--no-confirm")) for o in queue)
     race_options = ConfirmOptions(confirm_enabled, race_top, RaceBudget.parse(race_budget))
+    if plan_tok_s is not None and not plan:
+        raise UsageError("--plan-tok-s prices a plan: add --plan")
+    if plan:
+        from autotune.study.plan_run import plan_search
+
+        for model_options in queue:
+            for line in plan_search(model_options, race_options, server_bin=server_bin,
+                                    note=TerminalReporter().note, assume_tok_s=plan_tok_s):
+                click.echo(line)
+        return
 
     def search_one(options, lease=None):
         if strategy == "predict":

@@ -26,6 +26,7 @@ from autotune.engines.orphans import ServerRecord, die_with_parent, forget_serve
 from autotune.errors import LlamaCppCrashed, ServerFailure
 from autotune.interrupts import deferred
 from autotune.llamacpp.crash import crash_line, fatal_signal
+from autotune.measure.ledger import charge
 
 LOG_TAIL_LINES = 30
 STOP_TIMEOUT_S = 10.0
@@ -90,6 +91,7 @@ class ServerProcess:
                     env=server_env(), start_new_session=True, preexec_fn=lambda: die_with_parent(parent),
                 )
                 self._record = record_server(self._proc.pid, self.argv)
+            charge(server_starts=1)
             try:
                 self._wait_ready()
                 return

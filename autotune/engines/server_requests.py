@@ -14,6 +14,7 @@ from dataclasses import replace
 
 from autotune.engines.base import ProgressCallback
 from autotune.engines.server_process import ServerProcess
+from autotune.measure.ledger import charge
 from autotune.measure.measurement import GenerationResult, Measurement
 from autotune.measure.prompts import Prompt
 from autotune.spec.sampling import GREEDY, Sampling
@@ -145,6 +146,7 @@ def complete(server: ServerProcess, tokens: list[int], n_predict: int, *, what: 
     answer = server.post("/completion", body, what=what)
     if "timings" not in answer or "tokens" not in answer:
         raise server.failure(f"llama-server's answer to {what} has no timings or tokens")
+    charge(tokens=len(answer["tokens"]))
     return answer
 
 

@@ -39,6 +39,7 @@ from autotune.errors import EngineError, TrialFailure, WorkerCrashed, WorkerDied
 from autotune.interrupts import STOP_SIGNALS, deferred
 from autotune.llamacpp.builds import llama_cpp_library_dir
 from autotune.llamacpp.crash import crash_line, fatal_signal
+from autotune.measure.ledger import charge
 from autotune.measure.lossless import TieEvidence
 from autotune.measure.measurement import Measurement
 from autotune.measure.prompts import Prompt, PromptMix
@@ -99,7 +100,11 @@ class WorkerEngine(Engine):
         on_prompt: ProgressCallback | None = None,
         deadline_s: float | None = None,
     ) -> Measurement:
-        return self._call("measure", config, mix, max_tokens=max_tokens, on_prompt=on_prompt, deadline_s=deadline_s)
+        """The worker's measurement; its generated tokens are charged to this process's ledger (the
+        worker's own warm-up request is not: it never leaves the worker)."""
+        found = self._call("measure", config, mix, max_tokens=max_tokens, on_prompt=on_prompt, deadline_s=deadline_s)
+        charge(tokens=sum(r.n_generated for r in found.results))
+        return found
 
     def tie_evidence(
         self, target: Path, prompt: Prompt, generated: Sequence[int], token_a: int, token_b: int

@@ -17,6 +17,8 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from autotune.measure.ledger import charge
+
 
 @dataclass
 class GenerationResult:
@@ -179,7 +181,9 @@ def timed_result(
     prompt_id: str, category: str, n_prompt: int, started: float, first_token_at: float, ended: float,
     generated: list[int], n_drafted: int, n_accepted: int, n_verify_steps: int,
 ) -> GenerationResult:
-    """A GenerationResult from perf_counter stamps: start, first token, last token."""
+    """A GenerationResult from perf_counter stamps: start, first token, last token (its tokens charged to
+    the ledger's active phase)."""
+    charge(tokens=len(generated))
     return GenerationResult(
         prompt_id=prompt_id,
         category=category,

@@ -34,6 +34,7 @@ class HubFile:
     role: str  # "model" or "drafts.<spec type>"
     source: HubSource
     filename: str
+    quant: str | None = None  # the `{quant}` it was named with
 
     @property
     def label(self) -> str:
@@ -71,7 +72,7 @@ def hub_files(space: SearchSpace) -> list[HubFile]:
                if name in DRAFT_MODEL_TYPES and name in space.spec_types for pattern in patterns]
     for role, pattern in tables:
         if pattern.source is not None:
-            found += [HubFile(role, pattern.source, name) for _, name in pattern.patterns()]
+            found += [HubFile(role, pattern.source, name, quant) for quant, name in pattern.patterns()]
     return found
 
 
@@ -169,13 +170,33 @@ def fetch_missing(missing: list[HubFile], *, offline: bool = False, cache_dir: P
     except HubUnreachable as exc:
         return f"not downloaded ({exc}): {names}; going on with the files on disk"
     cache_dir = cache_dir or hub_cache_dir()
-    known = [size for size in sizes.values() if size is not None]
-    total = format_size(sum(known)) if len(known) == len(missing) else "size unknown"
-    on_start(f"downloading {len(missing)} file{'s' if len(missing) > 1 else ''} from the hub ({total}) into "
-             f"{cache_dir}: " + "; ".join(f"{f.label} ({format_size(sizes.get(f))})" for f in missing))
+    on_start(download_line(missing, sizes, cache_dir))
     for hub_file in missing:
         _download(hub_file, cache_dir)
     return None
+
+
+def download_sizes(missing: list[HubFile], *, offline: bool = False) -> dict[HubFile, int | None]:
+    """Each of `missing`'s size from the hub's metadata (None each where the hub cannot be asked)."""
+    try:
+        return _check_sources(missing, offline=offline)[1]
+    except HubUnreachable:
+        return {f: None for f in missing}
+
+
+def download_line(missing: list[HubFile], sizes: dict[HubFile, int | None], cache_dir: Path) -> str:
+    """The line said before a download: the files, their sizes and total, and what each draft quant adds
+    (a second quant of one draft, such as BF16 beside Q8_0, is a download of its own)."""
+    known = [size for size in sizes.values() if size is not None]
+    total = format_size(sum(known)) if len(known) == len(missing) else "size unknown"
+    by_quant: dict[str, list[int | None]] = {}
+    for f in missing:
+        if f.role.startswith("drafts.") and f.quant:
+            by_quant.setdefault(f.quant, []).append(sizes.get(f))
+    quants = "" if len(by_quant) < 2 else ", drafts " + ", ".join(
+        f"{quant} {format_size(sum(v)) if None not in v else 'size unknown'}" for quant, v in by_quant.items())
+    return (f"downloading {len(missing)} file{'s' if len(missing) > 1 else ''} from the hub ({total}{quants}) into "
+            f"{cache_dir}: " + "; ".join(f"{f.label} ({format_size(sizes.get(f))})" for f in missing))
 
 
 def format_size(size: int | None) -> str:

@@ -4,7 +4,7 @@ them (linear cuts, or PCTree trees).
 
 Every `draft_n_max` the space allows is its own block size (a block is decoded non-causally, see
 autotune.predict.blocks), so a draft is recorded once per size, the target's layer inputs once for
-all. PCTree reads 256 candidates per block row (2 KiB): over a long mix and many sizes that is
+all; on a long mix at a sample of the positions (autotune.predict.block_sample). PCTree reads 256 candidates per block row (2 KiB): over a long mix and many sizes that is
 gigabytes, so candidates are kept for the smallest sizes that fit `CANDIDATE_BUDGET` (the most sizes)
 and the trees of the larger ones are said not predicted (a TrialFailure the predicted study skips).
 """
@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from autotune.engines.dflash.contexts import DFlashPair
 from autotune.engines.dflash.pctree import MarkovHead
 from autotune.errors import TrialFailure
-from autotune.predict.blocks import DraftBlocks, replay_tree
-from autotune.predict.replay import Replay, replay
+from autotune.predict.block_sample import SAMPLE_POSITIONS, sample_fraction
+from autotune.predict.blocks import DraftBlocks, replay_linear, replay_tree
+from autotune.predict.replay import Replay
 from autotune.predict.trajectory import Trajectories
 from autotune.spec.config import SpecConfig
 from autotune.spec.space import ParamRange, SearchSpace
@@ -77,13 +78,17 @@ class BlockDraft:
 
     @classmethod
     def record(cls, pair: DFlashPair, plan: BlockPlan, trajectories: Trajectories, *,
-               budget: int = CANDIDATE_BUDGET) -> tuple["BlockDraft", str | None]:
-        """Record `plan`'s blocks with `pair`; with a note where PCTree candidates did not fit `budget`."""
+               budget: int = CANDIDATE_BUDGET, sample_positions: int | None = SAMPLE_POSITIONS,
+               ) -> tuple["BlockDraft", str | None]:
+        """Record `plan`'s blocks with `pair` at about `sample_positions` positions per block size (all of
+        them where the mix has fewer: autotune.predict.block_sample); with a note where PCTree candidates
+        did not fit `budget`."""
         limit = pair.n_draft_max(plan.spec_type)
         sizes = sorted({min(n, limit) for n in plan.n_maxes})
+        fraction = sample_fraction(trajectories, sample_positions)
         kept, note, used = [], None, 0
         if plan.pctree and pair.has_markov_head:
-            positions = sum(len(t.tokens) for t in trajectories.prompts)
+            positions = round(sum(len(t.tokens) for t in trajectories.prompts) * fraction)
             for n in sizes:  # the smallest first: the most sizes within the budget
                 cost = positions * n * _CANDIDATE_ROW_BYTES
                 if used + cost > budget:
@@ -96,13 +101,18 @@ class BlockDraft:
         dspark = plan.spec_type == "draft-dspark"  # its p_min reads the confidence head, refused without one
         blocks = DraftBlocks.record(pair, trajectories, spec_type=plan.spec_type, n_maxes=sizes,
                                     p_min=plan.p_min and (pair.has_confidence_head or not dspark), confidence=dspark,
-                                    candidates=kept)
+                                    candidates=kept, fraction=fraction)
         markov = pair.markov() if plan.pctree and pair.has_markov_head else None
         return cls(plan.spec_type, blocks, limit, markov, pair.has_confidence_head), note
 
     @property
     def draft_decodes(self) -> int:
         return sum(b.draft_decodes for b in self.by_n_max.values())
+
+    @property
+    def fraction(self) -> float:
+        """Of the trajectories' positions recorded (1: every one)."""
+        return min((b.fraction for b in self.by_n_max.values()), default=1.0)
 
     @property
     def replays_trees(self) -> bool:
@@ -128,4 +138,4 @@ class BlockDraft:
             if not blocks.has_candidates:
                 raise TrialFailure(f"{config.describe()}: PCTree candidates of this block size were not kept")
             return replay_tree(blocks, config, self.markov, trajectories)
-        return replay(blocks.drafter(config), trajectories)
+        return replay_linear(blocks, config, trajectories)

@@ -1,5 +1,6 @@
 """draft-dflash and draft-dspark (linear and PCTree) without re-running the drafter per configuration:
-the draft's block at every position of every trajectory, recorded once per (draft file, block size).
+the draft's block at the positions of every trajectory, recorded once per (draft file, block size): at
+every position, or in windows at a sample of them (autotune.predict.block_sample).
 
 A DFlash/DSpark draft is one non-causal decode of the noise block `[last, <mask> ...]` (see
 autotune.engines.dflash.drafter): every row attends to every other, so a block of n_max + 1 rows is
@@ -24,11 +25,9 @@ import numpy as np
 
 from autotune.engines.dflash.contexts import DFlashPair
 from autotune.engines.dflash.pctree import MAX_TREE_LEAVES, BlockCandidates, MarkovHead, build_tree
-from autotune.engines.drafters.base import Drafter
 from autotune.engines.drafters.draft_model import top_k_probability
-from autotune.engines.speculation import Steps
-from autotune.measure.measurement import extend_until_stop
-from autotune.predict.replay import END, PromptReplay, Replay, script_of
+from autotune.predict.block_sample import replay_windows, sample_windows
+from autotune.predict.replay import Replay
 from autotune.predict.trajectory import Trajectories, Trajectory
 from autotune.spec.config import SpecConfig
 
@@ -45,46 +44,66 @@ class Block:
 
 @dataclass
 class DraftBlocks:
-    """Per prompt (by its token ids), the block at each trajectory position, for one spec type and size."""
+    """Per prompt (by its token ids), the block at each trajectory position (None where the sample left it
+    out: only inside `windows`), for one spec type and size."""
 
     spec_type: str
     size: int  # rows decoded: n_max + the rows before the first one read
     first_row: int
     limit: int  # the most rows a draft reads (the draft's block size, less its anchor row where it has one)
-    blocks: dict[tuple[int, ...], list[Block]] = field(default_factory=dict)
-    draft_decodes: int = 0  # what recording cost: blocks and single-token injections
+    fraction: float = 1.0  # of the positions recorded (1: every one)
+    blocks: dict[tuple[int, ...], list[Block | None]] = field(default_factory=dict)
+    windows: dict[tuple[int, ...], tuple[tuple[int, int], ...]] = field(default_factory=dict)  # recorded, per prompt
+    draft_decodes: int = 0  # what recording cost: blocks and injections
 
     @classmethod
     def record(cls, pair: DFlashPair, trajectories: Trajectories, *, spec_type: str, n_maxes: Sequence[int],
-               p_min: bool = False, confidence: bool = False, candidates: Sequence[int] = ()) -> dict[int, "DraftBlocks"]:
+               p_min: bool = False, confidence: bool = False, candidates: Sequence[int] = (),
+               fraction: float = 1.0, seed: int = 0) -> dict[int, "DraftBlocks"]:
         """Walk every trajectory through the target once and the draft once per block size, decoding one
-        block per position and size; keyed by n_max, each clamped to what the draft's block gives, as
-        llama.cpp clamps it. `p_min`: keep what a p_min cut reads (DSpark's confidence with `confidence`,
-        else each row's top-10 probability: a pass over the vocabulary per row, so only when asked);
-        `candidates`: the n_max values whose PCTree candidates are kept."""
+        block per recorded position and size; keyed by n_max, each clamped to what the draft's block
+        gives, as llama.cpp clamps it. `p_min`: keep what a p_min cut reads (DSpark's confidence with
+        `confidence`, else each row's top-10 probability: a pass over the vocabulary per row, so only
+        when asked); `candidates`: the n_max values whose PCTree candidates are kept; `fraction`: of the
+        positions recorded, in windows (`sample_windows`, seeded by `seed` and the prompt's index)."""
         first_row = 0 if pair.anchor_first(spec_type) else 1
         limit = pair.n_draft_max(spec_type)
-        found = {n: cls(spec_type, n + first_row, first_row, limit) for n in sorted({min(n, limit) for n in n_maxes})}
+        found = {n: cls(spec_type, n + first_row, first_row, limit, min(fraction, 1.0))
+                 for n in sorted({min(n, limit) for n in n_maxes})}
         keep = {min(n, limit) for n in candidates}
-        for trajectory in trajectories.prompts:
+        for index, trajectory in enumerate(trajectories.prompts):
+            key = tuple(trajectory.prompt_tokens)
             features = layer_inputs(pair, list(trajectory.prompt_tokens) + list(trajectory.tokens))
+            length = min(len(trajectory.tokens), trajectories.max_tokens)
             for n, blocks in found.items():
-                blocks.blocks[tuple(trajectory.prompt_tokens)] = blocks._walk(
-                    pair, trajectory, features, p_min=p_min and not confidence, confidence=p_min and confidence,
-                    candidates=n in keep)
+                blocks.windows[key] = sample_windows(length, fraction, seed=seed * 1_000_003 + index)
+                blocks.blocks[key] = blocks._walk(
+                    pair, trajectory, features, blocks.windows[key], p_min=p_min and not confidence,
+                    confidence=p_min and confidence, candidates=n in keep)
         return found
 
-    def _walk(self, pair: DFlashPair, trajectory: Trajectory, features: np.ndarray, *, p_min: bool,
-              confidence: bool, candidates: bool) -> list[Block]:
+    def _walk(self, pair: DFlashPair, trajectory: Trajectory, features: np.ndarray,
+              windows: tuple[tuple[int, int], ...], *, p_min: bool, confidence: bool,
+              candidates: bool) -> list[Block | None]:
+        """The blocks at the positions of `windows` (None between them), the draft fed the target's layer
+        inputs one position at a time inside a window and in one batch across a gap."""
         draft = pair.draft
         draft.clear()
         n_prompt = len(trajectory.prompt_tokens)
         draft.inject(features[:n_prompt], 0)
-        blocks = []
-        for p, last in enumerate(trajectory.tokens):
+        fed = n_prompt  # the draft's cache holds the layer inputs of the positions before this one
+        recorded = {p for start, end in windows for p in range(start, end)}
+        blocks: list[Block | None] = []
+        for p, last in enumerate(trajectory.tokens[:max(recorded, default=-1) + 1]):
             position = n_prompt + p
             if position + self.size > pair.target.n_ctx:
                 break
+            if p not in recorded:
+                blocks.append(None)
+                continue
+            if fed < position:
+                draft.inject(features[fed:position], fed)
+                self.draft_decodes += 1
             logits, conf = draft.block([last] + [pair.mask_token] * (self.size - 1), position, confidence=confidence)
             rows = logits[self.first_row:]
             blocks.append(Block(
@@ -95,16 +114,18 @@ class DraftBlocks:
             ))
             draft.truncate(position)
             draft.inject(features[position:position + 1], position)
+            fed = position + 1
             self.draft_decodes += 2
         return blocks
 
     @property
     def has_candidates(self) -> bool:
         """Whether PCTree's candidates were kept (a tree can be built from these blocks)."""
-        return any(blocks[0].candidates is not None for blocks in self.blocks.values() if blocks)
+        firsts = (next((b for b in blocks if b is not None), None) for blocks in self.blocks.values())
+        return any(block is not None and block.candidates is not None for block in firsts)
 
-    def drafter(self, config: SpecConfig) -> "BlockCutDrafter":
-        return BlockCutDrafter(self, config)
+    def cutter(self, config: SpecConfig) -> "BlockCut":
+        return BlockCut(self, config)
 
 
 def layer_inputs(pair: DFlashPair, tokens: Sequence[int]) -> np.ndarray:
@@ -119,33 +140,14 @@ def layer_inputs(pair: DFlashPair, tokens: Sequence[int]) -> np.ndarray:
     return np.concatenate(parts)
 
 
-class BlockCutDrafter(Drafter):
-    """Linear draft-dflash / draft-dspark, drafting by cutting the recorded blocks as
-    `DFlashDrafter._draft` cuts the rows it decoded (p_min, then n_min, then the room left)."""
+class BlockCut:
+    """How linear draft-dflash / draft-dspark cut a recorded block into a draft, as `DFlashDrafter._draft`
+    cuts the rows it decoded (p_min, then n_min, then the room left)."""
 
     def __init__(self, blocks: DraftBlocks, config: SpecConfig):
-        self.blocks = blocks
         self.n_min = min(int(config.value("draft_n_min")), blocks.limit)
         self.p_min = float(config.value("draft_p_min"))
         self.confidence = config.spec_type == "draft-dspark" and self.p_min > 0
-        self._prompt_length = 0
-        self._current: list[Block] = []
-        self.draft_decodes = 0
-
-    def begin(self, prompt: list[int]) -> None:
-        self._prompt_length = len(prompt)
-        self._current = self.blocks.blocks[tuple(prompt)]
-
-    def block_at(self, history: list[int]) -> Block | None:
-        index = len(history) - self._prompt_length
-        return self._current[index] if index < len(self._current) else None
-
-    def draft(self, history: list[int], last: int, n_max: int) -> list[int]:
-        block = self.block_at(history)
-        if block is None:  # no cache room for the noise block
-            return []
-        self.draft_decodes += 1
-        return self.cut(block, n_max)
 
     def cut(self, block: Block, room: int) -> list[int]:
         chain = list(block.chain)
@@ -160,45 +162,43 @@ class BlockCutDrafter(Drafter):
         return chain[:room]
 
 
+def replay_linear(blocks: DraftBlocks, config: SpecConfig, trajectories: Trajectories) -> Replay:
+    """Linear draft-dflash / draft-dspark over every trajectory (its recorded windows), the engine's step
+    loop drafting by cutting the recorded blocks (`BlockCut`)."""
+    cutter = blocks.cutter(config)
+
+    def step(block: Block, room: int, script: list[int], k_next: int) -> tuple[int, int, int]:
+        chain = cutter.cut(block, room)
+        return len(chain) + 1, len(chain), _agreed(chain, script, k_next)
+
+    return replay_windows(trajectories, blocks.windows, blocks.blocks, step, blocks.fraction)
+
+
+def _agreed(chain: list[int], script: list[int], k_next: int) -> int:
+    """How many of `chain` the trajectory follows from its token `k_next` on."""
+    n = 0
+    while n < len(chain) and k_next + n < len(script) and chain[n] == script[k_next + n]:
+        n += 1
+    return n
+
+
 def replay_tree(blocks: DraftBlocks, config: SpecConfig, markov: MarkovHead, trajectories: Trajectories, *,
                 max_leaves: int = MAX_TREE_LEAVES) -> Replay:
-    """PCTree (draft-dspark with `dspark_pctree`) over every trajectory: each step's tree is built from the
-    recorded block as `DFlashDrafter._verify_tree` builds it, and its accepted path is the longest one the
-    trajectory follows; drafted counts the tree's nodes, as llama-server does."""
-    cutter = blocks.drafter(config)
+    """PCTree (draft-dspark with `dspark_pctree`) over every trajectory (its recorded windows): each step's
+    tree is built from the recorded block as `DFlashDrafter._verify_tree` builds it, and its accepted path
+    is the longest one the trajectory follows; drafted counts the tree's nodes, as llama-server does."""
+    cutter = blocks.cutter(config)
     k, n = max(1, int(config.value("dspark_pctree_k"))), max(1, int(config.value("dspark_pctree_n")))
-    prompts = []
-    for trajectory in trajectories.prompts:
-        script = script_of(trajectory, trajectories.max_tokens)
-        prompt = list(trajectory.prompt_tokens)
-        cutter.begin(prompt)
-        history, generated, steps, decodes = list(prompt), script[:1], Steps(), 0
-        last = generated[-1]
-        while len(generated) < trajectories.max_tokens and last != END:
-            room = trajectories.max_tokens - len(generated) - 1
-            block = cutter.block_at(history) if room > 0 else None
-            decodes += block is not None
-            chain = cutter.cut(block, room) if block is not None else []
-            k_next = len(history) - len(prompt) + 1  # index in `script` of the token after `last`
-            if chain:
-                tree = build_tree(last, chain, block.candidates, markov, k=k, n=n, max_leaves=max_leaves)
-                kids, node, kept = tree.children(), 0, []
-                while k_next + len(kept) < len(script) and script[k_next + len(kept)] in kids[node]:
-                    node = kids[node][script[k_next + len(kept)]]
-                    kept.append(tree.tokens[node])
-                steps.drafted += len(tree) - 1
-                steps.accepted += len(kept)
-                steps.verify_steps += 1
-                size = len(tree)
-            else:
-                kept, size = [], 1
-            emitted = script[k_next:k_next + len(kept) + 1]
-            steps.batch_sizes.append(size)
-            steps.positions.append(len(history))
-            steps.emitted.append(len(emitted))
-            history.append(last)
-            history.extend(kept)
-            extend_until_stop(generated, emitted, trajectories.max_tokens, lambda token: token == END)
-            last = generated[-1]
-        prompts.append(PromptReplay(trajectory.prompt_id, len(generated), steps, decodes))
-    return Replay(tuple(prompts))
+
+    def step(block: Block, room: int, script: list[int], k_next: int) -> tuple[int, int, int]:
+        chain = cutter.cut(block, room)
+        if not chain:
+            return 1, 0, 0
+        tree = build_tree(script[k_next - 1], chain, block.candidates, markov, k=k, n=n, max_leaves=max_leaves)
+        kids, node, kept = tree.children(), 0, 0
+        while k_next + kept < len(script) and script[k_next + kept] in kids[node]:
+            node = kids[node][script[k_next + kept]]
+            kept += 1
+        return len(tree), len(tree) - 1, kept
+
+    return replay_windows(trajectories, blocks.windows, blocks.blocks, step, blocks.fraction)

@@ -61,8 +61,8 @@ class CostTerms:
     """One prompt's in-process decode time, split by what llama-server scales differently (module docstring)."""
 
     target_ms: float
-    steps: int
-    extra_rows: int
+    steps: float  # a sampled replay's steps scaled to the prompt (autotune.predict.replay.PromptReplay.scale)
+    extra_rows: float
     draft_ms: float = 0.0
     block_ms: float = 0.0
 
@@ -171,7 +171,8 @@ def cost_terms(prompt: PromptReplay, cost: CostModel, charge: DraftCharge) -> Co
         draft += sum(curve.at(size, position) for size, position in zip(steps.batch_sizes, steps.positions))
         draft += prompt.draft_decodes * (curve.at(1, depth) + cost.draft_sampler_ms.get(charge.draft, 0.0))
     extra_rows = sum(size - 1 for size in steps.batch_sizes)
-    return CostTerms(target, len(steps.batch_sizes), extra_rows, draft, block)
+    scale = prompt.scale
+    return CostTerms(target * scale, len(steps.batch_sizes) * scale, extra_rows * scale, draft * scale, block * scale)
 
 
 def raw_decode_ms(prompt: PromptReplay, cost: CostModel, charge: DraftCharge) -> float:

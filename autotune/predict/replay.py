@@ -28,7 +28,10 @@ class PromptReplay:
     prompt_id: str
     n_generated: int
     steps: Steps
-    draft_decodes: int = 0  # a draft model's single-token decodes (draft-simple)
+    draft_decodes: int = 0  # a draft model's single-token decodes (draft-simple), a block draft's blocks
+    #: the prompt's decode tokens per token its steps emitted: 1 for a full replay, more where the steps are
+    #: a sample of the trajectory's positions (autotune.predict.block_sample); every count and cost scales by it
+    scale: float = 1.0
 
     @property
     def decode_tokens(self) -> int:
@@ -40,18 +43,26 @@ class Replay:
     """A configuration's replay over a mix."""
 
     prompts: tuple[PromptReplay, ...]
+    #: relative standard error of the tokens per step where the steps are a sample (None: a full replay)
+    sampling_error: float | None = None
 
     @property
     def drafted(self) -> int:
-        return sum(p.steps.drafted for p in self.prompts)
+        return round(sum(p.steps.drafted * p.scale for p in self.prompts))
 
     @property
     def accepted(self) -> int:
-        return sum(p.steps.accepted for p in self.prompts)
+        return round(sum(p.steps.accepted * p.scale for p in self.prompts))
 
     @property
     def verify_steps(self) -> int:
-        return sum(p.steps.verify_steps for p in self.prompts)
+        return round(sum(p.steps.verify_steps * p.scale for p in self.prompts))
+
+    @property
+    def tokens_per_step(self) -> float:
+        """Decode tokens per target step (a verify or a plain decode)."""
+        steps = sum(len(p.steps.batch_sizes) * p.scale for p in self.prompts)
+        return sum(p.decode_tokens for p in self.prompts) / steps if steps else 0.0
 
     @property
     def acceptance(self) -> float | None:
@@ -59,13 +70,16 @@ class Replay:
 
     def counts(self) -> dict:
         """JSON-ready counts: drafted, accepted, verify steps, and how many steps had each batch size."""
-        sizes: dict[int, int] = {}
+        sizes: dict[int, float] = {}
         for prompt in self.prompts:
             for size in prompt.steps.batch_sizes:
-                sizes[size] = sizes.get(size, 0) + 1
-        return {"drafted": self.drafted, "accepted": self.accepted, "verify_steps": self.verify_steps,
-                "acceptance": None if self.acceptance is None else round(self.acceptance, 4),
-                "batch_sizes": {str(k): v for k, v in sorted(sizes.items())}}
+                sizes[size] = sizes.get(size, 0) + prompt.scale
+        found = {"drafted": self.drafted, "accepted": self.accepted, "verify_steps": self.verify_steps,
+                 "acceptance": None if self.acceptance is None else round(self.acceptance, 4),
+                 "batch_sizes": {str(k): round(v) for k, v in sorted(sizes.items())}}
+        if self.sampling_error is not None:
+            found.update(tokens_per_step=round(self.tokens_per_step, 4), sampling_error=round(self.sampling_error, 5))
+        return found
 
 
 def replay(drafter: Drafter | None, trajectories: Trajectories, *, warmup_tokens: int = WARMUP_TOKENS) -> Replay:

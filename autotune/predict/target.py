@@ -13,6 +13,7 @@ from typing import Callable
 from autotune.engines.dflash.drafter import DFLASH_TYPES
 from autotune.engines.drafters.build import build_drafter
 from autotune.engines.python import PythonEngine
+from autotune.measure.ledger import Ledger, charge
 from autotune.measure.measurement import Measurement
 from autotune.measure.prompts import PromptMix
 from autotune.predict.block_cost import measure_block_costs
@@ -41,6 +42,7 @@ class TargetModel:
     block_drafts: dict[tuple[str, str], BlockDraft] = field(default_factory=dict)
     calibration: Calibration = Calibration()
     baseline_tok_s: float = 0.0
+    ledger: Ledger = field(default_factory=Ledger)  # what measuring it cost in the worker, per phase
 
     def replay(self, config: SpecConfig) -> tuple[Replay, DraftCharge]:
         """`config`'s replayed counts and the draft costs its steps pay; TrialFailure where the engine would
@@ -73,61 +75,75 @@ def measure_target(local: PythonEngine, target: Path, baseline: Measurement, mix
                    max_tokens: int, drafts: list[Path], chain_length: int, block_drafts: list[tuple[BlockPlan, Path]],
                    note: Callable[[str], None]) -> TargetModel:
     """`target`'s model from the arbiter's baseline measurement (its output is the trajectory, its decode
-    times the first calibration) and what `local` measures of it."""
-    local.prepare(SpecConfig(target), mix, max_tokens=max_tokens)
-    prompt_tokens = [local.prompt_tokens(target, prompt, max_tokens) for prompt in mix]
-    is_eog = local.model(target).is_eog
-    trajectories = Trajectories.from_measurement(str(target), arbiter, baseline, prompt_tokens, max_tokens, is_eog)
-    if arbiter != "python":
-        own = local.measure(SpecConfig(target), mix, max_tokens=max_tokens)
-        trajectories = trajectories.with_divergence(
-            Trajectories.from_measurement(str(target), "python", own, prompt_tokens, max_tokens, is_eog))
-        parted = sum(d is not None for d in trajectories.divergence)
-        if parted:
-            note(f"the in-process greedy output parts from llama-server's on {parted} of {len(prompt_tokens)} "
-                 "prompts: the replay follows llama-server's")
+    times the first calibration) and what `local` measures of it; its `ledger` has the phases
+    "trajectory", "step costs", "chains" and "blocks"."""
+    ledger = Ledger()
+    with ledger.phase("trajectory"):
+        local.prepare(SpecConfig(target), mix, max_tokens=max_tokens)
+        prompt_tokens = [local.prompt_tokens(target, prompt, max_tokens) for prompt in mix]
+        is_eog = local.model(target).is_eog
+        trajectories = Trajectories.from_measurement(str(target), arbiter, baseline, prompt_tokens, max_tokens, is_eog)
+        if arbiter != "python":
+            own = local.measure(SpecConfig(target), mix, max_tokens=max_tokens)
+            trajectories = trajectories.with_divergence(
+                Trajectories.from_measurement(str(target), "python", own, prompt_tokens, max_tokens, is_eog))
+            parted = sum(d is not None for d in trajectories.divergence)
+            if parted:
+                note(f"the in-process greedy output parts from llama-server's on {parted} of {len(prompt_tokens)} "
+                     "prompts: the replay follows llama-server's")
     note(f"measuring the step costs of {target.name} in-process")
     lengths = sorted(len(t) for t in prompt_tokens)
     depths = [lengths[len(lengths) // 2], lengths[len(lengths) // 2] + max_tokens]
     largest = max(2, min(MAX_BATCH, max_tokens))
     fill = fill_tokens([list(t.prompt_tokens) + list(t.tokens) for t in trajectories.prompts], depths[-1] + MAX_BATCH)
-    context = local.context("target", target)
-    cost = CostModel(measure_curve(context, fill, depths=depths, max_size=largest),
-                     measure_sampler(context, local.sampler("target", target), fill[0]))
+    with ledger.phase("step costs"):
+        context = local.context("target", target)
+        cost = CostModel(measure_curve(context, fill, depths=depths, max_size=largest),
+                         measure_sampler(context, local.sampler("target", target), fill[0]))
     chains = {}
     for draft in drafts:
-        local.load(SpecConfig(target, "draft-simple", draft))
-        draft_context, draft_sampler = local.context("draft", draft), local.sampler("draft", draft)
-        cost.drafts[draft.name] = measure_curve(draft_context, fill, depths=depths, max_size=largest)
-        cost.draft_sampler_ms[draft.name] = measure_sampler(draft_context, draft_sampler, fill[0])
-        chains[draft.name] = DraftChains.record(draft_context, draft_sampler, trajectories, chain_length)
+        with ledger.phase("step costs"):
+            local.load(SpecConfig(target, "draft-simple", draft))
+            draft_context, draft_sampler = local.context("draft", draft), local.sampler("draft", draft)
+            cost.drafts[draft.name] = measure_curve(draft_context, fill, depths=depths, max_size=largest)
+            cost.draft_sampler_ms[draft.name] = measure_sampler(draft_context, draft_sampler, fill[0])
+        with ledger.phase("chains"):
+            chains[draft.name] = DraftChains.record(draft_context, draft_sampler, trajectories, chain_length)
+            charge(decodes=chains[draft.name].draft_decodes)
         note(f"recorded {draft.name}'s greedy chains along the trajectories ({chains[draft.name].draft_decodes} "
              "draft decodes)")
     recorded = {}
     for plan, draft in block_drafts:
         recorded[(plan.spec_type, draft.name)] = _record_block_draft(local, SpecConfig(target, plan.spec_type, draft),
-                                                                      plan, trajectories, cost, fill, depths, note)
-    found = TargetModel(SpecConfig(target), trajectories, cost, baseline, chains, recorded)
+                                                                      plan, trajectories, cost, fill, depths, note,
+                                                                      ledger)
+    found = TargetModel(SpecConfig(target), trajectories, cost, baseline, chains, recorded, ledger=ledger)
     found.calibrate([(SpecConfig(target), [r.decode_ms for r in baseline.results])])
     note(f"cost model of {target.name}: spread {cost.target.spread:.0%} over repeats")
     return found
 
 
 def _record_block_draft(local: PythonEngine, config: SpecConfig, plan: BlockPlan, trajectories: Trajectories,
-                        cost: CostModel, fill: list[int], depths: list[int], note: Callable[[str], None]) -> BlockDraft:
-    """A DFlash/DSpark draft's blocks along the trajectories, and (once per draft file) its step costs."""
-    local.load(config)
-    pair = local.dflash_pair(config)
-    block_draft, left_out = BlockDraft.record(pair, plan, trajectories)
+                        cost: CostModel, fill: list[int], depths: list[int], note: Callable[[str], None],
+                        ledger: Ledger) -> BlockDraft:
+    """A DFlash/DSpark draft's blocks along the trajectories (the ledger's "blocks" phase), and (once per
+    draft file) its step costs."""
+    with ledger.phase("blocks"):
+        local.load(config)
+        pair = local.dflash_pair(config)
+        block_draft, left_out = BlockDraft.record(pair, plan, trajectories)
+        charge(decodes=block_draft.draft_decodes)
     note(f"recorded {config.draft.name}'s {plan.spec_type} blocks along the trajectories "
-         f"(n_max {', '.join(map(str, block_draft.by_n_max))}: {block_draft.draft_decodes} draft decodes)")
+         f"(n_max {', '.join(map(str, block_draft.by_n_max))}: {block_draft.draft_decodes} draft decodes, "
+         f"{block_draft.fraction:.0%} of the positions)")
     if left_out:
         note(left_out)
     name = config.draft.name
     markov = block_draft.markov if block_draft.replays_trees else None
     if name not in cost.blocks or (markov is not None and name not in cost.trees):
-        curves = measure_block_costs(pair, fill, spec_type=plan.spec_type, depths=depths, markov=markov,
-                                     k=plan.tree_k, n=plan.tree_n, in_process=trajectories.engine == "python")
+        with ledger.phase("step costs"):
+            curves = measure_block_costs(pair, fill, spec_type=plan.spec_type, depths=depths, markov=markov,
+                                         k=plan.tree_k, n=plan.tree_n, in_process=trajectories.engine == "python")
         for kind, curve in curves.items():
             getattr(cost, kind)[name] = curve
     return block_draft

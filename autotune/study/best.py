@@ -54,6 +54,8 @@ class BestResult:
     set_aside: SetAside | None = None
     #: the predicted speedup of each prompt category, by trial number (a predicted study's raced trials)
     predicted_categories: dict = field(default_factory=dict)
+    #: what the search cost per phase (autotune.measure.ledger; empty where the search kept no ledger)
+    cost: dict = field(default_factory=dict)
 
     @property
     def record(self) -> TrialRecord:
@@ -168,6 +170,7 @@ class BestResult:
             },
             "race": None if self.confirmation is None else self.race_summary(),
             "by_category": self.by_category(),
+            "cost": self.cost,
         }
 
     def by_category(self) -> dict:
@@ -243,7 +246,8 @@ def best_result(study: optuna.Study, *, check: CommandCheck | None = None) -> Be
     return BestResult(study.study_name, best, baseline, confirmation=confirmation, front=front,
                       spec_default=spec_default_near(study, best), objective=objective, set_aside=set_aside,
                       predicted_categories={t.number: TrialRecord.of(t).predicted["by_category"] for t in complete
-                                            if "by_category" in TrialRecord.of(t).predicted})
+                                            if "by_category" in TrialRecord.of(t).predicted},
+                      cost=StudyRecord.of(study).cost)
 
 
 def _choose(study: optuna.Study, complete: list[optuna.trial.FrozenTrial], eligible: list[optuna.trial.FrozenTrial],

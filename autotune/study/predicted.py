@@ -41,6 +41,7 @@ from autotune.hardware import hardware_key
 from autotune.llamacpp.runnable import CommandCheck, command_check
 from autotune.llamacpp.server_binary import command_binary
 from autotune.measure.device_lock import device_lock
+from autotune.measure.ledger import Ledger
 from autotune.measure.prompts import PromptMix
 from autotune.models.files import file_sha256
 from autotune.predict.block_drafts import BlockPlan
@@ -56,6 +57,7 @@ from autotune.study.catalog import study_name
 from autotune.study.confirm import trial_entrant
 from autotune.study.predicted_space import Replayed, family_references, finalists, replay_space, store_predictions
 from autotune.study.race import PAIRING_NOTES, Entrant, measure_rounds, race, round_line, speedup_of
+from autotune.study.plan import Pace, Workload, eta_line, files_by_role, plan_line, plan_phases
 from autotune.study.records import (
     BASELINE_ROLE, PREDICTED_ENGINE, SPEC_DEFAULT_ROLE, StudyRecord, TrialRecord, config_attrs, store_study,
     trial_attrs,
@@ -157,7 +159,8 @@ def _predict_and_race(inputs: SearchInputs, settings: SearchSettings, storage: o
     arbiter_command = replace(command, binary=check.binary) if arbiter == "server" else command
     engine_args = dict(context_size=model.context_size, threads=settings.threads, server_bin=server_bin,
                        base_flags=model.base_flags, sampling=settings.sampling)
-    with create_engine(arbiter, **engine_args) as engine:
+    ledger = Ledger()
+    with ledger.phase("baseline"), create_engine(arbiter, **engine_args) as engine:
         for note in engine.startup_notes:
             reporter.note(note)
         space = _predictable(runnable_space(inputs.space, engine, inputs.candidates, reporter,
@@ -169,9 +172,16 @@ def _predict_and_race(inputs: SearchInputs, settings: SearchSettings, storage: o
             reporter.note(f"measuring the baseline of {target.name} on the {arbiter} engine: its output is the trajectory")
             baselines[target] = engine.measure(SpecConfig(target), inputs.mix, max_tokens=settings.max_tokens)
         build = engine.build_info
+    phases = _plan(inputs, space, settings, race_options, arbiter, baselines)
+    reporter.note(plan_line(phases))
+    ledger.on_phase_end = lambda: reporter.note(eta_line(phases, ledger))
     targets = _target_models(inputs, settings, arbiter, baselines, space, reporter)
-    replayed, grid = replay_space(space, inputs, targets, trials=predict_trials, seed=settings.seed, reporter=reporter)
-    with create_engine(arbiter, **engine_args) as engine:
+    for target_model in targets.values():
+        ledger.add(target_model.ledger)
+    with ledger.phase("replay"):
+        replayed, grid = replay_space(space, inputs, targets, trials=predict_trials, seed=settings.seed,
+                                      reporter=reporter)
+    with ledger.phase("calibration"), create_engine(arbiter, **engine_args) as engine:
         references = calibrate(targets, replayed, engine, inputs.mix, max_tokens=settings.max_tokens,
                                command=arbiter_command, runs=check if arbiter == "server" else None,
                                with_spec_default=with_spec_default, note=reporter.note)
@@ -192,10 +202,25 @@ def _predict_and_race(inputs: SearchInputs, settings: SearchSettings, storage: o
                         for t, m in targets.items()},
         "predicted_configurations": len(replayed), "grid": grid,
     })
-    entrants = _race(study, inputs, settings, arbiter, engine_args, arbiter_command, race_options, reporter, check,
-                     preset, new_files, lease)
+    with ledger.phase("race"):
+        entrants = _race(study, inputs, settings, arbiter, engine_args, arbiter_command, race_options, reporter, check,
+                         preset, new_files, lease)
     _refit(study, targets, entrants)
+    store_study(study, cost=ledger.as_dict())
+    reporter.note(ledger.line())
     return study
+
+
+def _plan(inputs: SearchInputs, space: SearchSpace, settings: SearchSettings, race_options: ConfirmOptions,
+          arbiter: str, baselines: dict) -> list:
+    """The plan of this search (autotune.study.plan) at the pace of the baselines it measured."""
+    drafts = {t: [d for _, d in pairs] for t, pairs in inputs.candidates.pairs.items() if t in space.spec_types}
+    work = Workload.of(space, files_by_role(inputs.candidates.targets, drafts), prompts=len(inputs.mix),
+                       max_tokens=settings.max_tokens, race_top=race_options.top, race_budget=race_options.budget,
+                       server_arbiter=arbiter == "server", calibration_rounds=CALIBRATION_ROUNDS)
+    tok_s = [m.mix_tok_s for m in baselines.values() if m.mix_tok_s > 0]
+    start_s = [m.startup_ms / 1000 for m in baselines.values()]
+    return plan_phases(work, Pace(sum(tok_s) / len(tok_s) if tok_s else 1.0, max(start_s, default=0.0)))
 
 
 def _predictable(space: SearchSpace, reporter: SearchReporter) -> SearchSpace:

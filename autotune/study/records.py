@@ -120,6 +120,7 @@ class StudyRecord:
     file_hashes: dict = field(default_factory=dict)  # a nightly version's files
     confirmation: dict | None = None  # Confirmation.as_dict() of the last confirmation (or race)
     prediction: dict = field(default_factory=dict)  # a predicted study's trajectories, costs and calibration
+    cost: dict = field(default_factory=dict)  # Ledger.as_dict(): what the search cost per phase (autotune.measure.ledger)
 
     @classmethod
     def of(cls, study: optuna.Study) -> "StudyRecord":

@@ -21,6 +21,7 @@ from autotune.errors import AutotuneError, ModelFileError, SearchSpaceError
 from autotune.hardware import hardware_key
 from autotune.llamacpp.runnable import command_check
 from autotune.llamacpp.server_binary import command_binary
+from autotune.measure.ledger import Ledger
 from autotune.measure.prompts import PromptMix, default_mix_path, load_prompt_mix
 from autotune.models.adhoc import adhoc_space
 from autotune.models.candidates import Candidates, find_candidates
@@ -37,7 +38,7 @@ from autotune.study.catalog import latest_version, study_name, study_names
 from autotune.study.confirm import confirm_study, top_trials
 from autotune.study.race import DEFAULT_BUDGET, RaceBudget, round_line
 from autotune.study.leased import free_lease, lease_key
-from autotune.study.records import TrialRecord
+from autotune.study.records import TrialRecord, store_study
 from autotune.study.references import requeue_stale_trial
 from autotune.study.trials import is_spec_default
 from autotune.study.tuner import SearchReporter, SearchSettings, Tuner
@@ -147,8 +148,10 @@ def run_search(options: SearchOptions, *, reporter: SearchReporter, server_bin: 
     inputs = check_inputs(options, reporter.note)
     engine_name = choose_engine(options.engine_name, concurrency=settings.concurrency, server_bin=server_bin,
                                 note=reporter.note)
-    study = run_study(inputs, settings, engine_name=engine_name, server_bin=server_bin,
-                      storage_url=options.storage_url, reporter=reporter, heartbeat_s=options.heartbeat_s)
+    ledger = Ledger()
+    with ledger.phase("trials"):
+        study = run_study(inputs, settings, engine_name=engine_name, server_bin=server_bin,
+                          storage_url=options.storage_url, reporter=reporter, heartbeat_s=options.heartbeat_s)
     multi_objective = len(study.directions) > 1  # a pareto pick is made on the front, not by decode tok/s
     check = command_check(server_bin)  # the llama-server the printed command names
     finalists = top_trials(study, confirm_options.top, check)
@@ -160,7 +163,10 @@ def run_search(options: SearchOptions, *, reporter: SearchReporter, server_bin: 
             elif _raced(study, finalists):
                 reporter.note("this study's race is stored already, newer than its finalists: not racing them again")
             else:
-                _race_finalists(study, finalists, settings, confirm_options, server_bin, reporter, held)
+                with ledger.phase("race"):
+                    _race_finalists(study, finalists, settings, confirm_options, server_bin, reporter, held)
+    store_study(study, cost=ledger.as_dict())
+    reporter.note(ledger.line())
     return best_result(study, check=check)
 
 

@@ -8,9 +8,16 @@ the blocks recorded along the baseline's trajectory, the host time of recording 
 draft file and block size, shared by every configuration of that size) and of replaying one configuration,
 and the engine's own measurement time beside them.
 
+Then, on the bigram draft along longer trajectories (`--sample-tokens`, 256): whether a block of n rows
+is the first n rows of the largest block (the share of positions whose greedy chains agree, per n: where
+they all did, the largest block alone could stand for every size), and the blocks recorded at a sample
+of the positions (autotune.predict.block_sample) against the full recording: per sample size, each
+configuration's tokens per step with its stated sampling error, and its predicted speedup against the
+full recording's (the cost model measured once, by measure_target).
+
 This is a benchmark that prints figures, not a test. Times depend on load: run it on a quiet machine.
 
-Run: python examples/benchmarks/block_replay.py [--max-tokens 32] [--vocab 151936]
+Run: python examples/benchmarks/block_replay.py [--max-tokens 32] [--vocab 151936] [--sample-tokens 256]
 """
 
 from __future__ import annotations
@@ -21,8 +28,10 @@ import time
 from pathlib import Path
 
 from autotune.engines.python import PythonEngine
-from autotune.predict.blocks import DraftBlocks, replay_tree
-from autotune.predict.replay import replay
+from autotune.measure.prompts import Prompt, PromptMix
+from autotune.predict.block_drafts import BlockDraft, BlockPlan
+from autotune.predict.target import measure_target
+from autotune.predict.blocks import DraftBlocks, replay_linear, replay_tree
 from autotune.predict.trajectory import Trajectories
 from autotune.spec.config import SpecConfig
 from autotune.testing import tiny_gguf
@@ -78,7 +87,7 @@ def run(label: str, files: dict[str, Path], max_tokens: int) -> None:
             blocks, record_s = recorded[key]
             started = time.perf_counter()
             replayed = (replay_tree(blocks, config, pair.markov(), trajectories) if pctree
-                        else replay(blocks.drafter(config), trajectories))
+                        else replay_linear(blocks, config, trajectories))
             replay_ms = (time.perf_counter() - started) * 1000
             ours = (replayed.drafted, replayed.accepted, replayed.verify_steps)
             theirs = (measured.n_drafted, measured.n_accepted, sum(r.n_verify_steps for r in measured.results))
@@ -86,10 +95,62 @@ def run(label: str, files: dict[str, Path], max_tokens: int) -> None:
                   f"{'yes' if ours == theirs else 'NO':>5} {engine_s:8.2f} {record_s:8.2f} {replay_ms:9.1f}")
 
 
+#: more prompts than MIX, so that a sample has windows to choose among
+LONG_MIX = PromptMix("sample", MIX.prompts + tuple(Prompt(f"t{i}", "training", text) for i, text in enumerate(TRAINING_TEXTS[:3])))
+SAMPLE_SIZES = (128, 256, 512, 1024)
+
+
+def truncation(engine: PythonEngine, config: SpecConfig, trajectories: Trajectories, sizes: list[int]) -> None:
+    """Per block size n, the share of positions where its chain equals the first n of the largest block's."""
+    pair = engine.dflash_pair(config)
+    found = DraftBlocks.record(pair, trajectories, spec_type=config.spec_type, n_maxes=sizes)
+    largest = found[max(found)]
+    for n, blocks in sorted(found.items()):
+        same = total = 0
+        for key, rows in blocks.blocks.items():
+            for short, long in zip(rows, largest.blocks[key]):
+                same += short.chain == long.chain[:n]
+                total += 1
+        print(f"  n_max {n}: chain = the largest block's first {n} rows at {same}/{total} positions ({same / total:.1%})")
+
+
+def sampled_against_full(files: dict[str, Path], max_tokens: int) -> None:
+    target, draft = files["target"], files["dspark"]
+    plan = BlockPlan("draft-dspark", n_maxes=(1, 2, 3, 4), pctree=True, p_min=False, tree_k=3, tree_n=12)
+    with PythonEngine(context_size=1024, threads=2) as engine:
+        baseline = engine.measure(SpecConfig(target), LONG_MIX, max_tokens=max_tokens)
+        model = measure_target(engine, target, baseline, LONG_MIX, arbiter="python", max_tokens=max_tokens, drafts=[],
+                               chain_length=3, block_drafts=[(plan, draft)], note=lambda text: None)
+        trajectories = model.trajectories
+        positions = sum(len(t.tokens) for t in trajectories.prompts)
+        print(f"\nsampled against full: bigram DSpark draft, {len(LONG_MIX)} prompts x {max_tokens} tokens = "
+              f"{positions} positions")
+        print("does a shorter block equal the largest one cut short?")
+        truncation(engine, SpecConfig(target, "draft-dspark", draft), trajectories, [1, 2, 3, 4])
+        configs = [SpecConfig(target, "draft-dspark", draft, p) for p in (
+            {"draft_n_max": 1}, {"draft_n_max": 2}, {"draft_n_max": 3}, {"draft_n_max": 4},
+            {"draft_n_max": 4, "dspark_pctree": True, "dspark_pctree_k": 3, "dspark_pctree_n": 12})]
+        full = {c.describe(): model.prediction(c) for c in configs}
+        pair = engine.dflash_pair(configs[0])
+        print(f"{'sample':>7} {'record s':>8} {'configuration':<44} {'tok/step':>8} {'± se':>7} {'full':>7} "
+              f"{'speedup moves':>13}")
+        for size in SAMPLE_SIZES:
+            started = time.perf_counter()
+            sampled, _ = BlockDraft.record(pair, plan, trajectories, sample_positions=size)
+            record_s = time.perf_counter() - started
+            model.block_drafts[("draft-dspark", draft.name)] = sampled
+            for config in configs:
+                ours, theirs = model.prediction(config), full[config.describe()]
+                print(f"{size:>7} {record_s:8.2f} {config.describe()[:44]:<44} {ours.replay.tokens_per_step:8.3f} "
+                      f"{ours.replay.sampling_error or 0:7.2%} {theirs.replay.tokens_per_step:7.3f} "
+                      f"{ours.speedup / theirs.speedup - 1:+13.2%}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--vocab", type=int, default=QWEN3_VOCAB)
+    parser.add_argument("--sample-tokens", type=int, default=256)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -102,6 +163,7 @@ def main() -> None:
         dflash = tiny_gguf.write_dspark_draft(root / "dflash.gguf", target_path=target, markov_rank=0, seed=5)
         run("tiny target with the bigram DSpark draft (it predicts its target)",
             {"target": target, "dspark": bigram, "dflash": dflash}, args.max_tokens)
+        sampled_against_full({"target": target, "dspark": bigram}, args.sample_tokens)
 
 
 if __name__ == "__main__":

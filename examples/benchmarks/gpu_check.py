@@ -11,7 +11,10 @@ in-process engine's host share of step time (examples/benchmarks/_steps.py: time
 and the device memory in use after the pair loaded; DSpark and PCTree predicted from the pair's recorded
 blocks against the in-process engine's counts and speedups. Then a 6-trial `autotune search` on Gemma
 over the same number of prompts, whose race on llama-server, printed command and figures are passed
-through. Every line starts with its section so a test can read it.
+through. Last, two `autotune search --plan` (issue 40), seconds each: qwen3-8b's space for the seeds'
+workload (44 prompts x 512 tokens) priced at 95 tok/s (the device reaches no hub: its files are not
+there to measure), and Gemma's measured for real on one prompt of 512 tokens on this device. Every line
+starts with its section so a test can read it.
 
 The defaults (4 prompts of 32 tokens) keep the whole check within 1 min 45 s to 2 min 18 s on this 2-core
 box with `--cpu` (the longer when the search ends with a race; issue 30 asks at most 5 minutes, so that a
@@ -158,6 +161,25 @@ def search(models_dir: Path, args: argparse.Namespace) -> int:
     return done.returncode
 
 
+def plan(models_dir: Path) -> int:
+    """The two plans (module docstring), their output passed through; the first failing exit code, else 0."""
+    empty = models_dir.parent / "no-models"
+    empty.mkdir(exist_ok=True)
+    runs = [["--model", "qwen3-8b", "--offline", "--plan-tok-s", "95", "--models-dir", str(empty)],
+            ["--model", "gemma3-270m", "--models-dir", str(models_dir)]]
+    codes = []
+    for extra in runs:
+        argv = [sys.executable, "-m", "autotune", "search", "--max-tokens", "512", "--per-category", "4", "--plan",
+                "--storage", f"sqlite:///{models_dir.parent / 'plan-never-written.db'}", *extra]
+        print(f"plan: {' '.join(argv[1:])}", flush=True)
+        done = subprocess.run(argv, stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        for line in done.stdout.splitlines():
+            print(f"plan: {line}", flush=True)
+        print(f"plan: exit {done.returncode}", flush=True)
+        codes.append(done.returncode)
+    return next((code for code in codes if code), 0)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--gemma", type=Path, required=True, help="gemma-3-270m-q4_k_m.gguf")
@@ -214,7 +236,7 @@ def check(args: argparse.Namespace, mix: PromptMix, scratch: Path) -> int:
     finally:
         if server is not None:
             server.close()
-    return search(models_dir, args)
+    return search(models_dir, args) or plan(models_dir)
 
 
 if __name__ == "__main__":

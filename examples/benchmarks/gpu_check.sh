@@ -3,7 +3,9 @@
 # both engines, about a minute; a problem ends the check there), then Gemma 3 270M and the qwen3 fixture
 # pair at Qwen3's vocabulary through both engines (examples/benchmarks/gpu_check.py prints in-process /
 # server tok/s, host share of step time and device memory in use), the blocks' predicted counts against
-# the measured ones, and a 6-trial `autotune search` with its race and command.
+# the measured ones, a 6-trial `autotune search` with its race and command, and two `autotune search
+# --plan` (issue 40): qwen3-8b's space priced at 95 tok/s (the device reaches no hub) and Gemma's
+# measured on one prompt there (seconds each).
 #
 #   gpu_check.sh --stage            here: fill .gpu-check/ (ignored; network for pip downloads)
 #   gpu_check.sh --build [--wait]   on the device: build llama.cpp with CUDA in the background

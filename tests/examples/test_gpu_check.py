@@ -49,4 +49,10 @@ def test_gpu_check_runs_on_the_cpu_and_prints_every_figure(tmp_path):
         assert replayed == measured, row  # the prediction's counts are the engine's
     command = next(line for line in lines if line.startswith("search: ") and "llama-server" in line and " -m " in line)
     assert "gemma-3-270m-q4_k_m.gguf" in command and "--temp 0" in command
-    assert lines[-1] == "search: exit 0"
+    assert "search: exit 0" in lines and lines[-1] == "plan: exit 0"
+    plans = [line for line in lines if line.startswith("plan: plan: up to ")]
+    assert len(plans) == 2 and all("on this machine: baseline " in line for line in plans), plans
+    assert any(line.startswith("plan: workload: 2 target(s), 44 prompts x 512 tokens; 2 draft model(s)")
+               for line in lines)  # qwen3-8b's space, priced at 95 tok/s
+    paces = [line for line in lines if line.startswith("plan: pace: ")]
+    assert paces[0].startswith("plan: pace: 95 tok/s as given") and "on one prompt on the" in paces[1], paces

@@ -18,7 +18,7 @@ import pytest
 from click.testing import CliRunner
 
 from autotune.cli.main import cli
-from autotune.models.hub import hub_files
+from autotune.models.hub import format_size, hub_files
 from autotune.spec.space import load_model_space
 from autotune.testing import tiny_gguf
 from autotune.testing.hub_fixtures import HubRepo, LocalHubEndpoint
@@ -40,6 +40,8 @@ def qwen3_8b_repos(tmp_path_factory) -> dict[str, HubRepo]:
     tiny_gguf.write_qwen3_target(paths["d17"], seed=2)
     tiny_gguf.write_dspark_draft(root / "dspark", target_path=paths["t8"])
     tiny_gguf.write_dspark_draft(root / "dflash", target_path=paths["t8"], markov_rank=0)
+    tiny_gguf.write_dspark_draft(root / "dspark-bf16", target_path=paths["t8"], seed=7)  # another quant: other bytes
+    tiny_gguf.write_dspark_draft(root / "dflash-bf16", target_path=paths["t8"], markov_rank=0, seed=8)
     content = {path.name: path.read_bytes() for path in root.iterdir()}
     return {
         "Qwen/Qwen3-8B-GGUF": HubRepo(COMMIT, {"Qwen3-8B-Q4_K_M.gguf": content["t4"], "Qwen3-8B-Q8_0.gguf": content["t8"],
@@ -48,6 +50,8 @@ def qwen3_8b_repos(tmp_path_factory) -> dict[str, HubRepo]:
         "Qwen/Qwen3-1.7B-GGUF": HubRepo(COMMIT, {"Qwen3-1.7B-Q8_0.gguf": content["d17"]}),
         "ggml-org/Qwen3-8B-GGUF": HubRepo(COMMIT, {"Qwen3-8B-Q8_0.gguf": content["t8"], "dspark-Qwen3-8B-Q8_0.gguf":
                                                    content["dspark"], "dflash-Qwen3-8B-Q8_0.gguf": content["dflash"],
+                                                   "dspark-Qwen3-8B-BF16.gguf": content["dspark-bf16"],
+                                                   "dflash-Qwen3-8B-BF16.gguf": content["dflash-bf16"],
                                                    ".src_sha": b"DFLASH=" + b"d" * 40 + b"\nDSPARK=" + b"e" * 40 +
                                                    b"\nPRIMARY=" + b"f" * 40 + b"\n", "README.md": b"not asked for"}),
     }
@@ -65,8 +69,8 @@ def test_the_bundled_spaces_name_the_official_repos_and_only_published_files():
     qwen = [f.label for f in hub_files(load_model_space("qwen3-8b", None))]
     # ggml-org/convert's models/qwen3-8b/convert.sh writes {dspark,dflash}-Qwen3-8B-{BF16,Q8_0}.gguf there
     assert qwen == ["Qwen/Qwen3-8B-GGUF/Qwen3-8B-Q4_K_M.gguf", "Qwen/Qwen3-8B-GGUF/Qwen3-8B-Q8_0.gguf",
-                    "ggml-org/Qwen3-8B-GGUF/dspark-Qwen3-8B-Q8_0.gguf",
-                    "ggml-org/Qwen3-8B-GGUF/dflash-Qwen3-8B-Q8_0.gguf",
+                    "ggml-org/Qwen3-8B-GGUF/dspark-Qwen3-8B-Q8_0.gguf", "ggml-org/Qwen3-8B-GGUF/dspark-Qwen3-8B-BF16.gguf",
+                    "ggml-org/Qwen3-8B-GGUF/dflash-Qwen3-8B-Q8_0.gguf", "ggml-org/Qwen3-8B-GGUF/dflash-Qwen3-8B-BF16.gguf",
                     "Qwen/Qwen3-0.6B-GGUF/Qwen3-0.6B-Q8_0.gguf", "Qwen/Qwen3-1.7B-GGUF/Qwen3-1.7B-Q8_0.gguf"]
     llama = [f.label for f in hub_files(load_model_space("llama3.1-8b", None))]
     assert llama == ["bartowski/Meta-Llama-3.1-8B-Instruct-GGUF/Meta-Llama-3.1-8B-Instruct-Q4_K_M.gguf",
@@ -90,8 +94,13 @@ def test_search_downloads_what_is_missing_says_how_large_and_runs(tmp_path, qwen
         labels = [f.label for f in hub_files(load_model_space("qwen3-8b", None))]
         sizes = {label: len(qwen3_8b_repos[label.rsplit("/", 1)[0]].files[label.rsplit("/", 1)[1]]) for label in labels}
         (line,) = [line for line in first.stderr.splitlines() if "downloading" in line]
-        assert line.startswith(f"autotune: downloading 6 files from the hub ({sum(sizes.values()) / 1e6:.3g} MB) "
-                               f"into {os.environ['HF_HUB_CACHE']}: ")
+        drafts = {label: size for label, size in sizes.items()
+                  if not label.rsplit("/", 1)[1].startswith("Qwen3-8B-")}  # not the targets
+        by_quant = {q: format_size(sum(size for label, size in drafts.items() if label.endswith(f"-{q}.gguf")))
+                    for q in ("Q8_0", "BF16")}  # what the BF16 drafts add is said
+        assert line.startswith(f"autotune: downloading 8 files from the hub ({sum(sizes.values()) / 1e6:.3g} MB, "
+                               f"drafts Q8_0 {by_quant['Q8_0']}, BF16 {by_quant['BF16']}) "
+                               f"into {os.environ['HF_HUB_CACHE']}: "), line
         assert all(f"{label} ({size / 1e3:.3g} kB)" in line for label, size in sizes.items())
         assert sorted(r.removeprefix("GET ") for r in file_gets(hub)) == sorted(
             "/{}/{}/resolve/main/{}".format(*label.split("/")) for label in labels)  # not ggml-org's own target

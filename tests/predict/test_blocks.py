@@ -16,8 +16,7 @@ from autotune.engines.python import PythonEngine
 from autotune.errors import TrialFailure
 from autotune.predict.block_cost import block_rows, sample_trees
 from autotune.predict.block_drafts import BlockDraft, BlockPlan
-from autotune.predict.blocks import DraftBlocks, layer_inputs, replay_tree
-from autotune.predict.replay import replay
+from autotune.predict.blocks import DraftBlocks, layer_inputs, replay_linear, replay_tree
 from autotune.predict.target import measure_target
 from autotune.predict.trajectory import Trajectories
 from autotune.spec.config import SpecConfig
@@ -92,7 +91,7 @@ def test_replayed_counts_equal_the_in_process_engines(engine, models, trajectori
     if params.get("dspark_pctree"):
         replayed = replay_tree(blocks, config, pair.markov(), trajectories)
     else:
-        replayed = replay(blocks.drafter(config), trajectories)
+        replayed = replay_linear(blocks, config, trajectories)
     got = (replayed.drafted, replayed.accepted, replayed.verify_steps)
     assert got == (measured.n_drafted, measured.n_accepted, sum(r.n_verify_steps for r in measured.results))
     assert measured.n_drafted > 0
@@ -123,7 +122,7 @@ def test_at_qwen3s_vocabulary_too(engine, qwen3_vocab_pair, spec_type, draft, pa
                                   p_min="draft_p_min" in params, candidates=[n_max] if params.get("dspark_pctree") else []
                                   ).values()
     replayed = (replay_tree(blocks, config, pair.markov(), trajectories) if params.get("dspark_pctree")
-                else replay(blocks.drafter(config), trajectories))
+                else replay_linear(blocks, config, trajectories))
     assert (replayed.drafted, replayed.accepted) == (measured.n_drafted, measured.n_accepted)
     assert replayed.verify_steps == sum(r.n_verify_steps for r in measured.results) > 0
 
