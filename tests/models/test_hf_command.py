@@ -69,3 +69,17 @@ def test_a_local_file_has_no_hub_name_one_line_exit_2(tmp_path, hub_files):
     assert result.stderr.splitlines() == [
         f"autotune: error: the target {local} is a local file, not one from the hub cache: --hf-command names hub "
         "files only (tune with --hf ORG/REPO or a search space with hf = \"org/repo\")"]
+
+
+def test_a_llama_server_without_the_hub_flags_is_told_in_one_line(hub_files):
+    from autotune.errors import UsageError
+    from autotune.llamacpp.capabilities import parse_capabilities
+    from autotune.llamacpp.runnable import CommandCheck
+    from autotune.models.hub_command import hub_command
+
+    target = Path(hub_files["Qwen3.6-27B-Q8_0.gguf"])
+    help_text = "-m,    --model FNAME   model path\n-hf,   --hf-repo REPO   hub repo\n-c,    --ctx-size N   context\n"
+    old = CommandCheck("llama-server", parse_capabilities(help_text, "version: 1 (abc)"))
+    with pytest.raises(UsageError, match=r"the command with hub names needs -hff, --no-mmproj, which this llama-server "
+                                         r"\(1 \(abc\)\) lacks: print it without --hf-command"):
+        hub_command(["llama-server", "-m", str(target), "-c", "8192"], SpecConfig(target), old)
