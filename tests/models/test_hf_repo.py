@@ -177,3 +177,21 @@ def test_bad_hf_input_is_one_line_exit_2(argv, message):
     result = invoke("search", *argv)
     assert result.exit_code == 2
     assert len(result.stderr.splitlines()) == 1 and message in result.stderr
+
+
+@pytest.mark.slow
+def test_search_hf_downloads_and_tunes_every_found_pair(ggml_org_repos, monkeypatch):
+    import optuna
+
+    from storage import resolve_storage_url
+
+    with LocalHubEndpoint(ggml_org_repos) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        result = invoke("search", "--hf", f"{REPO}:Q8_0", "--strategy", "measure", "--engine", "python", "--trials", "3",
+                        "--max-tokens", "6", "--seed", "0", "--no-confirm", "--no-pruning")
+    assert result.exit_code == 0, result.output
+    (summary,) = optuna.get_all_study_summaries(resolve_storage_url(None), include_best_trial=False)
+    assert summary.study_name.startswith("qwen3.6-27b-gguf-q8_0@")
+    study = optuna.load_study(study_name=summary.study_name, storage=resolve_storage_url(None))
+    for draft in ("dflash-Qwen3.6-27B-Q8_0.gguf", "dflash-Qwen3.6-27B-BF16.gguf"):
+        assert f"draft-dflash:Qwen3.6-27B-Q8_0.gguf@{COMMIT} + {draft}@{COMMIT}" in study.user_attrs["files"]
