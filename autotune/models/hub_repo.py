@@ -77,10 +77,6 @@ class HubModel:
         return tuple(name[len(self.target_pattern.split(QUANT_PLACEHOLDER)[0]):][: len(quant_tag(name))]
                      for name in self.targets)
 
-    def size(self, names) -> int | None:
-        sizes = [self.files.sizes.get(name) for name in names]
-        return None if None in sizes else sum(sizes)
-
 
 def discover(ref: HubRef, files: RepoFiles, *, with_sidecars: bool = True) -> HubModel:
     """The model files of the repo (each quantization, or `ref.quant`'s) and, with `with_sidecars`, every
