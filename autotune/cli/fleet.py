@@ -19,8 +19,14 @@ from autotune.cli.options import measured_model_option, measurement_options, mod
 @click.option("--race-budget", default=DEFAULT_BUDGET, show_default=True,
               help="The most the race may take: rounds (6) or time (5m, 300s).")
 @server_bin_option
-def nightly(options, top, race_budget, server_bin):
+@click.option("--all", "all_presets", is_flag=True,
+              help="Instead of one model: re-tune each preset of this machine whose hub source moved (a new "
+                   "revision of a repo its files came from, with other files: `.src_sha`).")
+def nightly(options, top, race_budget, server_bin, all_presets):
     """Re-tune MODEL when its files are new or changed; replace the preset only on a proven win.
+
+    With --all, every preset of this machine whose files came from a hub repo that has since moved is
+    re-tuned the same way, one after the other (one summary line each; none moved: exit 3).
 
     Files the search space names on the Hugging Face Hub (`hf = "org/repo"`) are first brought up to
     the hub's current revision (offline: one line, and the files on disk are used). Prints one summary line. Exit codes: 0 improved (preset replaced), 3 unchanged (preset kept),
@@ -29,6 +35,7 @@ def nightly(options, top, race_budget, server_bin):
     \b
     Example:
         autotune nightly --model gemma3-270m
+        autotune nightly --all
     """
     from autotune.cli.progress import TerminalReporter
     from autotune.engines import choose_engine
@@ -37,6 +44,16 @@ def nightly(options, top, race_budget, server_bin):
 
     for level in options.levels:  # bad input (no llama-server for N > 1) before anything is measured
         choose_engine(options.engine_name, concurrency=level, server_bin=server_bin)
+    if all_presets:
+        from autotune.presets.nightly_all import run_nightly_all
+
+        done = run_nightly_all(options, top=top, budget=RaceBudget.parse(race_budget), server_bin=server_bin,
+                               reporter=TerminalReporter())
+        for entry, outcome in done:
+            click.echo(f"{entry.label}: {outcome.status}: {outcome.summary}")
+        if not done:
+            click.echo("unchanged: no preset of this machine has a hub source that moved")
+        sys.exit(combined_exit_code([outcome for _, outcome in done]))
     outcomes = []
     for level in options.levels:
         outcome = run_nightly(options.at_level(level), top=top, budget=RaceBudget.parse(race_budget),

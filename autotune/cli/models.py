@@ -7,7 +7,8 @@ from pathlib import Path
 
 import click
 
-from autotune.cli.options import models_dir_option, model_option, server_bin_option, space_option
+from autotune.cli.options import (draft_hf_option, hf_option, hub_model_name, models_dir_option, model_option,
+                                  server_bin_option, space_option)
 from autotune.settings import default_models_dir
 
 
@@ -16,12 +17,19 @@ from autotune.settings import default_models_dir
 @models_dir_option
 @server_bin_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
-def models(model, models_dir, server_bin, as_json):
+@hf_option
+@draft_hf_option
+@click.option("--offline", is_flag=True, help="With --hf: download nothing; list what the hub cache holds.")
+def models(model, models_dir, server_bin, as_json, hf, draft_hf, offline):
     """List known models, their files (GGUF arch and quant), runnable combinations and why others are not.
+
+    With --hf ORG/REPO[:QUANT], the repo's targets and drafts, found by their names as llama-server
+    finds them, are downloaded into the hub cache and their GGUF headers checked.
 
     \b
     Example:
         autotune models --json
+        autotune models --hf ggml-org/Qwen3-8B-GGUF:Q8_0
     """
     from autotune.llamacpp.capabilities import read_capabilities
     from autotune.errors import ServerBinaryError
@@ -34,8 +42,17 @@ def models(model, models_dir, server_bin, as_json):
         server = read_capabilities(resolve_server_binary(server_bin))
     except ServerBinaryError:
         server = None
-    reports = [model_inventory(load_model_space(name), models_dir or default_models_dir(), server)
-               for name in ([model] if model else known_models())]
+    if hf is not None or draft_hf is not None:
+        from autotune.models.hub import offline_mode
+        from autotune.models.hub_names import HubRef
+        from autotune.models.hub_space import hub_space
+
+        spaces = [hub_space(HubRef.parse(hf), draft_ref=HubRef.parse(draft_hf, "--draft-hf") if draft_hf else None,
+                            name=hub_model_name(model, hf, draft_hf), offline=offline or offline_mode(),
+                            note=lambda line: click.echo(f"autotune: {line}", err=True))]
+    else:
+        spaces = [load_model_space(name) for name in ([model] if model else known_models())]
+    reports = [model_inventory(space, models_dir or default_models_dir(), server) for space in spaces]
     if as_json:
         click.echo(json.dumps(reports, indent=2))
         return

@@ -40,6 +40,13 @@ models_dir_option = click.option(
     "--models-dir", type=click.Path(path_type=Path), envvar=MODELS_DIR_ENV,
     help=f"Folder holding the GGUF files [env {MODELS_DIR_ENV}; default: <data dir>/models].",
 )
+hf_option = click.option(
+    "--hf", metavar="ORG/REPO[:QUANT]",
+    help="A Hugging Face Hub repo to tune without a search-space file, as `llama-server -hf` takes it: its targets "
+         "(each quant, or QUANT) and the drafts named dspark-, dflash-, mtp- and eagle3- beside them.")
+draft_hf_option = click.option(
+    "--draft-hf", metavar="ORG/REPO[:QUANT]",
+    help="With --hf: a smaller model of the same family, searched as the draft-simple draft.")
 space_option = click.option(
     "--space", "space_file", type=click.Path(path_type=Path), help="Search-space file to use instead of the bundled one."
 )
@@ -151,6 +158,8 @@ _MEASUREMENT_OPTIONS = [
                       "and the --draft files."),
     click.option("--draft", "draft_files", type=click.Path(path_type=Path, dir_okay=False), multiple=True,
                  help="With --target: a draft GGUF (repeatable); its spec type follows from its architecture."),
+    hf_option,
+    draft_hf_option,
     click.option("--offline", is_flag=True,
                  help="Download nothing from the Hugging Face Hub: use the files on disk (as HF_HUB_OFFLINE=1). "
                       "Without it, the files the search space names on the hub that are not on disk are "
@@ -170,7 +179,7 @@ _SETTINGS_FLAGS = ("trials", "max_tokens", "seed", "threads", "objective", "repe
                    "trial_timeout_s", "min_stream_tok_s")
 #: ... and those that say where its inputs come from and where it is kept (SearchOptions)
 _INPUT_FLAGS = ("engine_name", "prompts_file", "per_category", "storage_url", "space_file", "heartbeat_s",
-                "target_file", "draft_files", "offline", "wait")
+                "target_file", "draft_files", "hf", "draft_hf", "offline", "wait")
 
 
 def measurement_options(command):
@@ -185,21 +194,28 @@ def measurement_options(command):
                                                      "temperature", "top_k", "top_p", "min_p")}
         names = kwargs.pop("model")
         repeated = isinstance(names, tuple)
-        if repeated and len(names) > 1 and flags["target_file"]:
-            raise click.UsageError("--target names one model: drop it, or give one --model")
-        queue = tuple(_search_options(name, flags, given) for name in (names or (None,) if repeated else (names,)))
+        if repeated and len(names) > 1 and (flags["target_file"] or flags["hf"]):
+            raise click.UsageError("--target and --hf name one model: drop them, or give one --model")
+        every_preset = bool(kwargs.get("all_presets"))  # nightly --all: each preset's own model
+        queue = tuple(_search_options(name, flags, given, every_preset=every_preset)
+                      for name in (names or (None,) if repeated else (names,)))
         return command(options=queue[0], **({"queue": queue} if repeated else {}), **kwargs)
 
     return with_options(_MEASUREMENT_OPTIONS)(with_values)
 
 
-def _search_options(model: str | None, flags: dict, given: tuple[str, ...]):
-    """The SearchOptions of one model from the parsed measurement flags."""
+def _search_options(model: str | None, flags: dict, given: tuple[str, ...], *, every_preset: bool = False):
+    """The SearchOptions of one model from the parsed measurement flags (`every_preset`: nightly --all,
+    whose options name no model; autotune.presets.nightly_all)."""
     from autotune.study.search import SearchOptions
     from autotune.study.tuner import SearchSettings
 
-    space_file = _space_of(model, flags["space_file"])
-    model = _measured_model(model, flags["target_file"], flags["draft_files"], space_file)
+    if every_preset:
+        space_file, model = None, _every_preset(model, flags)
+    else:
+        space_file = _space_of(model, flags["space_file"])
+        model = _measured_model(model, flags["target_file"], flags["draft_files"], space_file, flags["hf"],
+                                flags["draft_hf"])
     sampling = Sampling(flags["temperature"], flags["top_k"], flags["top_p"], flags["min_p"], seed=flags["seed"] or 0)
     settings = SearchSettings(model=model, sampling=sampling, **{name: flags[name] for name in _SETTINGS_FLAGS})
     return SearchOptions(settings, models_dir=flags["models_dir"] or default_models_dir(), levels=flags["concurrency"],
@@ -231,12 +247,14 @@ def given_flags(flags: dict[str, str]) -> tuple[str, ...]:
 
 
 def _measured_model(model: str | None, target_file: Path | None, draft_files: tuple[Path, ...],
-                    space_file: Path | None) -> str:
-    """--model, or the ad-hoc model's name from its --target file."""
+                    space_file: Path | None, hf: str | None = None, draft_hf: str | None = None) -> str:
+    """--model, or the ad-hoc model's name from its --target file or --hf repo."""
     from autotune.errors import UsageError
     from autotune.gguf.header import check_gguf
     from autotune.models.adhoc import adhoc_name
 
+    if hf is not None or draft_hf is not None:
+        return hub_model_name(model, hf, draft_hf, with_local_files=bool(target_file or draft_files or space_file))
     if target_file is None:
         if draft_files:
             raise UsageError("--draft needs --target: name the target GGUF it drafts for")
@@ -247,6 +265,32 @@ def _measured_model(model: str | None, target_file: Path | None, draft_files: tu
         raise UsageError("--target infers the search space: drop --space, or drop --target and use --model")
     check_gguf(target_file)
     return model or adhoc_name(target_file)
+
+
+def _every_preset(model: str | None, flags: dict) -> str:
+    """`nightly --all` names no model: each preset re-tunes its own (the options' model is left empty)."""
+    from autotune.errors import UsageError
+
+    if model or any(flags[name] for name in ("target_file", "draft_files", "space_file", "hf", "draft_hf")):
+        raise UsageError("--all re-tunes each preset's own model: drop --model, --target, --draft, --space, --hf "
+                         "and --draft-hf")
+    return ""
+
+
+def hub_model_name(model: str | None, hf: str | None, draft_hf: str | None, *, with_local_files: bool = False) -> str:
+    """--model, else the --hf repo's name (autotune.models.hub_names.HubRef.model_name); --draft-hf needs
+    --hf, and --hf replaces --target, --draft and --space."""
+    from autotune.errors import UsageError
+    from autotune.models.hub_names import HubRef
+
+    if hf is None:
+        raise UsageError("--draft-hf needs --hf: name the repo whose targets it drafts for")
+    if with_local_files:
+        raise UsageError("--hf finds the targets and drafts in the repo: drop --target, --draft and --space")
+    ref = HubRef.parse(hf)
+    if draft_hf is not None:
+        HubRef.parse(draft_hf, "--draft-hf")
+    return model or ref.model_name
 
 
 def study_options(command):

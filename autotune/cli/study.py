@@ -127,7 +127,11 @@ def search(options, queue, server_bin, strategy, confirm_enabled, race_top, race
 @click.option("--by-category", is_flag=True,
               help="Add each prompt category's raced speedup [95% CI] and predicted one, for the pick and for "
                    "--spec-default (the best draft length differs between code and chat).")
-def best(model, hardware, engine, objective, concurrency, run, storage, as_json, server_bin, by_category):
+@click.option("--hf-command", is_flag=True,
+              help="Print the command with its model files named on the Hugging Face Hub (-hf, -hfd) instead of "
+                   "local paths, to run on another machine.")
+def best(model, hardware, engine, objective, concurrency, run, storage, as_json, server_bin, by_category,
+         hf_command):
     """Print the fastest configuration found for MODEL as a llama-server command line.
 
     The first line is the command; then its mix tok/s, the baseline's and the speedup. Without a
@@ -135,29 +139,43 @@ def best(model, hardware, engine, objective, concurrency, run, storage, as_json,
     command uses only flags the llama-server it names has (--server-bin, else the one that resolves);
     a faster configuration that needs others (a fork's) is named in one line.
 
+    With --hf-command the command names its model files on the Hugging Face Hub (`-hf REPO -hff FILE`,
+    `-hfd REPO:QUANT`), for files that came from the hub, so it runs where they are not on disk.
+
     \b
     Example:
         autotune best --model gemma3-270m --json
+        autotune best --model qwen3-8b --hf-command
     """
     from autotune.errors import StudyNotFoundError
     from autotune.llamacpp.runnable import command_check
+    from autotune.models.hub_command import hub_command
     from autotune.presets.confirmed import PresetResult, stored_preset
+    from autotune.spec.command import format_command
     from autotune.study.best import best_result
     from autotune.study.catalog import open_study_of
+    from autotune.study.records import config_from_attrs
 
+    check = command_check(server_bin)
     try:
         result = best_result(open_study_of(model, hardware=hardware, engine=engine, storage_url=storage,
-                                           objective=objective, concurrency=concurrency, run=run),
-                             check=command_check(server_bin))
+                                           objective=objective, concurrency=concurrency, run=run), check=check)
     except StudyNotFoundError:
         preset = stored_preset(model, hardware=hardware, storage_url=storage, concurrency=concurrency or 1)
         if preset is None:
             raise
         result = PresetResult(preset)
+    hub = None
+    if hf_command:
+        config = result.preset.params if isinstance(result, PresetResult) else result.record.config
+        hub = hub_command(result.argv, config_from_attrs(config), check)
     if as_json:
-        click.echo(json.dumps(result.as_dict(), indent=2))
+        click.echo(json.dumps({**result.as_dict(), **({"hf_argv": hub.argv} if hub else {})}, indent=2))
         return
-    click.echo(best_text(result))
+    text = best_text(result)
+    if hub is not None:
+        text = "\n".join([format_command(hub.argv), hub.note(), *text.splitlines()[1:]])
+    click.echo(text)
     if by_category and not isinstance(result, PresetResult):
         click.echo(category_table(result))
 

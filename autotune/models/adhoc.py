@@ -1,4 +1,5 @@
-"""Ad-hoc models: `--target FILE [--draft FILE ...]` with no search-space file.
+"""Ad-hoc models: `--target FILE [--draft FILE ...]` with no search-space file (and, through the same
+inference, a hub repo's files: autotune.models.hub_space).
 
 The space is inferred from the GGUF headers. Each draft's spec type follows from its architecture,
 as llama.cpp's `common_speculative_types_from_gguf` reads it: a dflash draft with a Markov head is
@@ -12,14 +13,14 @@ those of the bundled search spaces, and the strict parser of search-space files 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from autotune.gguf.compat import check_pair
 from autotune.errors import ModelFileError
-from autotune.gguf.header import read_header
+from autotune.gguf.compat import check_pair
+from autotune.gguf.header import check_gguf, read_header
 from autotune.gguf.info import GGUFInfo, read_gguf_info
-from autotune.gguf.header import check_gguf
 from autotune.spec.space import DRAFT_IS_TARGET, SearchSpace, parse_space
 
 #: Ranges each inferred spec type is searched over (TOML values of a [spec_types.<type>] table).
@@ -65,26 +66,52 @@ def adhoc_space(target: Path, drafts: Sequence[Path] = (), *, name: str | None =
     target = target.resolve()
     for path in (target, *drafts):
         check_gguf(path)
-    target_info = read_gguf_info(target)
-    tables: dict[str, dict] = {}
+    typed: dict[str, Path] = {}
     for draft in (Path(d).resolve() for d in drafts):
-        info = read_gguf_info(draft)
-        spec_type = draft_type_of(info)
+        spec_type = draft_type_of(read_gguf_info(draft))
+        if spec_type in typed:
+            raise ModelFileError(f"{draft.name} and {typed[spec_type].name} are both {spec_type} "
+                                 "drafts: pass one --draft per draft type")
+        typed[spec_type] = draft
+    info = read_gguf_info(target)
+    return inferred_space(
+        name or adhoc_name(target), target, {"target": str(target)},
+        [SpaceDraft(path, {"file": str(path)}, spec_type) for spec_type, path in typed.items()],
+        description=f"{target.name} ({info.architecture}, {info.quant}), no search-space file")
+
+
+@dataclass(frozen=True)
+class SpaceDraft:
+    """A draft file of an inferred space: where it lies, its `[drafts.<type>]` table, and its spec type
+    (None: read from its header)."""
+
+    path: Path
+    table: dict
+    spec_type: str | None = None
+
+
+def inferred_space(name: str, target: Path, target_table: dict, drafts: Sequence[SpaceDraft], *,
+                   description: str) -> SearchSpace:
+    """The space of a target and its drafts: each draft's spec type (given, else from its header) checked
+    against `target`'s header, several drafts of one type searched side by side, the target's own MTP head
+    where it has one, the n-gram types always. `target_table`: the [model] table's file keys (`target`,
+    and `quants`, `hf` for a hub repo's targets). A draft the target cannot use raises ModelFileError with
+    llama.cpp's reason."""
+    target_info = read_gguf_info(target)
+    tables: dict[str, list[dict]] = {}
+    for draft in drafts:
+        info = read_gguf_info(draft.path)
+        spec_type = draft.spec_type or draft_type_of(info)
         verdict = check_pair(spec_type, target_info, info)
         if not verdict.runnable:
-            raise ModelFileError(f"{draft.name} cannot draft for {target.name} ({spec_type}): {verdict.reason}")
-        if spec_type in tables:
-            raise ModelFileError(f"{draft.name} and {Path(tables[spec_type]['file']).name} are both {spec_type} "
-                                 "drafts: pass one --draft per draft type")
-        tables[spec_type] = {"file": str(draft)}
+            raise ModelFileError(f"{draft.path.name} cannot draft for {target.name} ({spec_type}): {verdict.reason}")
+        tables.setdefault(spec_type, []).append(draft.table)
     if target_info.has_mtp_head and "draft-mtp" not in tables:
-        tables["draft-mtp"] = {"file": DRAFT_IS_TARGET}
+        tables["draft-mtp"] = [{"file": DRAFT_IS_TARGET}]
     types = [*NGRAM_TYPES, *tables]
     data = {
-        "model": {"name": name or adhoc_name(target), "target": str(target), "context_size": DEFAULT_CONTEXT,
-                  "description": f"{target.name} ({target_info.architecture}, {target_info.quant}), no search-space file"},
+        "model": {"name": name, **target_table, "context_size": DEFAULT_CONTEXT, "description": description},
         "drafts": tables,
         "spec_types": {t: SPEC_TYPE_RANGES[t] for t in types},
     }
     return parse_space(target, data)
-

@@ -215,7 +215,7 @@ def _check_sources(files: list[HubFile], *, offline: bool) -> tuple[dict[HubSour
     commits: dict[HubSource, str] = {}
     sizes: dict[HubFile, int | None] = {}
     for source in dict.fromkeys(f.source for f in files):
-        info = _model_info(source, offline=offline)
+        info = repo_info(source, offline=offline)
         siblings = {s.rfilename: s for s in info.siblings or ()}
         for hub_file in files:
             if hub_file.source != source:
@@ -230,7 +230,10 @@ def _check_sources(files: list[HubFile], *, offline: bool) -> tuple[dict[HubSour
     return commits, sizes
 
 
-def _model_info(source: HubSource, *, offline: bool):
+def repo_info(source: HubSource, *, offline: bool):
+    """The hub's answer about `source` (its commit and files with their sizes); HubUnreachable where it cannot
+    be asked (`offline`, HF_HUB_OFFLINE, no route, a server error), HubSourceError for a repo or revision
+    that does not exist or is gated."""
     from huggingface_hub import HfApi
     from huggingface_hub.errors import (
         GatedRepoError, HfHubHTTPError, OfflineModeIsEnabled, RepositoryNotFoundError, RevisionNotFoundError,

@@ -79,6 +79,18 @@ def follow_releases(space: SearchSpace, note: Callable[[str], None], *, offline:
     return news
 
 
+def sources_moved(repo: str, old: str, new: str, cache_dir: Path | None = None) -> bool:
+    """Whether revision `new` of `repo` may hold other files than `old`: a new commit, unless both have a
+    `.src_sha` naming the same source commits (the pipeline then uploaded its README alone)."""
+    if old == new:
+        return False
+    cache_dir = cache_dir or hub_cache_dir()
+    before, after = (_text_at(repo, commit, SOURCE_COMMITS_FILE, cache_dir) for commit in (old, new))
+    if before is None or after is None:
+        return True
+    return parse_source_commits(before) != parse_source_commits(after)
+
+
 def parse_source_commits(text: str) -> dict[str, str]:
     """`KEY=<commit>` lines of a `.src_sha`, by key."""
     return {key: commit for key, commit in _SOURCE_LINE.findall(text)}

@@ -26,14 +26,15 @@ from autotune.hardware import hardware_key
 from autotune.measure.prompts import load_prompt_mix
 from autotune.models.releases import follow_releases
 from autotune.presets.confirmed import preset_from
-from autotune.spec.space import load_model_space
+from autotune.errors import UsageError
+from autotune.spec.space import SearchSpace, load_model_space
 from autotune.study.catalog import study_name, study_names
 from autotune.study.confirm import confirm_study, top_trials
 from autotune.study.predicted import PREDICT_TRIALS, cannot_predict, measured_only_refused, predict_and_race
 from autotune.study.race import RaceBudget, round_line
 from autotune.study.leased import search_lease
 from autotune.study.records import PREDICTED_ENGINE, StudyRecord, config_from_attrs
-from autotune.study.search import ConfirmOptions, SearchInputs, SearchOptions, check_inputs, run_study
+from autotune.study.search import ConfirmOptions, SearchInputs, SearchOptions, check_inputs, model_space, run_study
 from autotune.study.runs import newest_answer
 from autotune.study.tuner import SearchReporter
 from autotune.study.verdict import Confirmation, ConfirmedConfig, stored_confirmation
@@ -115,7 +116,8 @@ def run_nightly(options: SearchOptions, *, top: int, budget: RaceBudget, server_
         load_prompt_mix(options.prompts_file)  # a bad prompt file is found before a long download
     url = resolve_storage_url(options.storage_url)
     with PresetStore(url) as store:  # a bad storage is found before any download or measurement
-        releases = follow_releases(load_model_space(model, options.space_file), reporter.note, offline=options.offline)
+        followed = followed_space(options)
+        releases = follow_releases(followed, reporter.note, offline=options.offline) if followed is not None else []
         inputs = check_inputs(options, reporter.note)
         hashes = {path.name: store.cached_sha256(path) for path in inputs.files.paths}
         storage = open_storage(url)
@@ -140,6 +142,20 @@ def run_nightly(options: SearchOptions, *, top: int, budget: RaceBudget, server_
             why = releases or ([] if previous is None else ["the model files changed"])
             store.save(replace(new_preset, reason="; ".join([*why, outcome.summary.removeprefix(f"{model}: ")])))
     return outcome
+
+
+def followed_space(options: SearchOptions) -> SearchSpace | None:
+    """The space whose hub files are brought up to the hub's current revision before re-tuning: the model's
+    search-space file, or for `--hf` the space of what the hub cache holds of the repo (None where there
+    is nothing to follow: local files, or a first night with nothing cached; the search then downloads)."""
+    if options.target_file is not None:
+        return None
+    if options.hf is None:
+        return load_model_space(options.model, options.space_file)
+    try:
+        return model_space(options, lambda line: None, offline=True)
+    except UsageError:
+        return None
 
 
 def changed_files(previous: optuna.Study | None, hashes: dict[str, str]) -> frozenset[str]:

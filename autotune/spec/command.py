@@ -107,6 +107,27 @@ class ServerCommand:
                    sampling=Sampling.from_dict(data.get("sampling")), parallel=int(data.get("parallel", 1)))
 
 
+def hub_argv(argv: Sequence[str], *, repo: str, filename: str, draft: str | None = None) -> list[str]:
+    """`argv` with its model files named on the Hugging Face Hub instead of by local path, to run on a
+    machine without them: `-m PATH` becomes `-hf REPO -hff FILE --no-mmproj` (-hf would also fetch a
+    multimodal projector the measured command never loaded), `-md PATH` becomes
+    `-hfd ORG/REPO:QUANT` (`draft`): with the command's draft `--spec-type`, llama-server takes that
+    type's file of QUANT in the repo (`dflash-…-QUANT.gguf`), or for draft-simple the repo's model of QUANT."""
+    hub, words = [], iter(argv)
+    for word in words:
+        if word == "-m":
+            next(words)
+            hub += ["-hf", repo, "-hff", filename, "--no-mmproj"]
+        elif word == "-md":
+            next(words)
+            if draft is None:
+                raise ValueError("the command has a draft model: name it on the hub (draft)")
+            hub += ["-hfd", draft]
+        else:
+            hub.append(word)
+    return hub
+
+
 def _format_value(value: int | float) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 

@@ -27,6 +27,8 @@ from autotune.models.adhoc import adhoc_space
 from autotune.models.candidates import Candidates, find_candidates
 from autotune.models.files import PULL_HINT, ModelFiles, missing_hub_files, resolve_model_files
 from autotune.models.hub import fetch_missing, offline_mode
+from autotune.models.hub_names import HubRef
+from autotune.models.hub_space import hub_space
 from autotune.settings import default_models_dir
 from autotune.spec.command import ServerCommand
 from autotune.spec.config import SpecConfig
@@ -75,6 +77,8 @@ class SearchOptions:
     levels: tuple[int, ...] = (1,)  # --concurrency: a study per level
     target_file: Path | None = None  # --target: an ad-hoc model, its space inferred (autotune.models.adhoc)
     draft_files: tuple[Path, ...] = ()  # --draft, with --target
+    hf: str | None = None  # --hf ORG/REPO[:QUANT]: a hub repo's space, found by names (autotune.models.hub_space)
+    draft_hf: str | None = None  # --draft-hf, with --hf: draft-simple drafts from another repo
     offline: bool = False  # --offline: download nothing from the hub (as HF_HUB_OFFLINE=1)
     measured_only: tuple[str, ...] = ()  # flags the user gave that only the measured strategy reads
 
@@ -104,15 +108,14 @@ def check_inputs(options: SearchOptions, note: Callable[[str], None]) -> SearchI
     the download starts). What is only left out (a missing quant, one refused pair among good ones, a
     file not downloaded offline) becomes a note, said once the storage has opened (run_study): bad input
     found later is then the one line a user sees."""
-    model, threads = options.settings.model, options.settings.threads
-    space = (adhoc_space(options.target_file, options.draft_files, name=model) if options.target_file
-             else load_model_space(model, options.space_file))
+    threads = options.settings.threads
+    offline = options.offline or offline_mode()
+    space = model_space(options, note, offline=offline)
     if threads and any(r.param.name == "threads" for r in space.runtime):
         raise SearchSpaceError(f"{space.path}: [runtime] searches threads, and --threads {threads} fixes them: "
                                "drop one of the two")
     mix = load_prompt_mix(options.prompts_file) if options.prompts_file else None
     models_dir = options.models_dir or default_models_dir()
-    offline = options.offline or offline_mode()
     not_fetched = fetch_missing(missing_hub_files(space, models_dir), offline=offline, on_start=note)
     files = resolve_model_files(space, models_dir, offline=offline)
     candidates = find_candidates(files)
@@ -133,6 +136,18 @@ def check_inputs(options: SearchOptions, note: Callable[[str], None]) -> SearchI
         notes += [mix_note] if mix_note else []
     return SearchInputs(space=space, mix=mix.take(per_category=options.per_category), files=files, candidates=candidates,
                         notes=tuple(notes))
+
+
+def model_space(options: SearchOptions, note: Callable[[str], None], *, offline: bool) -> SearchSpace:
+    """The space the user named: a hub repo's (--hf, its files downloaded unless `offline`), local files'
+    (--target), else a search-space file (--space, or the model's bundled one)."""
+    model = options.settings.model
+    if options.hf:
+        return hub_space(HubRef.parse(options.hf), draft_ref=HubRef.parse(options.draft_hf) if options.draft_hf else None,
+                         name=model, offline=offline, note=note)
+    if options.target_file:
+        return adhoc_space(options.target_file, options.draft_files, name=model)
+    return load_model_space(model, options.space_file)
 
 
 def run_search(options: SearchOptions, *, reporter: SearchReporter, server_bin: str | None = None,
