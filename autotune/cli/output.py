@@ -16,6 +16,8 @@ from autotune.study.trials import is_spec_default
 
 
 PLAIN_SPEED = "the plain command's speed"
+#: a control (the plain command against itself) whose interval reaches further from 1 says the box is noisy
+NOISY_WIDTH = 0.05
 ENGINE_LABELS = {"server": "llama-server", "python": "the in-process engine"}
 
 
@@ -56,7 +58,7 @@ def _losing_category_lines(result: BestResult) -> list[str]:
               if round(figures["speedup"], 2) < 1}
     if not losing:
         return []
-    shown = ", ".join(f"{name} {f['speedup']:.2f}x [{f['speedup_ci95'][0]:.2f}-{f['speedup_ci95'][1]:.2f}]"
+    shown = ", ".join(f"{name} {f['speedup']:.2f}x [{f['speedup_ci'][0]:.2f}-{f['speedup_ci'][1]:.2f}]"
                       for name, f in sorted(losing.items()))
     return [f"# slower than the plain command on {shown}: `autotune best --by-category` shows every category"]
 
@@ -74,7 +76,7 @@ def category_table(result: BestResult) -> str:
             continue
         lines.append(f"# {heading}, {found[name]['label']}: speedup by category [95% CI], predicted")
         for category, f in sorted(found[name]["categories"].items()):
-            low, high = f["speedup_ci95"]
+            low, high = f["speedup_ci"]
             interval = f"[{low:.2f}-{high:.2f}]" if math.isfinite(high) else "[-]"
             predicted = f"{f['predicted_speedup']:.2f}x" if f["predicted_speedup"] is not None else "-"
             lines.append(f"#   {category:<24} {f['speedup']:.2f}x {interval:>13}  predicted {predicted}")
@@ -83,10 +85,11 @@ def category_table(result: BestResult) -> str:
 
 def race_lines(confirmation: Confirmation, pick: ConfirmedConfig) -> list[str]:
     """What the race says of its pick: its speedup over the plain command (or, where the plain command is
-    the pick, the fastest entrant and why it was not picked), then llama.cpp's --spec-default."""
+    the pick, the fastest entrant and why it was not picked), then llama.cpp's --spec-default, then the
+    control (the plain command against itself) and what it says of the machine."""
     engine = ENGINE_LABELS.get(confirmation.engine, confirmation.engine)
     size = f"{confirmation.repeats} rounds x {pick.prompts or len(confirmation.prompt_ids)} prompts" + \
-        (", each prompt paired" if confirmation.pairing == "prompt" else ", paired by round")
+        (f", each prompt paired, {confirmation.looks} looks" if confirmation.pairing == "prompt" else ", paired by round")
     lines = []
     reference = confirmation.spec_default_of(pick)
     failed = [d for d in confirmation.spec_defaults if d.target == pick.target and d.failure]
@@ -94,13 +97,20 @@ def race_lines(confirmation: Confirmation, pick: ConfirmedConfig) -> list[str]:
         fastest = confirmation.fastest
         lines.append(f"# the plain command: no configuration was proven faster than it by "
                      f"{confirmation.min_effect:.0%} on {engine} ({size}; {confirmation.ended})")
+        if confirmation.machine_moved:
+            lines.append(f"# {confirmation.machine_moved}: no winner is named; race again on a quiet machine")
         if fastest is not None:
             lines.append(f"# the fastest, {fastest.label}, ran {_speedup_text(fastest)} (p={_p(fastest)}): "
                          + _not_picked(fastest, 1 + confirmation.min_effect))
         if reference is not None and reference.speedup and reference is not fastest:
             lines.append(f"# llama.cpp's --spec-default in the same rounds: {_speedup_text(reference)}")
     else:
-        lines.append(f"# {_speedup_text(pick, PLAIN_SPEED)} on {engine} (p={_p(pick)}, {size})")
+        after = " on fresh servers after the decision" if pick.speedup_at_decision is not None else ""
+        lines.append(f"# {_speedup_text(pick, PLAIN_SPEED + after)} on {engine} (p={_p(pick)}, {size})")
+        if pick.speedup_at_decision is not None:
+            lines.append(f"# decided in round {(confirmation.decided_round or 0) + 1}, where it read "
+                         f"{pick.speedup_at_decision:.2f}x; a race stops where its estimate is high, so the figure "
+                         "above is the round run after the decision, and the interval spans every round")
         if pick.role == SPEC_DEFAULT_ROLE:
             searched = [c for c in confirmation.configs if c.role == "trial" and c.speedup]
             if searched:
@@ -116,25 +126,46 @@ def race_lines(confirmation: Confirmation, pick: ConfirmedConfig) -> list[str]:
         lines.append(f"# {pick.mean_tok_s:.1f} tok/s against the plain command's {baseline.mean_tok_s:.1f} "
                      f"(decode, means over {pick.rounds} rounds)")
     lines += [f"# llama.cpp's --spec-default left the race: {d.failure}" for d in failed]
+    lines += _control_lines(confirmation)
     return lines
+
+
+def _control_lines(confirmation: Confirmation) -> list[str]:
+    """The control's figure, and a word where it says the machine was noisy (its interval wider than
+    NOISY_WIDTH either side of 1)."""
+    control = confirmation.control
+    if control is None or control.speedup_ci is None:
+        return []
+    low, high = control.speedup_ci
+    line = f"# the plain command against itself (the race's control): {_speedup_text(control)}"
+    if math.isfinite(high) and (high > 1 + NOISY_WIDTH or low < 1 - NOISY_WIDTH):
+        line += (f"; the machine was noisy (a quiet one keeps this within {1 - NOISY_WIDTH:.2f}-{1 + NOISY_WIDTH:.2f}): "
+                 "every interval above is that much wider")
+    return [line]
 
 
 def _not_picked(fastest: ConfirmedConfig, threshold: float) -> str:
     """Why the race's fastest entrant is not the pick, and whether racing longer could change that."""
-    low, high = fastest.speedup_ci95 or (0.0, float("inf"))
+    low, high = fastest.speedup_ci or (0.0, float("inf"))
     if high < threshold:
         return f"its whole interval lies below the minimum effect ({threshold:.2f}x): no longer race would pick it"
     if low <= threshold:
         return "its interval reaches below the minimum effect; `--race-budget N` races longer"
-    return "not significant once corrected for the rounds looked at and the entrants; `--race-budget N` races longer"
+    return "not significant once shared among the entrants; `--race-budget N` races longer"
 
 
 def _speedup_text(row: ConfirmedConfig, of: str = "") -> str:
-    """`1.24x [95% CI 1.15-1.34]`, or with `of`: `1.24x the plain command's speed [95% CI 1.15-1.34]`."""
+    """`1.24x [98.3% CI 1.15-1.34]`, or with `of`: `1.24x the plain command's speed [98.3% CI 1.15-1.34]`; the
+    interval is the anytime-valid one at the level the race judged the row at."""
     text = f"{row.speedup:.2f}x" + (f" {of}" if of else "")
-    if row.speedup_ci95 is not None and all(map(math.isfinite, row.speedup_ci95)):
-        text += f" [95% CI {row.speedup_ci95[0]:.2f}-{row.speedup_ci95[1]:.2f}]"
+    if row.speedup_ci is not None and all(map(math.isfinite, row.speedup_ci)):
+        text += f" [{ci_label(row)} {row.speedup_ci[0]:.2f}-{row.speedup_ci[1]:.2f}]"
     return text
+
+
+def ci_label(row: ConfirmedConfig) -> str:
+    """`98.3% CI`: the two-sided coverage of a row's bounds (each side holds at its level)."""
+    return f"{1 - 2 * (1 - row.speedup_ci_level):.1%} CI".replace(".0%", "%")
 
 
 def _p(row: ConfirmedConfig) -> str:
@@ -189,29 +220,34 @@ def confirmation_table(result: Confirmation) -> str:
     """What `autotune confirm` prints: each entrant's paired speedup over its baseline with its interval,
     p-value and whether the race proved it, its rounds and mean tok/s; then the pick."""
     lines = []
-    rows = result.rows
+    rows = result.rows + result.controls
     level = rows[0].concurrency if rows else 1
     if level > 1:
         lines.append(f"# --concurrency {level} (-np {level}): after each configuration, its aggregate tok/s of all "
                      "streams and per-stream decode tok/s (mean, 10th percentile)")
-    lines.append(f"{'speedup':>8} {'95% CI':>13} {'p':>8} {'proven':>6} {'rounds':>6} {'tok/s':>7}  configuration "
+    lines.append(f"{'speedup':>8} {'interval':>13} {'p':>8} {'proven':>6} {'rounds':>6} {'tok/s':>7}  configuration "
                  f"({result.engine} engine, {result.pairing} pairing, {result.ended})")
     for row in rows:
         if row.failure:
             lines.append(f"{'-':>8} {'':>13} {'':>8} {'':>6} {'':>6} {'-':>7}  {row.label} [{row.failure}]")
             continue
         speedup = f"{row.speedup:.2f}x" if row.speedup is not None else "-"
-        ci = (f"{row.speedup_ci95[0]:.2f}-{row.speedup_ci95[1]:.2f}" if row.speedup_ci95
-              and all(map(math.isfinite, row.speedup_ci95)) else "-")
+        ci = (f"{row.speedup_ci[0]:.2f}-{row.speedup_ci[1]:.2f}" if row.speedup_ci
+              and all(map(math.isfinite, row.speedup_ci)) else "-")
         proven = "yes" if row.significant else "-" if row.role == BASELINE_ROLE else "no"
         serving = ""
         if level > 1 and row.figures:
             mean = {name: sum(values) / len(values) for name, values in row.figures.items() if values}
             serving = (f"  [aggregate {mean.get('aggregate_tok_s', 0):.1f}, per stream {mean.get('per_stream_tok_s', 0):.1f}"
                        f", p10 {mean.get('per_stream_p10_tok_s', 0):.1f}]")
-        dropped = f" [left after round {row.rounds}: {row.dropped}]" if row.dropped else ""
+        dropped = f" [left in round {row.rounds}: {row.dropped}]" if row.dropped else ""
         lines.append(f"{speedup:>8} {ci:>13} {_p(row):>8} {proven:>6} {row.rounds:>6} {row.mean_tok_s:>7.1f}  "
                      f"{row.label}{serving}{dropped}")
+    lines.append("# intervals: anytime-valid, each at the level the race judged its row at (the control's at "
+                 f"{1 - 2 * (1 - result.controls[0].speedup_ci_level):.0%})" if result.controls else
+                 "# intervals: anytime-valid, each at the level the race judged its row at")
+    if result.machine_moved:
+        lines.append(f"# {result.machine_moved}: no winner is named")
     pick = result.pick
     if pick is not None:
         lines.append(f"# pick: {'the plain command' if pick.role == BASELINE_ROLE else pick.label}")

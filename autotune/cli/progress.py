@@ -28,6 +28,8 @@ class SilentReporter:
 
     def trial_finished(self, trial: optuna.trial.FrozenTrial) -> None: ...
 
+    def race_status(self, text: str) -> None: ...
+
 
 class TerminalReporter:
     """Prints to stderr; on a terminal the bar line is redrawn in place, elsewhere only summaries print."""
@@ -40,6 +42,7 @@ class TerminalReporter:
         self.label = ""
 
     def note(self, text: str) -> None:
+        self._clear()
         print(f"autotune: {text}", file=self.stream, flush=True)
 
     def trial_started(self, number: int, index: int, total: int, config: SpecConfig) -> None:
@@ -73,12 +76,19 @@ class TerminalReporter:
             tail = f"-> {trial.state.name}: {reason}"
         print(f"{head} {tail}", file=self.stream, flush=True)
 
+    def race_status(self, text: str) -> None:
+        """On a terminal, the race's live line redrawn in place (each entrant's interval, the time left);
+        elsewhere the per-round lines say it."""
+        self._write_live(text)
+
     def _redraw(self, status: str) -> None:
-        if not self.live:
-            return
         done = int(_BAR_WIDTH * (self.index - 1) / max(self.total, 1))
         bar = "#" * done + "-" * (_BAR_WIDTH - done)
-        line = f"[{bar}] trial {self.index}/{self.total} {self.label}: {status}"
+        self._write_live(f"[{bar}] trial {self.index}/{self.total} {self.label}: {status}")
+
+    def _write_live(self, line: str) -> None:
+        if not self.live:
+            return
         width = shutil.get_terminal_size().columns - 1
         self.stream.write("\r" + line[:width].ljust(width))
         self.stream.flush()

@@ -1,26 +1,37 @@
 """The speedup of one configuration over another, measured on the same prompts in the same rounds, with
-its 95 % interval from the pairing.
+bounds that stay valid at every look: a race may look after every prompt and stop whenever it likes.
 
 The speedup is the user's ratio: the mix's decode time of the reference over the entrant's, summed over
-the same (round, prompt) units, `S = sum(a) / sum(b)`. (Each entrant unit is first scaled to the
-reference's tokens, so a near-tie that changes an output's length does not change the work compared;
-at temperature 0 the token counts are equal and S is the plain ratio of decode times, which is the
-ratio of mix tok/s.)
+the units both measured, `S = sum(a) / sum(b)`. (Each entrant unit is first scaled to the reference's
+tokens, so a near-tie that changes an output's length does not change the work compared; at
+temperature 0 the token counts are equal and S is the plain ratio of decode times, the ratio of mix
+tok/s.)
 
-Its interval: the delta method for a ratio estimator, on clusters of units. With cluster sums A_c, B_c,
-the linearised residual e_c = A_c - S B_c gives Var(S) ~ C/(C-1) sum(e_c^2) / (sum B_c)^2 with C-1
-degrees of freedom, and the interval is taken on log S (a ratio's distribution is skewed) with
-Student's t. Why this and not a bootstrap: it is exact enough from a handful of clusters, costs
-nothing per look (the race looks after every round), and its one-sided tail gives the p-value the
-sequential rule needs; a bootstrap over 11 prompts has too few distinct resamples to reach the small
-alphas that repeated looks and several entrants require.
+Its bounds come from inverting a test of E[a - r b] = 0 over r, which is linear in the data and needs
+no delta method: for a candidate r the units' differences X_i(r) = a_i - r b_i are summed, and r is
+rejected where that sum, in units of its standard deviation, crosses the one-sided normal-mixture
+boundary of autotune.measure.anytime. That boundary holds at every look at once (Ville's inequality), so
+the interval printed wherever a race stopped is as valid as one planned for that look. Assumptions,
+stated: the differences of a unit are independent given the past and near Gaussian (a prompt's decode
+time is a sum over hundreds of tokens), and their variance is estimated as the race goes, shrunk
+towards a prior per-unit noise (PRIOR_UNIT_SD, worth PRIOR_DF units) so that two or three lucky prompts
+cannot make it small; with the variance estimated the guarantee is asymptotic (Waudby-Smith et al.
+2023, "Time-uniform central limit theory"), and the prior is what keeps the early looks honest. The
+prompt order of each round is shuffled by the race, so the prompts seen so far are a random part of the
+mix, not one category.
 
-What a cluster is follows how the units were measured. When the entrant and the reference ran the same
-prompt back to back (the race's live servers, seconds apart), each (round, prompt) unit is its own
-cluster: the box's drift cancels inside the pair and what is left is the prompt's own noise. When they
-ran whole rounds minutes apart (one server at a time, the in-process engine, several streams), a
-round's drift is shared by all its prompts, so each round is one cluster and the interval is honest,
-and wide, about it.
+What a unit is follows how it was measured. Prompt by prompt (the race's live servers, each prompt on
+every entrant seconds apart), a unit is one prompt: the box's drift cancels inside the pair. But every
+server instance carries a speed of its own, shared by every prompt it answers, which pairing cannot
+cancel: measured on this 2-core box, an A/A (the plain command against itself, 8 rounds x 44 prompts,
+servers started afresh each round) had per-round ratios 0.978-1.011, sd of log 0.0109, 4.8 times the
+variance its prompt-to-prompt spread predicts (sd 0.0049): about 1 % (INSTANCE_PAIR_SD) for a fresh
+pair of instances. So the bounds add, on the log scale, a second anytime-valid term for the mean of
+the rounds' instance effects (a normal mixture over rounds with that sd, known; the race's own rounds
+raise it where their spread says more), and the error rate is split between the two terms
+(INSTANCE_SHARE). One round can then prove a 1.2x, never a 1.01x: more rounds average more instances.
+Whole mixes one configuration at a time (one server at a time, the in-process engine, several streams),
+a unit is one round: its own instance and the drift of its minutes are in the unit's spread already.
 """
 
 from __future__ import annotations
@@ -30,31 +41,55 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
-from scipy import stats
+from scipy import optimize
+
+from autotune.measure.anytime import mixture_bound
 
 #: a difference smaller than this is never a win (pyperf never calls a 1 % difference significant)
 MIN_EFFECT = 0.02
+#: sd of log(ratio) that a fresh pair of server instances adds (the A/A of the module docstring)
+INSTANCE_PAIR_SD = 0.01
+#: the share of the error rate spent on the instances' term where units are prompts
+INSTANCE_SHARE = 0.2
+#: the prior noise of one unit's difference, relative to the reference unit's mean, and its weight in units
+PRIOR_UNIT_SD = 0.03
+PRIOR_DF = 2.0
+#: units before any bound is finite
+MIN_UNITS = 3
+#: where the prompt term's boundary is tightest: about one mix of prompts
+V_OPT_UNITS = 11.0
 
 
 @dataclass(frozen=True)
 class Units:
-    """One configuration's measured units: per round, per prompt, the decode ms and decode tokens."""
+    """One configuration's measured units: per round, the decode ms and decode tokens of each prompt in the
+    order they ran, and which prompt of the mix each was (`order`; empty: the mix's own order)."""
 
     decode_ms: tuple[tuple[float, ...], ...]
     tokens: tuple[tuple[int, ...], ...]
+    order: tuple[tuple[int, ...], ...] = ()
 
     @classmethod
-    def of(cls, decode_ms: Sequence[Sequence[float]], tokens: Sequence[Sequence[int]]) -> "Units":
-        return cls(tuple(tuple(float(v) for v in r) for r in decode_ms), tuple(tuple(int(v) for v in r) for r in tokens))
+    def of(cls, decode_ms: Sequence[Sequence[float]], tokens: Sequence[Sequence[int]],
+           order: Sequence[Sequence[int]] = ()) -> "Units":
+        return cls(tuple(tuple(float(v) for v in r) for r in decode_ms), tuple(tuple(int(v) for v in r) for r in tokens),
+                   tuple(tuple(int(v) for v in r) for r in order))
 
     @property
     def rounds(self) -> int:
         return len(self.decode_ms)
 
+    def prompt_order(self, round_: int) -> tuple[int, ...]:
+        """The mix index of each unit of round `round_`."""
+        return self.order[round_] if round_ < len(self.order) else tuple(range(len(self.decode_ms[round_])))
+
     def columns(self, indices: Sequence[int]) -> "Units":
-        """These units restricted to the prompts at `indices` (a category of the mix)."""
-        return Units(tuple(tuple(r[i] for i in indices) for r in self.decode_ms),
-                     tuple(tuple(r[i] for i in indices) for r in self.tokens))
+        """These units restricted to the prompts at `indices` of the mix (a category)."""
+        wanted = set(indices)
+        keep = [[j for j, p in enumerate(self.prompt_order(k)) if p in wanted] for k in range(self.rounds)]
+        return Units(tuple(tuple(r[j] for j in js) for r, js in zip(self.decode_ms, keep)),
+                     tuple(tuple(r[j] for j in js) for r, js in zip(self.tokens, keep)),
+                     tuple(tuple(self.prompt_order(k)[j] for j in js) for k, js in enumerate(keep)))
 
     def tok_s(self) -> float:
         """Mix tok/s over every unit: sum of tokens over sum of decode time."""
@@ -64,78 +99,143 @@ class Units:
 
 @dataclass(frozen=True)
 class Speedup:
-    """The paired speedup of an entrant over a reference (see the module docstring)."""
+    """The paired speedup of an entrant over a reference, and its anytime-valid bounds (module docstring)."""
 
     ratio: float
-    log_se: float  # standard error of log(ratio)
-    df: int  # clusters - 1
+    reference_ms: tuple[float, ...]  # per unit
+    entrant_ms: tuple[float, ...]  # per unit, scaled to the reference's tokens
+    unit_rounds: tuple[int, ...]  # the round of each unit
+    instance_sd: float  # the instances' term (0: units are whole rounds, which carry it already)
     rounds: int
-    prompts: int
+    prompts: int  # prompts a full round
 
-    def interval(self, level: float = 0.95) -> tuple[float, float]:
-        """The two-sided `level` interval of the speedup."""
-        if self.df < 1 or not math.isfinite(self.log_se):
-            return (0.0, math.inf)
-        half = float(stats.t.ppf(0.5 + level / 2, self.df)) * self.log_se
-        return (self.ratio * math.exp(-half), self.ratio * math.exp(half))
+    @property
+    def units(self) -> int:
+        return len(self.reference_ms)
 
     def lower_bound(self, alpha: float) -> float:
-        """The one-sided 1 - alpha lower confidence bound of the speedup."""
+        """A lower bound of the speedup that holds with probability 1 - alpha at every look at once."""
         return self._bound(alpha, -1)
 
     def upper_bound(self, alpha: float) -> float:
-        """The one-sided 1 - alpha upper confidence bound of the speedup."""
+        """An upper bound of the speedup that holds with probability 1 - alpha at every look at once."""
         return self._bound(alpha, 1)
 
+    def interval(self, alpha: float = 0.025) -> tuple[float, float]:
+        """(lower_bound(alpha), upper_bound(alpha)): each side holds at 1 - alpha (by default a 95 % interval
+        valid at every look)."""
+        return (self.lower_bound(alpha), self.upper_bound(alpha))
+
     def p_faster(self, than: float = 1.0) -> float:
-        """One-sided p-value of `speedup <= than` (small: the entrant is faster than `than`)."""
-        return self._p(than, faster=True)
+        """The anytime-valid p-value of `speedup <= than`: the least alpha whose lower bound is above `than`."""
+        return self._p(lambda alpha: self.lower_bound(alpha) > than)
 
     def p_slower(self, than: float = 1.0) -> float:
-        """One-sided p-value of `speedup >= than` (small: the entrant is slower than `than`)."""
-        return self._p(than, faster=False)
+        """The anytime-valid p-value of `speedup >= than`: the least alpha whose upper bound is below `than`."""
+        return self._p(lambda alpha: self.upper_bound(alpha) < than)
 
-    def _p(self, than: float, *, faster: bool) -> float:
-        if self.ratio <= 0:  # nothing measured: never faster, and nothing to say it is slower either
-            return 1.0 if faster else 0.0
-        if self.df < 1 or not math.isfinite(self.log_se):
+    def _p(self, rejects) -> float:
+        if self.ratio <= 0 or self.units < MIN_UNITS or not rejects(0.5):
             return 1.0
-        gap = (math.log(self.ratio) - math.log(than)) * (1 if faster else -1)
-        if self.log_se == 0:
-            return 0.0 if gap > 0 else 1.0
-        return float(stats.t.sf(gap / self.log_se, self.df))
+        low, high = -36.0, math.log(0.5)  # bisection on log alpha: rejects() is monotone in alpha
+        if rejects(math.exp(low)):
+            return math.exp(low)
+        for _ in range(40):
+            middle = (low + high) / 2
+            low, high = (low, middle) if rejects(math.exp(middle)) else (middle, high)
+            if high - low < 1e-3:
+                break
+        return math.exp(high)
 
     def _bound(self, alpha: float, side: int) -> float:
-        if self.df < 1 or not math.isfinite(self.log_se):
-            return 0.0 if side < 0 else math.inf
-        return self.ratio * math.exp(side * float(stats.t.ppf(1 - alpha, self.df)) * self.log_se)
+        empty = 0.0 if side < 0 else math.inf
+        if self.ratio <= 0 or self.units < MIN_UNITS:
+            return empty
+        share = INSTANCE_SHARE if self.instance_sd > 0 else 0.0
+        prompt_bound = _difference_bound(np.array(self.reference_ms), np.array(self.entrant_ms), self.ratio,
+                                         alpha * (1 - share), side)
+        if share == 0 or not math.isfinite(prompt_bound) or prompt_bound <= 0:
+            return prompt_bound
+        return prompt_bound * math.exp(side * self._instance_term(alpha * share))
+
+    def _instance_term(self, alpha: float) -> float:
+        """The bound on the mean of the rounds' instance effects on log(ratio), each round weighted by its
+        share of the reference's time (a full round weighs 1)."""
+        a = np.array(self.reference_ms)
+        rounds = np.array(self.unit_rounds)
+        full_round = float(a.mean()) * max(self.prompts, 1)
+        weights = np.array([a[rounds == k].sum() for k in np.unique(rounds)]) / full_round
+        sd = max(self.instance_sd, _between_round_sd(a, np.array(self.entrant_ms), rounds, self.prompts))
+        return sd * mixture_bound(float(np.sum(weights ** 2)), alpha, 1.0) / float(weights.sum())
 
 
-def paired_speedup(reference: Units, entrant: Units, *, pair_by_unit: bool) -> Speedup:
-    """`entrant`'s speedup over `reference` on the rounds both measured (the first `min` of each).
+def _difference_bound(a: np.ndarray, b: np.ndarray, ratio: float, alpha: float, side: int) -> float:
+    """The prompt term: the least (side -1) or greatest (side 1) r the test of E[a - r b] = 0 keeps."""
+    n = len(a)
+    prior = PRIOR_DF * (PRIOR_UNIT_SD * float(a.mean())) ** 2
 
-    `pair_by_unit`: the two ran each prompt back to back, so every (round, prompt) unit is a cluster;
-    otherwise every round is one (see the module docstring)."""
+    def standardized_sum(r: float) -> float:
+        x = a - r * b
+        variance = (float(np.sum((x - x.mean()) ** 2)) + prior) / (n - 1 + PRIOR_DF)
+        return float(x.sum()) / math.sqrt(variance)
+
+    u = mixture_bound(float(n), alpha, V_OPT_UNITS)
+    if side < 0:
+        tiny = ratio * 1e-6
+        if standardized_sum(tiny) < u:
+            return 0.0
+        return optimize.brentq(lambda r: standardized_sum(r) - u, tiny, ratio, xtol=ratio * 1e-7)
+    high = ratio * 2.0
+    while standardized_sum(high) > -u:
+        if high > ratio * 1e4:
+            return math.inf
+        high *= 2.0
+    return optimize.brentq(lambda r: standardized_sum(r) + u, ratio, high, xtol=ratio * 1e-7)
+
+
+def _between_round_sd(a: np.ndarray, b: np.ndarray, rounds: np.ndarray, prompts: int) -> float:
+    """The sd of log(ratio) between rounds beyond what each round's prompt spread explains, from the complete
+    rounds (0 with fewer than three): a busy box's rounds say more than the quiet-box prior."""
+    complete = [k for k in np.unique(rounds) if np.sum(rounds == k) >= max(prompts, 2)]
+    if len(complete) < 3:
+        return 0.0
+    logs, within = [], []
+    for k in complete:
+        ak, bk = a[rounds == k], b[rounds == k]
+        ratio = ak.sum() / bk.sum()
+        logs.append(math.log(ratio))
+        x = ak - ratio * bk
+        within.append(len(x) / (len(x) - 1) * float(np.sum(x ** 2)) / float(ak.sum()) ** 2)
+    excess = float(np.var(logs, ddof=1)) - float(np.mean(within))
+    return math.sqrt(excess) if excess > 0 else 0.0
+
+
+def paired_speedup(reference: Units, entrant: Units, *, pair_by_unit: bool,
+                   instance_sd: float = INSTANCE_PAIR_SD) -> Speedup:
+    """`entrant`'s speedup over `reference` on the units both measured: per round, the prompts both ran
+    (the first of each round's order: an entrant that left mid-round ran a prefix of it).
+
+    `pair_by_unit`: the two ran each prompt back to back, so every prompt is a unit and the instances'
+    term is added (`instance_sd`); otherwise every round is one unit (see the module docstring)."""
     rounds = min(reference.rounds, entrant.rounds)
-    prompts = len(reference.decode_ms[0]) if rounds else 0
-    if rounds == 0 or prompts == 0:
-        return Speedup(0.0, math.inf, 0, rounds, prompts)
-    a = np.array(reference.decode_ms[:rounds], dtype=float)
-    entrant_ms = np.array(entrant.decode_ms[:rounds], dtype=float)
-    ref_tokens = np.array(reference.tokens[:rounds], dtype=float)
-    own_tokens = np.maximum(np.array(entrant.tokens[:rounds], dtype=float), 1.0)
-    b = entrant_ms * ref_tokens / own_tokens  # the entrant's time for the reference's tokens
-    if pair_by_unit:
-        a_c, b_c = a.ravel(), b.ravel()
-    else:
-        a_c, b_c = a.sum(axis=1), b.sum(axis=1)
-    total_b = float(b_c.sum())
-    if total_b <= 0:
-        return Speedup(0.0, math.inf, 0, rounds, prompts)
-    ratio = float(a_c.sum()) / total_b
-    clusters = len(a_c)
-    if clusters < 2:
-        return Speedup(ratio, math.inf, 0, rounds, prompts)
-    residuals = a_c - ratio * b_c
-    variance = clusters / (clusters - 1) * float(np.sum(residuals ** 2)) / total_b ** 2
-    return Speedup(ratio, math.sqrt(variance) / ratio if ratio > 0 else math.inf, clusters - 1, rounds, prompts)
+    prompts = max((len(r) for r in reference.decode_ms[:rounds]), default=0)
+    a_units, b_units, unit_rounds = [], [], []
+    for k in range(rounds):
+        n = min(len(reference.decode_ms[k]), len(entrant.decode_ms[k]))
+        if n == 0:
+            continue
+        a = np.array(reference.decode_ms[k][:n], dtype=float)
+        own_tokens = np.maximum(np.array(entrant.tokens[k][:n], dtype=float), 1.0)
+        b = np.array(entrant.decode_ms[k][:n], dtype=float) * np.array(reference.tokens[k][:n], dtype=float) / own_tokens
+        if pair_by_unit:
+            a_units += a.tolist()
+            b_units += b.tolist()
+            unit_rounds += [k] * n
+        else:
+            a_units.append(float(a.sum()))
+            b_units.append(float(b.sum()))
+            unit_rounds.append(k)
+    total_b = sum(b_units)
+    ratio = sum(a_units) / total_b if total_b > 0 else 0.0
+    return Speedup(ratio, tuple(a_units), tuple(b_units), tuple(unit_rounds),
+                   instance_sd if pair_by_unit else 0.0, rounds, prompts)

@@ -189,7 +189,7 @@ class BestResult:
                 continue
             predicted = self.predicted_categories.get(row.trial, {})
             found[name] = {"label": row.label, "categories": {
-                category: {"speedup": round(speedup.ratio, 4), "speedup_ci95": [round(v, 4) for v in speedup.interval()],
+                category: {"speedup": round(speedup.ratio, 4), "speedup_ci": [round(v, 4) for v in speedup.interval()],
                            "predicted_speedup": predicted.get(category)}
                 for category, speedup in confirmation.by_category(row).items()}}
         return found
@@ -206,7 +206,10 @@ class BestResult:
             "finalists": [row.as_json() for row in confirmation.configs],
             "spec_defaults": [row.as_json() for row in confirmation.spec_defaults],  # a failed one included
             "pairing": confirmation.pairing, "ended": confirmation.ended, "rounds": confirmation.repeats,
-            "planned_rounds": confirmation.planned_rounds, "min_effect": confirmation.min_effect,
+            "looks": confirmation.looks, "decided_round": confirmation.decided_round,
+            "after_decision_round": confirmation.after_decision_round, "machine_moved": confirmation.machine_moved,
+            "control": confirmation.control.as_json() if confirmation.control else None,
+            "min_effect": confirmation.min_effect,
             "alpha": confirmation.alpha,
         }
 

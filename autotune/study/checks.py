@@ -26,27 +26,40 @@ class MeasurementCheck:
         self.engine = engine
         self.mix = mix
         self.compare_output = compare_output  # greedy sampling, one stream: the output is determined
-        self._baseline_output: dict[Path, list[list[int]]] = {}
+        self._baseline_output: dict[Path, dict[str, list[int]]] = {}  # target -> prompt id -> tokens
 
     @classmethod
     def for_command(cls, engine: Engine, mix: PromptMix, command: ServerCommand) -> "MeasurementCheck":
         """The check for measurements made as `command` runs: outputs compared at greedy sampling, one stream."""
         return cls(engine, mix, compare_output=command.sampling.is_greedy and command.parallel == 1)
 
-    def failure(self, config: SpecConfig, measurement: Measurement) -> str | None:
-        """Why `measurement` of `config` is not a result (None when it is); a baseline's output is kept."""
+    @staticmethod
+    def drafting_failure(config: SpecConfig, measurement: Measurement) -> str | None:
+        """Why a speculative `config` measured nothing speculative (None: it drafted, or it is the plain command)."""
+        if config.is_baseline or measurement.n_drafted > 0:
+            return None
+        errors = measurement.log_errors
+        return "drafted nothing: speculation was inactive" + (f" ({errors[0]})" if errors else "")
+
+    def failure(self, config: SpecConfig, measurement: Measurement, *, require_drafts: bool = True) -> str | None:
+        """Why `measurement` of `config` is not a result (None when it is); a baseline's outputs are kept, by
+        prompt. `require_drafts` False: a few prompts that drafted nothing are no failure yet (an n-gram
+        draft may find no match in one prompt); the race asks again over a whole round."""
         if config.is_baseline:
-            self._baseline_output.setdefault(config.target, [r.tokens for r in measurement.results])
+            for result in measurement.results:
+                self._baseline_output.setdefault(config.target, {}).setdefault(result.prompt_id, result.tokens)
             return None
-        if measurement.n_drafted == 0:
-            errors = measurement.log_errors
-            return "drafted nothing: speculation was inactive" + (f" ({errors[0]})" if errors else "")
-        expected = self._baseline_output.get(config.target)
-        if not self.compare_output or expected is None:
+        if require_drafts and (drafting := self.drafting_failure(config, measurement)) is not None:
+            return drafting
+        expected = self._baseline_output.get(config.target, {})
+        compared = [r for r in measurement.results if r.prompt_id in expected]
+        if not self.compare_output or not compared:
             return None
+        index = {p.id: i for i, p in enumerate(self.mix)}
         verdicts = compare_outputs(
-            [p.id for p in self.mix], expected, [r.tokens for r in measurement.results],
-            lambda i, generated, a, b: self.engine.tie_evidence(config.target, self.mix.prompts[i], generated, a, b),
+            [r.prompt_id for r in compared], [expected[r.prompt_id] for r in compared], [r.tokens for r in compared],
+            lambda i, generated, a, b: self.engine.tie_evidence(
+                config.target, self.mix.prompts[index[compared[i].prompt_id]], generated, a, b),
         )
         differing = next((v for v in verdicts if not v.lossless), None)
         if differing is None:

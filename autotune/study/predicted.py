@@ -56,7 +56,7 @@ from autotune.study.best import BestResult, best_result
 from autotune.study.catalog import study_name
 from autotune.study.confirm import trial_entrant
 from autotune.study.predicted_space import Replayed, family_references, finalists, replay_space, store_predictions
-from autotune.study.race import PAIRING_NOTES, Entrant, measure_rounds, race, round_line, speedup_of
+from autotune.study.race import PAIRING_NOTES, Entrant, measure_rounds, race, round_line, speedup_of, status_line
 from autotune.study.plan import Pace, Workload, eta_line, files_by_role, plan_line, plan_phases
 from autotune.study.records import (
     BASELINE_ROLE, PREDICTED_ENGINE, SPEC_DEFAULT_ROLE, StudyRecord, TrialRecord, config_attrs, store_study,
@@ -205,7 +205,7 @@ def _predict_and_race(inputs: SearchInputs, settings: SearchSettings, storage: o
     with ledger.phase("race"):
         entrants = _race(study, inputs, settings, arbiter, engine_args, arbiter_command, race_options, reporter, check,
                          preset, new_files, lease)
-    _refit(study, targets, entrants)
+    _refit(study, targets, entrants, inputs.mix)
     store_study(study, cost=ledger.as_dict())
     reporter.note(ledger.line())
     return study
@@ -282,8 +282,8 @@ def calibrate(targets: dict, replayed: list[Replayed], engine: Engine, mix: Prom
                        round_line(r, entrant, speedup).replace("race round", "calibration round")),
                    on_dropped=lambda e: note(f"calibration: {e.label} left out: {e.dropped}"))
     for target, model in targets.items():
-        measured = [(e.config, e.prompt_decode_ms()) for e in entrants
-                    if e.config.target == target and _as_predicted(e, targets)]
+        measured = [(e.config, times) for e in entrants if e.config.target == target and _as_predicted(e, targets)
+                    and (times := e.prompt_decode_ms(mix)) is not None]
         calibration = model.calibrate(measured)
         note(f"cost model of {target.name} on the {engine.name} engine: x{calibration.scale:.2f} the target's "
              f"in-process time, {calibration.per_step_ms:.2f} ms a step, {calibration.per_row_ms:.3f} ms a verified "
@@ -351,8 +351,9 @@ def _race(study: optuna.Study, inputs: SearchInputs, settings: SearchSettings, a
         confirmation = race(
             engine, entrants, inputs.mix, max_tokens=settings.max_tokens, budget=race_options.budget, command=command,
             on_measured=lambda r, entrant, speedup: reporter.note(round_line(r, entrant, speedup)),
-            on_dropped=lambda e: reporter.note(f"race: {e.label} leaves after round {e.dropped_after}: {e.dropped}"),
-            on_start=lambda pairing: reporter.note(PAIRING_NOTES[pairing]))
+            on_dropped=lambda e: reporter.note(f"race: {e.label} leaves in round {e.dropped_after + 1}: {e.dropped}"),
+            on_start=lambda pairing: reporter.note(PAIRING_NOTES[pairing]),
+            on_look=lambda status: reporter.race_status(status_line(status)), seed=settings.seed or 0)
     lease.check()
     store_study(study, confirmation=confirmation.as_dict())
     by_number = {t.number: TrialRecord.of(t) for t in study.trials}
@@ -364,13 +365,13 @@ def _race(study: optuna.Study, inputs: SearchInputs, settings: SearchSettings, a
     return entrants
 
 
-def _refit(study: optuna.Study, targets: dict, entrants: list[Entrant]) -> None:
-    """Store each target's calibration refitted with everything the race measured (for the next run to
-    compare with; the printed errors stay the out-of-sample ones)."""
+def _refit(study: optuna.Study, targets: dict, entrants: list[Entrant], mix: PromptMix) -> None:
+    """Store each target's calibration refitted with everything the race measured on every prompt (for the
+    next run to compare with; the printed errors stay the out-of-sample ones)."""
     stored = dict(StudyRecord.of(study).prediction)
     stored["calibration_refit"] = {
         str(target): model.calibrate(measured).as_dict()
         for target, model in targets.items()
-        if (measured := [(e.config, e.prompt_decode_ms()) for e in entrants
-                         if e.config.target == target and _as_predicted(e, targets)])}
+        if (measured := [(e.config, times) for e in entrants if e.config.target == target
+                         and _as_predicted(e, targets) and (times := e.prompt_decode_ms(mix)) is not None])}
     store_study(study, prediction=stored)

@@ -1,28 +1,42 @@
-"""The race: a few configurations with the references, measured round after round on the arbiter until
+"""The race: a few configurations with the references, measured prompt after prompt on the arbiter until
 the answer is known or the budget is spent. Every verdict autotune prints comes from here: the
 predicted search's, `confirm`'s (the measured strategy, `autotune confirm`, `nightly`).
 
-A round measures every entrant still in on every prompt of the mix. Where the engine can keep every
-entrant loaded at once (llama-server, memory allowing: autotune.engines.live) a round starts every
-entrant's server afresh and goes prompt by prompt, each prompt's entrants back to back in an order
-rotated per prompt and round, so a pair is measured seconds apart and the machine's drift cancels
-inside it; elsewhere each entrant runs the whole
-mix in turn, the order rotated per round, and a round is the unit of pairing (autotune.measure.paired).
-After each round every entrant is compared with its target's baseline and with the leader, and the
-sequential rule (autotune.measure.sequential) names a winner, drops entrants or goes on. A measurement
-that drafted nothing, or whose output is not the baseline's, drops its entrant at once
-(autotune.study.checks). The references are never dropped: every speedup is over the baseline of the
-same rounds, and `--spec-default` races like any entrant.
+Where the engine can keep every entrant loaded at once (llama-server, memory allowing:
+autotune.engines.live) a round starts every entrant's server afresh and goes prompt by prompt, in an
+order shuffled per round (the prompts seen so far are a random part of the mix, not its first
+category), each prompt's entrants back to back in an order rotated per prompt, so a pair is measured
+seconds apart and the machine's drift cancels inside it. The race looks after every prompt: its bounds
+(autotune.measure.paired) hold at every look at once, so an entrant leaves after the prompts that show
+it cannot win, and a clear winner is known within a round. Elsewhere each entrant runs the whole mix in
+turn, the order rotated per round, a round is the unit of pairing, and the race looks after each round.
+
+What keeps a verdict honest beyond the statistics:
+- a control: the plain command a second time, a server of its own, raced like an entrant. Where its
+  bounds exclude 1 the machine's speed moved under the race (a second process, a busy neighbour): the
+  race ends there and names no winner;
+- the server's own counts: a speedup whose lower bound is above what the entrant's accepted drafts
+  allow (each target step costs at least a plain decode step, so the mix can run at most
+  sum(baseline ms) / sum(baseline ms x steps / tokens) times as fast) is a timing artefact, and its
+  entrant fails with that reason;
+- the printed figure is not the peak where the race stopped: a winner, its baseline and the control run
+  one more round on fresh servers after the decision, and the winner's speedup is the ratio of that
+  round alone (its bounds use everything, which they may: they hold at any stopping time);
+- a measurement that drafted nothing over a round, or whose output is not the baseline's, fails its
+  entrant (autotune.study.checks). The references are never dropped: every speedup is over the baseline
+  of the same rounds, and `--spec-default` races like any entrant.
 """
 
 from __future__ import annotations
 
 import math
+import random
+from contextlib import closing
 import re
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Callable
+from typing import Callable, Iterator
 
 import numpy as np
 
@@ -32,23 +46,30 @@ from autotune.measure.device_lock import device_lock
 from autotune.measure.measurement import GenerationResult, Measurement
 from autotune.measure.paired import MIN_EFFECT, Speedup, Units, paired_speedup
 from autotune.measure.prompts import PromptMix
-from autotune.measure.sequential import Decision, judge
+from autotune.measure.sequential import ALPHA, Decision, judge
 from autotune.measure.stats import ci95
 from autotune.spec.command import ServerCommand
 from autotune.spec.config import SpecConfig
 from autotune.spec.default import SPEC_DEFAULT_FLAG
 from autotune.study.checks import MeasurementCheck
-from autotune.study.records import BASELINE_ROLE, SPEC_DEFAULT_ROLE
-from autotune.study.verdict import BUDGET_SPENT, NONE_CAN_WIN, WINNER, Confirmation, ConfirmedConfig
+from autotune.study.records import BASELINE_ROLE, CONTROL_ROLE, SPEC_DEFAULT_ROLE
+from autotune.study.verdict import (
+    BUDGET_SPENT, MACHINE_MOVED, NONE_CAN_WIN, WINNER, Confirmation, ConfirmedConfig,
+)
 
 #: the figures a race can compare, and what one unit of each is (see `units_of`)
 FIGURES = ("mix_tok_s", "e2e_tok_s", "aggregate_tok_s")
 SERVING_FIGURES = ("mix_tok_s", "aggregate_tok_s", "per_stream_tok_s", "per_stream_p10_tok_s")
 DEFAULT_BUDGET = "4"
+#: the one-sided level of each side of the control's test (the plain command against itself)
+CONTROL_ALPHA = 0.005
+#: how far above the counts' ceiling a lower bound may lie before it is called an artefact (step costs
+#: are measured with noise; a verify step is never cheaper than a plain one by more than this)
+CEILING_SLACK = 0.05
 #: what the race says of the pairing it chose
 PAIRING_NOTES = {
     "prompt": "race: every entrant's llama-server stays loaded; each prompt runs on all of them back to back, "
-              "so each pair is measured seconds apart",
+              "so each pair is measured seconds apart, and the race looks after every prompt",
     "round": "race: one configuration at a time, each running the whole mix; a round is the unit of pairing",
 }
 
@@ -72,12 +93,18 @@ class RaceBudget:
             return cls(rounds=int(value))
         return cls(seconds=value * 60 if unit in ("m", "min") else value)
 
-    def planned_rounds(self, first_round_s: float) -> int:
-        """The looks the error rate is spent over: the rounds, or as many as the time holds at the first
-        round's pace (fixed after the first round: a plan that moved would spend the rate twice)."""
+    def spent(self, rounds: int, elapsed_s: float) -> bool:
+        """Whether `rounds` complete rounds or `elapsed_s` seconds use the budget up."""
         if self.rounds is not None:
-            return self.rounds
-        return max(1, int(self.seconds // max(first_round_s, 1e-3)))
+            return rounds >= self.rounds
+        return elapsed_s >= self.seconds
+
+    def left_s(self, rounds: int, elapsed_s: float) -> float:
+        """Seconds the budget has left, at the pace so far (a budget of rounds: the rounds left at it)."""
+        if self.seconds is not None:
+            return max(0.0, self.seconds - elapsed_s)
+        pace = elapsed_s / rounds if rounds else math.nan
+        return max(0.0, (self.rounds - rounds) * pace) if rounds else math.nan
 
     def describe(self) -> str:
         return f"{self.rounds} rounds" if self.rounds is not None else f"{self.seconds / 60:g} min"
@@ -87,14 +114,14 @@ class RaceBudget:
 class Entrant:
     """One configuration in the race and what it measured so far."""
 
-    role: str  # "baseline", "spec-default", "trial" or "preset"
+    role: str  # "baseline", "control", "spec-default", "trial" or "preset"
     trial: int | None  # the study trial it came from
     config: SpecConfig
     family: str | None = None
-    rounds: list[Measurement] = field(default_factory=list)
+    rounds: list[Measurement] = field(default_factory=list)  # per round, its results in the order they ran
     dropped: str | None = None  # why it left the race
-    dropped_after: int | None = None  # the round it left after
-    failure: str | None = None  # it could not be measured at all
+    dropped_after: int | None = None  # the round it left in
+    failure: str | None = None  # it could not be measured, or its measurement does not count
 
     @property
     def is_baseline(self) -> bool:
@@ -104,18 +131,23 @@ class Entrant:
     def label(self) -> str:
         if self.role == SPEC_DEFAULT_ROLE:
             return f"{SPEC_DEFAULT_FLAG} ({self.config.describe()})"
+        if self.role == CONTROL_ROLE:
+            return "the plain command again (the control)"
         return f"the preset in use ({self.config.describe()})" if self.role == "preset" else self.config.describe()
 
     @property
     def in_race(self) -> bool:
         return self.dropped is None
 
-    def units(self, figure: str) -> Units:
-        return Units.of(*zip(*(units_of(m, figure) for m in self.rounds))) if self.rounds else Units((), ())
-
-    def prompt_decode_ms(self) -> list[float]:
-        """Each prompt's decode ms, the mean over the rounds measured."""
-        return np.mean(np.array([[r.decode_ms for r in m.results] for m in self.rounds]), axis=0).tolist()
+    def prompt_decode_ms(self, mix: PromptMix) -> list[float] | None:
+        """Each prompt's decode ms, the mean over the rounds that measured it (None: a prompt never was)."""
+        times: dict[str, list[float]] = {}
+        for measurement in self.rounds:
+            for result in measurement.results:
+                times.setdefault(result.prompt_id, []).append(result.decode_ms)
+        if any(p.id not in times for p in mix):
+            return None
+        return [float(np.mean(times[p.id])) for p in mix]
 
 
 def units_of(measurement: Measurement, figure: str) -> tuple[list[float], list[int]]:
@@ -132,41 +164,77 @@ def units_of(measurement: Measurement, figure: str) -> tuple[list[float], list[i
     raise ValueError(f"a race cannot compare {figure!r} (one of {', '.join(FIGURES)})")
 
 
+@dataclass(frozen=True)
+class RaceStatus:
+    """Where a race stands at a look: for the live progress line."""
+
+    round_: int  # 0-based, the round under way
+    prompts_done: int  # in that round
+    prompts: int  # a round's
+    left_s: float  # the budget's seconds left at the pace so far (nan: not known yet)
+    standings: tuple[tuple[str, Speedup], ...]  # each candidate and control still in, with its speedup so far
+
+
 OnMeasured = Callable[[int, "Entrant", "Speedup | None"], None]
+OnLook = Callable[[RaceStatus], None]
 
 
 def race(engine: Engine, entrants: list[Entrant], mix: PromptMix, *, max_tokens: int, budget: RaceBudget,
-         command: ServerCommand, figure: str = "mix_tok_s",
+         command: ServerCommand, figure: str = "mix_tok_s", seed: int = 0,
          on_measured: OnMeasured = lambda round_, entrant, speedup: None,
          on_dropped: Callable[[Entrant], None] = lambda entrant: None,
-         on_start: Callable[[str], None] = lambda pairing: None) -> Confirmation:
-    """Run the race (see the module docstring). `on_measured` hears each entrant after each round with its
-    speedup so far (None for a baseline), `on_dropped` each entrant that leaves, `on_start` the pairing
-    chosen ("prompt" or "round")."""
-    planned, ended, played, winners = 0, BUDGET_SPENT, 0, set()
-    started = time.monotonic()
-    rounds = _Rounds(engine, entrants, mix, max_tokens, command, figure, on_dropped)
+         on_start: Callable[[str], None] = lambda pairing: None,
+         on_look: OnLook = lambda status: None) -> Confirmation:
+    """Run the race (see the module docstring); a control is added for each baseline. `on_measured` hears
+    each entrant after each round with its speedup so far (None for a baseline), `on_dropped` each
+    entrant that leaves, `on_start` the pairing chosen ("prompt" or "round"), `on_look` where the race
+    stands after each look."""
+    entrants = entrants + [Entrant(CONTROL_ROLE, None, e.config) for e in entrants if e.is_baseline]
+    rounds = _Rounds(engine, entrants, mix, max_tokens, command, figure, on_dropped, seed=seed)
     on_start(rounds.pairing)
-    entrants = rounds.entrants
-    while True:
-        round_started = time.monotonic()
-        played = rounds.play()
-        if played == 1:
-            planned = budget.planned_rounds(time.monotonic() - round_started)
-        decision = _look(entrants, figure, rounds.pairing, played, planned)
-        _report(entrants, played, figure, rounds.pairing, on_measured)
-        for entrant in entrants:
-            if id(entrant) in decision.dropped:
-                rounds.drop(entrant, decision.dropped[id(entrant)])
-        if decision.decided:
-            ended, winners = WINNER, decision.significant
-            break
-        if not _candidates(entrants):
-            ended = NONE_CAN_WIN
-            break
-        if played >= planned or (budget.seconds is not None and time.monotonic() - started >= budget.seconds):
-            break
-    return _confirmation(engine, entrants, mix, command, figure, rounds.pairing, played, planned, ended, winners)
+    ended, winners, levels, decided_round = BUDGET_SPENT, set(), {}, None
+    started = time.monotonic()
+    with closing(rounds.looks()) as looks:
+        for _ in looks:
+            moved = _machine_moved(rounds.entrants, figure, rounds.pairing)
+            if moved is not None:
+                ended = MACHINE_MOVED
+                break
+            for entrant in rounds.entrants:
+                artefact = _artefact(entrant, rounds.entrants, figure, rounds.pairing)
+                if artefact is not None:
+                    rounds.drop(entrant, artefact, failed=True)
+            decision = _look(rounds.entrants, figure, rounds.pairing)
+            levels = decision.levels or levels
+            for entrant in rounds.entrants:
+                if id(entrant) in decision.dropped:
+                    rounds.drop(entrant, decision.dropped[id(entrant)])
+            elapsed = time.monotonic() - started
+            on_look(rounds.status(budget.left_s(rounds.complete, elapsed)))
+            if rounds.between_rounds:
+                _report(rounds.entrants, rounds.current, figure, rounds.pairing, on_measured)
+            if decision.decided:
+                ended, winners, decided_round = WINNER, decision.significant, rounds.current
+                break
+            if not _candidates(rounds.entrants):
+                ended = NONE_CAN_WIN
+                break
+            if budget.spent(rounds.complete, elapsed) and (rounds.between_rounds or budget.seconds is not None):
+                break
+    after_decision = None
+    if ended == WINNER:
+        winner = max((e for e in rounds.entrants if id(e) in winners),
+                     key=lambda e: speedup_of(e, rounds.entrants, figure, rounds.pairing).ratio)
+        after_decision = rounds.confirm(winner)
+        moved = _machine_moved(rounds.entrants, figure, rounds.pairing)
+        if moved is not None:
+            ended, winners = MACHINE_MOVED, set()
+        elif not winner.in_race:  # its checks failed on the confirming round
+            ended, winners = NONE_CAN_WIN, set()
+        else:
+            winners = {id(winner)}
+    return _confirmation(engine, rounds, mix, command, figure, ended, winners, levels, decided_round, after_decision,
+                         moved)
 
 
 def measure_rounds(engine: Engine, entrants: list[Entrant], mix: PromptMix, *, max_tokens: int, rounds: int,
@@ -175,81 +243,177 @@ def measure_rounds(engine: Engine, entrants: list[Entrant], mix: PromptMix, *, m
     """`rounds` rounds of the race's interleaving, with its checks but without its verdict: what measures
     the references a prediction is calibrated on. `by_prompt` False measures whole mixes in turn even
     where the servers would fit together (to compare the two pairings). Returns the pairing."""
-    measured = _Rounds(engine, entrants, mix, max_tokens, command, "mix_tok_s", on_dropped, by_prompt)
-    for _ in range(rounds):
-        _report(measured.entrants, measured.play(), "mix_tok_s", measured.pairing, on_measured)
+    measured = _Rounds(engine, entrants, mix, max_tokens, command, "mix_tok_s", on_dropped, by_prompt=by_prompt)
+    with closing(measured.looks(per_prompt=False)) as looks:
+        for _ in looks:
+            _report(measured.entrants, measured.current, "mix_tok_s", measured.pairing, on_measured)
+            if measured.complete >= rounds:
+                break
     return measured.pairing
 
 
 class _Rounds:
-    """The rounds of a race: the pairing the engine allows and, after each round, the checks (a failure or
-    a wrong output drops its entrant; the baseline may not go). Prompt by prompt, every entrant's server
-    starts afresh each round: llama-server's n-gram drafters keep what they saw across requests, so a
-    server kept for a second round would draft from the mix it has already generated, which no user's
-    server does (and the prediction, one pass of the mix, does not model)."""
+    """The rounds of a race: the pairing the engine allows, the prompt order of each round, and the checks
+    (a failure or a wrong output drops its entrant; the baseline may not go). Prompt by prompt, every
+    entrant's server starts afresh each round: llama-server's n-gram drafters keep what they saw across
+    requests, so a server kept for a second round would draft from the mix it has already generated,
+    which no user's server does (and the prediction, one pass of the mix, does not model)."""
 
     def __init__(self, engine: Engine, entrants: list[Entrant], mix: PromptMix, max_tokens: int,
-                 command: ServerCommand, figure: str, on_dropped: Callable[[Entrant], None], by_prompt: bool = True):
+                 command: ServerCommand, figure: str, on_dropped: Callable[[Entrant], None], *,
+                 by_prompt: bool = True, seed: int = 0):
         self.engine, self.mix, self.max_tokens, self.on_dropped = engine, mix, max_tokens, on_dropped
         self.entrants = sorted(entrants, key=lambda e: not e.is_baseline)  # baselines first: the check keeps theirs
         self.check = MeasurementCheck.for_command(engine, mix, command)
         by_prompt = (by_prompt and figure == "mix_tok_s" and command.parallel == 1
                      and engine.holds_at_once([e.config for e in self.entrants]))
         self.pairing = "prompt" if by_prompt else "round"
-        self.played = 0
+        self.orders: list[list[int]] = []  # each round's prompt order (mix indices)
+        self.complete = 0  # rounds played to their end
+        self.between_rounds = True
+        self._random = random.Random(seed)
 
-    def play(self) -> int:
-        """One more round; returns how many have been played."""
+    @property
+    def current(self) -> int:
+        return len(self.orders) - 1
+
+    def looks(self, per_prompt: bool = True) -> Iterator[None]:
+        """Play rounds for as long as the caller iterates, yielding at each look: after every prompt (prompt
+        pairing and `per_prompt`) or after every round; closing it stops the servers of the round."""
+        while True:
+            yield from self._round([e for e in self.entrants if e.in_race], per_prompt)
+
+    def confirm(self, winner: Entrant) -> int:
+        """One more round on fresh servers of `winner`, its baseline and its control, after the decision;
+        returns that round's index."""
+        group = [e for e in self.entrants if e.config.target == winner.config.target
+                 and (e is winner or e.role in (BASELINE_ROLE, CONTROL_ROLE)) and e.in_race]
+        for _ in self._round(group, per_prompt=False):
+            pass
+        return self.current
+
+    def _round(self, alive: list[Entrant], per_prompt: bool) -> Iterator[None]:
+        order = list(range(len(self.mix)))
         if self.pairing == "prompt":
-            failures = _prompt_by_prompt_round(self.engine, self.entrants, self.mix, self.max_tokens, self.played)
+            self._random.shuffle(order)
+        self.orders.append(order)
+        self.between_rounds = False
+        for entrant in alive:
+            entrant.rounds.append(Measurement([]))
+        round_ = self.current
+        if self.pairing == "prompt":
+            with self.engine.live([e.config for e in alive], self.mix, max_tokens=self.max_tokens) as servers:
+                for position, prompt_index in enumerate(order):
+                    self._prompt(servers, alive, round_, position, prompt_index)
+                    if position == len(order) - 1:
+                        self._end_round(alive, {id(e): servers.error_lines(i) for i, e in enumerate(alive)})
+                    if per_prompt or position == len(order) - 1:
+                        yield
         else:
-            failures = _whole_mix_round(self.engine, self.entrants, self.mix, self.max_tokens, self.played)
-        self.played += 1
-        for entrant in self.entrants:
-            reason = failures.get(id(entrant))
-            if reason is None and entrant.in_race:
-                reason = self.check.failure(entrant.config, entrant.rounds[-1])
+            self._whole_mix_round(alive, round_)
+            self._end_round(alive, {})
+            yield
+
+    def _prompt(self, servers, alive: list[Entrant], round_: int, position: int, prompt_index: int) -> None:
+        """Prompt `prompt_index` on every entrant still in, back to back, the order rotated per prompt."""
+        shift = (round_ + position) % len(alive)
+        for index in list(range(shift, len(alive))) + list(range(shift)):
+            entrant = alive[index]
+            if not entrant.in_race:
+                continue
+            try:
+                with device_lock():
+                    result = servers.generate(index, prompt_index)
+            except TrialFailure as exc:
+                self.drop(entrant, str(exc), failed=True)
+                continue
+            entrant.rounds[-1].results.append(result)
+            reason = self.check.failure(entrant.config, Measurement([result]), require_drafts=False)
             if reason is not None:
                 self.drop(entrant, reason, failed=True)
-        failed = next((e for e in self.entrants if e.is_baseline and not e.in_race), None)
-        if failed is not None:
-            raise TrialFailure(f"the baseline could not be measured on the {self.engine.name} engine: {failed.dropped}")
-        return self.played
+
+    def _whole_mix_round(self, alive: list[Entrant], round_: int) -> None:
+        """Each entrant runs the whole mix with one configuration loaded at a time, the order rotated."""
+        shift = round_ % len(alive)
+        for entrant in alive[shift:] + alive[:shift]:
+            try:
+                with device_lock():
+                    entrant.rounds[-1] = self.engine.measure(entrant.config, self.mix, max_tokens=self.max_tokens)
+            except TrialFailure as exc:
+                self.drop(entrant, str(exc), failed=True)
+                continue
+            reason = self.check.failure(entrant.config, entrant.rounds[-1], require_drafts=False)
+            if reason is not None:
+                self.drop(entrant, reason, failed=True)
+
+    def _end_round(self, alive: list[Entrant], errors: dict[int, tuple[str, ...]]) -> None:
+        """A round's end: each entrant that ran all of it must have drafted; the baseline must be in."""
+        self.complete += 1
+        self.between_rounds = True
+        for entrant in alive:
+            measurement = entrant.rounds[-1]
+            if id(entrant) in errors:
+                measurement.log_errors = errors[id(entrant)]
+            if entrant.in_race and measurement.results:
+                reason = self.check.drafting_failure(entrant.config, measurement)
+                if reason is not None:
+                    self.drop(entrant, reason, failed=True)
 
     def drop(self, entrant: Entrant, reason: str, failed: bool = False) -> None:
-        """`entrant` leaves after this round: `failed` where it could not be measured or its measurement
-        does not count (it drafted nothing, its output is not the baseline's), else for the verdict."""
+        """`entrant` leaves at this look: `failed` where it could not be measured or its measurement does
+        not count (it drafted nothing, its output is not the baseline's, a timing artefact), else for the
+        verdict."""
         if not entrant.in_race:
             return
-        entrant.dropped, entrant.dropped_after = reason, self.played
-        if failed or not entrant.rounds:
+        entrant.dropped, entrant.dropped_after = reason, self.current
+        if failed or not any(m.results for m in entrant.rounds):
             entrant.failure = reason
+        if entrant.is_baseline:
+            raise TrialFailure(f"the baseline could not be measured on the {self.engine.name} engine: {reason}")
         self.on_dropped(entrant)
 
+    def status(self, left_s: float) -> RaceStatus:
+        shown = [e for e in self.entrants if e.in_race and (e.role == CONTROL_ROLE or e in _candidates(self.entrants))]
+        done = len(self.entrants[0].rounds[-1].results) if self.entrants[0].rounds else 0
+        return RaceStatus(self.current, done, len(self.mix), left_s,
+                          tuple((e.label, speedup_of(e, self.entrants, "mix_tok_s", self.pairing)) for e in shown))
 
-def _report(entrants: list[Entrant], played: int, figure: str, pairing: str, on_measured: OnMeasured) -> None:
-    """Each entrant measured in round `played` and still in, with its speedup so far (None: a baseline)."""
+
+def _report(entrants: list[Entrant], round_: int, figure: str, pairing: str, on_measured: OnMeasured) -> None:
+    """Each entrant that ran round `round_` to its end, with its speedup so far (None: a baseline)."""
     for entrant in entrants:
-        if len(entrant.rounds) == played and entrant.in_race:
-            on_measured(played - 1, entrant, None if entrant.is_baseline else speedup_of(entrant, entrants, figure, pairing))
+        if len(entrant.rounds) > round_ and (entrant.in_race or (entrant.dropped_after or 0) > round_):
+            on_measured(round_, entrant, None if entrant.is_baseline else speedup_of(entrant, entrants, figure, pairing))
+
+
+def status_line(status: RaceStatus, levels_alpha: float = ALPHA) -> str:
+    """`race round 2, prompt 5/11, ~3 min left: ngram-mod …: 1.12x [1.03-1.22]; …`: the live line."""
+    left = "" if math.isnan(status.left_s) else f", ~{status.left_s / 60:.0f} min left"
+    parts = []
+    for label, speedup in status.standings:
+        low, high = speedup.interval(levels_alpha)
+        bounds = f" [{low:.2f}-{high:.2f}]" if math.isfinite(high) and high > 0 else ""
+        parts.append(f"{label}: {speedup.ratio:.2f}x{bounds}")
+    return f"race round {status.round_ + 1}, prompt {status.prompts_done}/{status.prompts}{left}: " + "; ".join(parts)
 
 
 def round_line(round_: int, entrant: Entrant, speedup: Speedup | None) -> str:
-    """`race round 2: ngram-mod …: 71.3 tok/s, 1.18x [95% CI 1.09-1.27]`: what a race says of an entrant
-    after a round (its speedup so far over its baseline, paired)."""
+    """`race round 2: ngram-mod …: 71.3 tok/s, 1.18x [1.09-1.27]`: what a race says of an entrant after a
+    round (its speedup so far over its baseline, paired; bounds each side at the race's 5 %)."""
     head = f"race round {round_ + 1}: {entrant.label}: "
-    if entrant.failure is not None or not entrant.rounds:
+    if entrant.failure is not None or len(entrant.rounds) <= round_:
         return head + f"FAILED ({entrant.failure or entrant.dropped})"
-    line = head + f"{entrant.rounds[-1].mix_tok_s:.1f} tok/s"
+    line = head + f"{entrant.rounds[round_].mix_tok_s:.1f} tok/s"
     if speedup is not None and speedup.ratio > 0:
-        low, high = speedup.interval()
-        line += f", {speedup.ratio:.2f}x" + (f" [95% CI {low:.2f}-{high:.2f}]" if math.isfinite(high) else "")
+        low, high = speedup.interval(ALPHA)
+        line += f", {speedup.ratio:.2f}x" + (f" [{low:.2f}-{high:.2f}]" if math.isfinite(high) else "")
     return line
 
 
 def _candidates(entrants: list[Entrant]) -> list[Entrant]:
     """The entrants that could still win: in the race, the finalists and `--spec-default` (a baseline is
-    what they race against; the preset in use is measured beside them, to compare a winner with)."""
+    what they race against, the control checks the clock; the preset in use is measured beside them,
+    to compare a winner with)."""
     return [e for e in entrants if e.in_race and e.role in ("trial", SPEC_DEFAULT_ROLE) and e.rounds]
 
 
@@ -257,100 +421,125 @@ def _baseline(entrant: Entrant, entrants: list[Entrant]) -> Entrant:
     return next(e for e in entrants if e.is_baseline and e.config.target == entrant.config.target)
 
 
-def speedup_of(entrant: Entrant, entrants: list[Entrant], figure: str, pairing: str) -> Speedup:
-    """`entrant`'s paired speedup over its target's baseline among `entrants`, on the rounds both ran."""
-    return paired_speedup(_baseline(entrant, entrants).units(figure), entrant.units(figure),
+def speedup_of(entrant: Entrant, entrants: list[Entrant], figure: str, pairing: str,
+               rounds: slice = slice(None)) -> Speedup:
+    """`entrant`'s paired speedup over its target's baseline among `entrants`, on the units both ran (of
+    `rounds` only, where given)."""
+    return paired_speedup(_units(_baseline(entrant, entrants), figure, rounds), _units(entrant, figure, rounds),
                           pair_by_unit=pairing == "prompt")
 
 
-def _look(entrants: list[Entrant], figure: str, pairing: str, played: int, planned: int) -> Decision:
-    """The sequential rule's look after round `played` of `planned`; entrants are keyed by id()."""
+def _units(entrant: Entrant, figure: str, rounds: slice = slice(None)) -> Units:
+    measured = [units_of(m, figure) for m in entrant.rounds[rounds]]
+    return Units.of([m for m, _ in measured], [t for _, t in measured]) if measured else Units((), ())
+
+
+def _look(entrants: list[Entrant], figure: str, pairing: str) -> Decision:
+    """The sequential rule's look; entrants are keyed by id()."""
     candidates = _candidates(entrants)
     vs_baseline = {id(e): speedup_of(e, entrants, figure, pairing) for e in candidates}
     if not vs_baseline:
-        return Decision(0.0)
+        return Decision()
     leader = max(candidates, key=lambda e: vs_baseline[id(e)].ratio)
-    vs_leader = {id(e): paired_speedup(leader.units(figure), e.units(figure), pair_by_unit=pairing == "prompt")
+    vs_leader = {id(e): paired_speedup(_units(leader, figure), _units(e, figure), pair_by_unit=pairing == "prompt")
                  for e in candidates if e is not leader}
     family = sum(1 for e in entrants if e.role in ("trial", SPEC_DEFAULT_ROLE) and e.failure is None)  # dropped too
-    return judge(vs_baseline, vs_leader, look=played, planned=planned, family=family)
+    return judge(vs_baseline, vs_leader, family=family)
 
 
-def _prompt_by_prompt_round(engine: Engine, entrants: list[Entrant], mix: PromptMix, max_tokens: int,
-                            round_: int) -> dict[int, str]:
-    """One round with every entrant's server started and warmed up together: per prompt, each entrant in
-    an order rotated by prompt and round. Returns why an entrant could not be measured, by id()."""
-    alive = [e for e in entrants if e.in_race]
-    results: dict[int, list[GenerationResult]] = {id(e): [] for e in alive}
-    failed: dict[int, str] = {}
-    with engine.live([e.config for e in alive], mix, max_tokens=max_tokens) as servers:
-        for prompt_index in range(len(mix)):
-            shift = (round_ + prompt_index) % len(alive)
-            order = list(range(shift, len(alive))) + list(range(shift))
-            for index in order:
-                entrant = alive[index]
-                if id(entrant) in failed:
-                    continue
-                try:
-                    with device_lock():
-                        results[id(entrant)].append(servers.generate(index, prompt_index))
-                except TrialFailure as exc:
-                    failed[id(entrant)] = str(exc)
-        errors = {id(e): servers.error_lines(index) for index, e in enumerate(alive)}
-    for entrant in alive:
-        if id(entrant) not in failed:
-            entrant.rounds.append(Measurement(results[id(entrant)], log_errors=errors[id(entrant)]))
-    return failed
+def _machine_moved(entrants: list[Entrant], figure: str, pairing: str) -> str | None:
+    """Why the race cannot be believed, where a control's bounds exclude 1: the plain command ran at two
+    speeds in the same race (None: the controls agree with their baselines)."""
+    for control in (e for e in entrants if e.role == CONTROL_ROLE and e.rounds and e.failure is None):
+        speedup = speedup_of(control, entrants, figure, pairing)
+        low, high = speedup.interval(CONTROL_ALPHA)
+        if low > 1.0 or high < 1.0:
+            return (f"the machine's speed moved during the race: the plain command against itself measured "
+                    f"{speedup.ratio:.3f}x [{low:.3f}-{high:.3f}], which rules out 1.00x")
+    return None
 
 
-def _whole_mix_round(engine: Engine, entrants: list[Entrant], mix: PromptMix, max_tokens: int,
-                     round_: int) -> dict[int, str]:
-    """One round with one configuration loaded at a time: each entrant runs the whole mix, the order
-    rotated per round. Returns why an entrant could not be measured, by id()."""
-    alive = [e for e in entrants if e.in_race]
-    shift = round_ % len(alive)
-    failed: dict[int, str] = {}
-    for entrant in alive[shift:] + alive[:shift]:
-        try:
-            with device_lock():
-                entrant.rounds.append(engine.measure(entrant.config, mix, max_tokens=max_tokens))
-        except TrialFailure as exc:
-            failed[id(entrant)] = str(exc)
-    return failed
+def _artefact(entrant: Entrant, entrants: list[Entrant], figure: str, pairing: str) -> str | None:
+    """Why `entrant`'s speedup is a timing artefact (None: its server's own counts allow it): see the module
+    docstring. Only where it runs the baseline's runtime settings: other threads or batch sizes change
+    the cost of a step itself."""
+    if (entrant.role in (BASELINE_ROLE, CONTROL_ROLE) or not entrant.in_race or figure != "mix_tok_s"
+            or entrant.config.runtime != _baseline(entrant, entrants).config.runtime):
+        return None
+    speedup = speedup_of(entrant, entrants, figure, pairing)
+    low = speedup.lower_bound(ALPHA)
+    ceiling = _ceiling(entrant, _baseline(entrant, entrants))
+    if ceiling is None or low <= ceiling * (1 + CEILING_SLACK):
+        return None
+    return (f"a timing artefact: at least {low:.2f}x measured, while its server's own counts (accepted drafts per "
+            f"target step) allow at most {ceiling:.2f}x")
 
 
-def _confirmation(engine: Engine, entrants: list[Entrant], mix: PromptMix, command: ServerCommand, figure: str,
-                  pairing: str, played: int, planned: int, ended: str, winners: set) -> Confirmation:
+def _ceiling(entrant: Entrant, baseline: Entrant) -> float | None:
+    """The fastest `entrant` can be over `baseline` on the prompts both ran, given its accepted drafts."""
+    spent = saved = 0.0
+    for own, base in zip(entrant.rounds, baseline.rounds):
+        for result, reference in zip(own.results, base.results):
+            if result.n_generated <= 1:
+                continue
+            steps = max(result.n_generated - result.n_accepted, 1)
+            spent += reference.decode_ms * steps / result.n_generated
+            saved += reference.decode_ms
+    return saved / spent if spent > 0 else None
+
+
+def _confirmation(engine: Engine, rounds: _Rounds, mix: PromptMix, command: ServerCommand, figure: str,
+                  ended: str, winners: set, levels: dict, decided_round: int | None,
+                  after_decision: int | None, moved: str | None) -> Confirmation:
+    entrants, pairing = rounds.entrants, rounds.pairing
+    family = max(1, sum(1 for e in entrants if e.role in ("trial", SPEC_DEFAULT_ROLE)))
+
     def row(entrant: Entrant) -> ConfirmedConfig:
-        samples = [round(getattr(m, figure), 3) for m in entrant.rounds]
-        measured = bool(entrant.rounds) and entrant.failure is None
+        measured_rounds = [m for m in entrant.rounds if m.results]
+        samples = [round(getattr(m, figure), 3) for m in measured_rounds]
+        measured = bool(measured_rounds) and entrant.failure is None
         speedup = None if entrant.is_baseline or not measured else speedup_of(entrant, entrants, figure, pairing)
-        units = entrant.units(figure)
+        level = CONTROL_ALPHA if entrant.role == CONTROL_ROLE else levels.get(id(entrant), ALPHA / family)
+        printed = speedup
+        if speedup is not None and id(entrant) in winners and after_decision is not None:
+            printed = speedup_of(entrant, entrants, figure, pairing, slice(after_decision, after_decision + 1))
+        units = _units(entrant, figure)
         mean = float(np.mean(samples)) if samples else 0.0
         return ConfirmedConfig(
             label=entrant.label, role=entrant.role, trial=entrant.trial, target=str(entrant.config.target),
             argv=command.argv(entrant.config), samples=samples, mean_tok_s=round(mean, 3),
             ci95=(ci95(samples) or (mean, mean)) if samples else (0.0, 0.0),
             p_value=None if speedup is None else round(speedup.p_faster(1 + MIN_EFFECT), 6),
-            speedup=None if speedup is None or speedup.ratio <= 0 else round(speedup.ratio, 4),
+            speedup=None if printed is None or printed.ratio <= 0 else round(printed.ratio, 4),
             failure=entrant.failure, dropped=entrant.dropped if measured else None,
-            figures={name: [round(getattr(m, name), 3) for m in entrant.rounds] for name in SERVING_FIGURES},
+            figures={name: [round(getattr(m, name), 3) for m in measured_rounds] for name in SERVING_FIGURES},
             concurrency=command.parallel,
-            speedup_ci95=None if speedup is None else _rounded(speedup.interval()),
-            significant=id(entrant) in winners, rounds=len(entrant.rounds), prompts=len(units.decode_ms[0]) if units.decode_ms else 0,
-            decode_ms=[list(r) for r in units.decode_ms], tokens=[list(r) for r in units.tokens], family=entrant.family,
+            speedup_ci=None if speedup is None else _rounded(speedup.interval(level)),
+            speedup_ci_level=round(1 - level, 6),
+            speedup_at_decision=None if printed is speedup or speedup is None else round(speedup.ratio, 4),
+            significant=id(entrant) in winners, rounds=len(entrant.rounds),
+            prompts=len(mix), decode_ms=[list(r) for r in units.decode_ms], tokens=[list(r) for r in units.tokens],
+            family=entrant.family, ceiling=None if entrant.is_baseline else _rounded_or_none(
+                _ceiling(entrant, _baseline(entrant, entrants))),
         )
 
     return Confirmation(
-        engine=engine.name, build=engine.build_info, repeats=played,
+        engine=engine.name, build=engine.build_info, repeats=len(rounds.orders),
         date=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         baselines=[row(e) for e in entrants if e.is_baseline],
         configs=[row(e) for e in entrants if e.role in ("trial", "preset")],
         spec_defaults=[row(e) for e in entrants if e.role == SPEC_DEFAULT_ROLE],
+        controls=[row(e) for e in entrants if e.role == CONTROL_ROLE],
         prompt_ids=[p.id for p in mix], categories=[p.category for p in mix], pairing=pairing, ended=ended,
-        planned_rounds=planned,
+        orders=[list(o) for o in rounds.orders], decided_round=decided_round, after_decision_round=after_decision,
+        looks=sum(len(m.results) for m in entrants[0].rounds) if pairing == "prompt" else len(rounds.orders),
+        machine_moved=moved,
     )
 
 
 def _rounded(interval: tuple[float, float]) -> tuple[float, float]:
     return tuple(round(v, 4) if math.isfinite(v) else v for v in interval)
+
+
+def _rounded_or_none(value: float | None) -> float | None:
+    return None if value is None else round(value, 4)

@@ -22,6 +22,8 @@ BASELINE_ROLE = "baseline"
 #: llama.cpp's own default (`--spec-default`), measured beside the baseline as a second reference
 SPEC_DEFAULT_ROLE = "spec-default"
 REFERENCE_ROLES = (BASELINE_ROLE, SPEC_DEFAULT_ROLE)
+#: the plain command a second time in a race, on a server of its own: it checks the machine's clock
+CONTROL_ROLE = "control"
 WARM_START_ROLE = "warm-start"
 #: the engine part of a predicted study's name and its trials' `engine` (autotune.study.predicted)
 PREDICTED_ENGINE = "predicted"

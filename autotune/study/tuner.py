@@ -67,6 +67,9 @@ class SearchReporter(Protocol):
 
     def trial_finished(self, trial: optuna.trial.FrozenTrial) -> None: ...
 
+    def race_status(self, text: str) -> None:
+        """Where a race stands after a look (autotune.study.race.status_line): a line to redraw in place."""
+
 
 @dataclass(frozen=True)
 class SearchSettings:

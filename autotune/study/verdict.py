@@ -1,7 +1,7 @@
-"""What a race found, as stored with its study: each entrant's per-round, per-prompt decode times and the
-paired figures drawn from them (autotune.measure.paired), and the verdict of its sequential rule
-(autotune.measure.sequential). `best`, `confirm`, `nightly`, the presets and the report read it; every
-figure in it can be recomputed from the stored units.
+"""What a race found, as stored with its study: each entrant's per-round, per-prompt decode times (in the
+order each round ran its prompts) and the paired figures drawn from them (autotune.measure.paired), and
+the verdict of its sequential rule (autotune.measure.sequential). `best`, `confirm`, `nightly`, the
+presets and the report read it; every figure in it can be recomputed from the stored units.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from autotune.study.trials import baselines_of
 
 #: why a race ended
 WINNER, NONE_CAN_WIN, BUDGET_SPENT = "winner", "no entrant can reach the minimum effect", "budget spent"
+MACHINE_MOVED = "the machine's speed moved"
 
 
 @dataclass(frozen=True)
@@ -26,36 +27,42 @@ class ConfirmedConfig:
     """One entrant of a race and what it measured there."""
 
     label: str
-    role: str  # "baseline", "spec-default" (llama.cpp's default), "trial" (a finalist) or "preset" (the one in use)
+    role: str  # "baseline", "control" (the plain command again), "spec-default" (llama.cpp's default), "trial" (a
+    #            finalist) or "preset" (the one in use)
     trial: int | None  # the study trial it came from
     target: str
     argv: list[str]
     samples: list[float]  # mix tok/s of each round it ran
     mean_tok_s: float
     ci95: tuple[float, float]  # of the mean mix tok/s over its rounds (absolute; wide with few rounds)
-    p_value: float | None  # paired, one-sided: that it is no more than MIN_EFFECT faster than its baseline
-    speedup: float | None  # paired: its target's baseline's decode time over its own, same prompts and rounds
+    p_value: float | None  # anytime-valid, one-sided: that it is no more than MIN_EFFECT faster than its baseline
+    #: paired: its target's baseline's decode time over its own, same prompts and rounds; a winner's from the
+    #: round run after the decision alone (the look that decided reads high: it stopped at a peak)
+    speedup: float | None
     failure: str | None = None
     #: every round's serving figures (aggregate_tok_s, per_stream_tok_s, per_stream_p10_tok_s, mix_tok_s)
     figures: dict[str, list[float]] = field(default_factory=dict)
     concurrency: int = 1
     dropped: str | None = None  # why it left the race before the end
-    speedup_ci95: tuple[float, float] | None = None  # the speedup's 95 % interval, from the pairing
+    #: the speedup's anytime-valid bounds over every unit, each side at `speedup_ci_level`: the level the race
+    #: judged the entrant at (its Holm share of the 5 %), so a winner's lower bound is the one that decided
+    speedup_ci: tuple[float, float] | None = None
+    speedup_ci_level: float = 0.95
+    speedup_at_decision: float | None = None  # a winner's speedup at the look that decided
     significant: bool = False  # proven faster than 1 + the minimum effect by the race's sequential rule
-    rounds: int = 0  # rounds it ran
-    prompts: int = 0  # prompts a round
-    decode_ms: list[list[float]] = field(default_factory=list)  # per round, per prompt (the compared units)
+    rounds: int = 0  # rounds it ran (the last perhaps in part)
+    prompts: int = 0  # prompts a full round
+    decode_ms: list[list[float]] = field(default_factory=list)  # per round, per prompt run (the compared units)
     tokens: list[list[int]] = field(default_factory=list)  # the tokens each unit's time bought
     family: str | None = None  # the spec-type family it stood for (autotune.spec.types.family_of)
-
-    @property
-    def units(self) -> Units:
-        return Units.of(self.decode_ms, self.tokens)
+    ceiling: float | None = None  # the most its accepted drafts allow over its baseline (autotune.study.race)
 
     def as_json(self) -> dict:
         """What `best --json` says of an entrant."""
         return {"label": self.label, "role": self.role, "trial": self.trial, "family": self.family,
-                "speedup": self.speedup, "speedup_ci95": None if self.speedup_ci95 is None else list(self.speedup_ci95),
+                "speedup": self.speedup, "speedup_ci": None if self.speedup_ci is None else list(self.speedup_ci),
+                "speedup_ci_level": self.speedup_ci_level, "speedup_at_decision": self.speedup_at_decision,
+                "ceiling": self.ceiling,
                 "p_value": self.p_value, "significant": self.significant, "rounds": self.rounds,
                 "prompts": self.prompts, "tok_s": self.mean_tok_s, "dropped": self.dropped, "failure": self.failure}
 
@@ -74,8 +81,13 @@ class Confirmation:
     prompt_ids: list[str] = field(default_factory=list)
     categories: list[str] = field(default_factory=list)  # each prompt's category, in prompt order
     pairing: str = "round"  # "prompt": each prompt's entrants ran back to back; "round": whole rounds apart
-    ended: str = BUDGET_SPENT  # WINNER, NONE_CAN_WIN or BUDGET_SPENT
-    planned_rounds: int = 0  # the looks the error rate was spent over
+    ended: str = BUDGET_SPENT  # WINNER, NONE_CAN_WIN, BUDGET_SPENT or MACHINE_MOVED
+    controls: list[ConfirmedConfig] = field(default_factory=list)  # the plain command again, per target
+    orders: list[list[int]] = field(default_factory=list)  # each round's prompt order (indices of prompt_ids)
+    looks: int = 0  # looks the race took (one per prompt, or per round)
+    decided_round: int | None = None  # the round the winner was decided in
+    after_decision_round: int | None = None  # the round run after the decision, whose ratio a winner prints
+    machine_moved: str | None = None  # why the race was not believed (its control ruled out 1.00x)
     min_effect: float = MIN_EFFECT
     alpha: float = ALPHA
 
@@ -85,13 +97,16 @@ class Confirmation:
     @classmethod
     def from_dict(cls, data: dict) -> "Confirmation":
         def config(row: dict) -> ConfirmedConfig:
-            interval = row.get("speedup_ci95")
+            row = dict(row)
+            interval = row.pop("speedup_ci95", None) or row.get("speedup_ci")  # speedup_ci95: before anytime bounds
             return ConfirmedConfig(**{**row, "ci95": tuple(row["ci95"]),
-                                      "speedup_ci95": None if interval is None else tuple(interval)})
+                                      "speedup_ci": None if interval is None else tuple(interval)})
 
+        data = {k: v for k, v in data.items() if k != "planned_rounds"}  # races before anytime bounds planned looks
         return cls(**{**data, "baselines": [config(c) for c in data["baselines"]],
                       "configs": [config(c) for c in data["configs"]],
-                      "spec_defaults": [config(c) for c in data.get("spec_defaults", [])]})
+                      "spec_defaults": [config(c) for c in data.get("spec_defaults", [])],
+                      "controls": [config(c) for c in data.get("controls", [])]})
 
     @property
     def rows(self) -> list[ConfirmedConfig]:
@@ -104,9 +119,19 @@ class Confirmation:
         """llama.cpp's default on `row`'s target, as measured in the same rounds (None: not measured)."""
         return next((d for d in self.spec_defaults if d.target == row.target and d.failure is None), None)
 
+    def units(self, row: ConfirmedConfig) -> Units:
+        """`row`'s units, each with the prompt of the mix it ran."""
+        return Units.of(row.decode_ms, row.tokens, [self.orders[k][:len(r)] if k < len(self.orders)
+                                                    else range(len(r)) for k, r in enumerate(row.decode_ms)])
+
     def versus(self, row: ConfirmedConfig, reference: ConfirmedConfig) -> Speedup:
-        """`row`'s paired speedup over `reference` on the rounds both ran."""
-        return paired_speedup(reference.units, row.units, pair_by_unit=self.pairing == "prompt")
+        """`row`'s paired speedup over `reference` on the units both ran."""
+        return paired_speedup(self.units(reference), self.units(row), pair_by_unit=self.pairing == "prompt")
+
+    @property
+    def control(self) -> ConfirmedConfig | None:
+        """The plain command against itself (the first target's), where the race ran one."""
+        return next((c for c in self.controls if c.failure is None and c.speedup is not None), None)
 
     def beats(self, row: ConfirmedConfig, reference: ConfirmedConfig) -> bool:
         """Whether `row` is faster than `reference` by more than the minimum effect, at the race's alpha."""
@@ -115,16 +140,17 @@ class Confirmation:
     def by_category(self, row: ConfirmedConfig) -> dict[str, Speedup]:
         """`row`'s paired speedup over its baseline on the prompts of each category of the mix (none where
         the race did not time prompts one by one: several streams at once)."""
-        if not row.decode_ms or not self.categories or row.concurrency > 1 \
-                or any(len(times) != len(self.categories) for times in row.decode_ms):
+        if not row.decode_ms or not self.categories or row.concurrency > 1 or self.pairing != "prompt" \
+                and any(len(times) != len(self.categories) for times in row.decode_ms):
             return {}
         baseline = self.baseline_of(row)
         groups: dict[str, list[int]] = {}
         for index, category in enumerate(self.categories):
             groups.setdefault(category, []).append(index)
-        return {category: paired_speedup(baseline.units.columns(indices), row.units.columns(indices),
-                                         pair_by_unit=self.pairing == "prompt")
-                for category, indices in groups.items()}
+        speedups = {category: paired_speedup(self.units(baseline).columns(indices), self.units(row).columns(indices),
+                                             pair_by_unit=self.pairing == "prompt")
+                    for category, indices in groups.items()}
+        return {category: s for category, s in speedups.items() if s.ratio > 0}
 
     def speedup_vs_spec_default(self, row: ConfirmedConfig) -> float | None:
         reference = self.spec_default_of(row)

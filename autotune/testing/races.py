@@ -28,7 +28,7 @@ def raced_row(label: str, role: str, decode_ms: list[list[float]], *, baseline_m
         label=label, role=role, trial=trial, target=target, argv=argv or [label], samples=samples, mean_tok_s=mean,
         ci95=ci95(samples) or (mean, mean), p_value=None if speedup is None else speedup.p_faster(1 + MIN_EFFECT),
         speedup=None if speedup is None else round(speedup.ratio, 4),
-        speedup_ci95=None if speedup is None else speedup.interval(), significant=significant,
+        speedup_ci=None if speedup is None else speedup.interval(), significant=significant,
         rounds=len(decode_ms), prompts=len(decode_ms[0]), decode_ms=decode_ms, tokens=tokens)
 
 

@@ -155,7 +155,7 @@ def test_confirm_remeasures_the_winners_and_best_shows_it(tiny_space, models_dir
     confirmed = best["confirmed"]
     assert confirmed["engine"] == "server" and 1 <= confirmed["rounds"] <= 2
     if confirmed["speedup"] is not None:  # a configuration was proven faster: its interval holds its speedup
-        low, high = confirmed["speedup_ci95"]
+        low, high = confirmed["speedup_ci"]
         assert low <= confirmed["speedup"] <= high and confirmed["significant"]
     assert confirmed["baseline_tok_s"] > 0
     figures = run("best", "--model", "tiny").stdout.splitlines()[1]

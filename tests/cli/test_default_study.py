@@ -92,7 +92,8 @@ def _derive(real: optuna.Study, storage: str, ended: str) -> None:
                          target=entrant.target, argv=entrant.argv, significant=significant)
         return replace(made, family=entrant.family)
 
-    chosen = replace(race, repeats=2, planned_rounds=2, ended=ended, baselines=[
+    chosen = replace(race, repeats=2, ended=ended, machine_moved=None, decided_round=None, after_decision_round=None,
+                     baselines=[
         replace(raced_row("none", "baseline", BASELINE_MS, trial=baseline.trial, target=baseline.target,
                           argv=baseline.argv))],
         configs=[row(first, scaled(BASELINE_MS, speed, jitter, seed=3), significant=ended == WINNER),

@@ -50,9 +50,9 @@ def test_predict_then_race_prints_the_race_winner_with_its_prediction(tiny_space
     assert best["trial"] == race["pick"]["trial"]
     assert best["command"] in result.stdout.splitlines()  # the command the search printed
     for row in race["finalists"]:
-        assert set(row) >= {"speedup", "speedup_ci95", "p_value", "significant", "rounds", "prompts"}
+        assert set(row) >= {"speedup", "speedup_ci", "p_value", "significant", "rounds", "prompts"}
         if row["speedup"] is not None:
-            low, high = row["speedup_ci95"]
+            low, high = row["speedup_ci"]
             assert low <= row["speedup"] <= high and row["prompts"] == 11
     trials = run("trials", "--model", "tiny").output.splitlines()
     assert "pred" in trials[0] and "error" in trials[0]
