@@ -89,7 +89,8 @@ def race_lines(confirmation: Confirmation, pick: ConfirmedConfig) -> list[str]:
     control (the plain command against itself) and what it says of the machine."""
     engine = ENGINE_LABELS.get(confirmation.engine, confirmation.engine)
     size = f"{confirmation.repeats} rounds x {pick.prompts or len(confirmation.prompt_ids)} prompts" + \
-        (f", each prompt paired, {confirmation.looks} looks" if confirmation.pairing == "prompt" else ", paired by round")
+        (", each prompt paired" + (f", {confirmation.looks} looks" if confirmation.looks else "")
+         if confirmation.pairing == "prompt" else ", paired by round")
     lines = []
     reference = confirmation.spec_default_of(pick)
     failed = [d for d in confirmation.spec_defaults if d.target == pick.target and d.failure]
@@ -165,7 +166,7 @@ def _speedup_text(row: ConfirmedConfig, of: str = "") -> str:
 
 def ci_label(row: ConfirmedConfig) -> str:
     """`98.3% CI`: the two-sided coverage of a row's bounds (each side holds at its level)."""
-    return f"{1 - 2 * (1 - row.speedup_ci_level):.1%} CI".replace(".0%", "%")
+    return f"{row.ci_coverage:.1%} CI".replace(".0%", "%")
 
 
 def _p(row: ConfirmedConfig) -> str:
@@ -244,7 +245,7 @@ def confirmation_table(result: Confirmation) -> str:
         lines.append(f"{speedup:>8} {ci:>13} {_p(row):>8} {proven:>6} {row.rounds:>6} {row.mean_tok_s:>7.1f}  "
                      f"{row.label}{serving}{dropped}")
     lines.append("# intervals: anytime-valid, each at the level the race judged its row at (the control's at "
-                 f"{1 - 2 * (1 - result.controls[0].speedup_ci_level):.0%})" if result.controls else
+                 f"{result.controls[0].ci_coverage:.0%})" if result.controls else
                  "# intervals: anytime-valid, each at the level the race judged its row at")
     if result.machine_moved:
         lines.append(f"# {result.machine_moved}: no winner is named")

@@ -145,7 +145,7 @@ def _confirmed(view: StudyView, row: TopConfig) -> str:
     if c.speedup is not None:
         text += f", {c.speedup:.2f}×"
         if c.speedup_ci is not None and all(map(math.isfinite, c.speedup_ci)):
-            text += f" [{1 - 2 * (1 - c.speedup_ci_level):.1%} CI {c.speedup_ci[0]:.2f}–{c.speedup_ci[1]:.2f}]"
+            text += f" [{c.ci_coverage:.1%} CI {c.speedup_ci[0]:.2f}–{c.speedup_ci[1]:.2f}]"
     if c.p_value is not None:
         text += f", p={c.p_value:.3g}" + (", proven" if c.significant else "")
     return escape(text)

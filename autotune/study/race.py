@@ -30,35 +30,29 @@ What keeps a verdict honest beyond the statistics:
 from __future__ import annotations
 
 import math
-import random
 from contextlib import closing
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Callable, Iterator
+from typing import Callable
 
 import numpy as np
 
 from autotune.engines.base import Engine
-from autotune.errors import TrialFailure, UsageError
-from autotune.measure.device_lock import device_lock
-from autotune.measure.measurement import GenerationResult, Measurement
-from autotune.measure.paired import MIN_EFFECT, Speedup, Units, paired_speedup
+from autotune.errors import UsageError
+from autotune.measure.paired import MIN_EFFECT, Speedup, paired_speedup
 from autotune.measure.prompts import PromptMix
 from autotune.measure.sequential import ALPHA, Decision, judge
 from autotune.measure.stats import ci95
 from autotune.spec.command import ServerCommand
-from autotune.spec.config import SpecConfig
-from autotune.spec.default import SPEC_DEFAULT_FLAG
-from autotune.study.checks import MeasurementCheck
+from autotune.study.entrants import Entrant, baseline_of, candidates, entrant_units, speedup_of
+from autotune.study.race_rounds import RaceStatus, Rounds
 from autotune.study.records import BASELINE_ROLE, CONTROL_ROLE, SPEC_DEFAULT_ROLE
 from autotune.study.verdict import (
     BUDGET_SPENT, MACHINE_MOVED, NONE_CAN_WIN, WINNER, Confirmation, ConfirmedConfig,
 )
 
-#: the figures a race can compare, and what one unit of each is (see `units_of`)
-FIGURES = ("mix_tok_s", "e2e_tok_s", "aggregate_tok_s")
 SERVING_FIGURES = ("mix_tok_s", "aggregate_tok_s", "per_stream_tok_s", "per_stream_p10_tok_s")
 DEFAULT_BUDGET = "4"
 #: the one-sided level of each side of the control's test (the plain command against itself)
@@ -110,71 +104,6 @@ class RaceBudget:
         return f"{self.rounds} rounds" if self.rounds is not None else f"{self.seconds / 60:g} min"
 
 
-@dataclass
-class Entrant:
-    """One configuration in the race and what it measured so far."""
-
-    role: str  # "baseline", "control", "spec-default", "trial" or "preset"
-    trial: int | None  # the study trial it came from
-    config: SpecConfig
-    family: str | None = None
-    rounds: list[Measurement] = field(default_factory=list)  # per round, its results in the order they ran
-    dropped: str | None = None  # why it left the race
-    dropped_after: int | None = None  # the round it left in
-    failure: str | None = None  # it could not be measured, or its measurement does not count
-
-    @property
-    def is_baseline(self) -> bool:
-        return self.role == BASELINE_ROLE
-
-    @property
-    def label(self) -> str:
-        if self.role == SPEC_DEFAULT_ROLE:
-            return f"{SPEC_DEFAULT_FLAG} ({self.config.describe()})"
-        if self.role == CONTROL_ROLE:
-            return "the plain command again (the control)"
-        return f"the preset in use ({self.config.describe()})" if self.role == "preset" else self.config.describe()
-
-    @property
-    def in_race(self) -> bool:
-        return self.dropped is None
-
-    def prompt_decode_ms(self, mix: PromptMix) -> list[float] | None:
-        """Each prompt's decode ms, the mean over the rounds that measured it (None: a prompt never was)."""
-        times: dict[str, list[float]] = {}
-        for measurement in self.rounds:
-            for result in measurement.results:
-                times.setdefault(result.prompt_id, []).append(result.decode_ms)
-        if any(p.id not in times for p in mix):
-            return None
-        return [float(np.mean(times[p.id])) for p in mix]
-
-
-def units_of(measurement: Measurement, figure: str) -> tuple[list[float], list[int]]:
-    """One round of `figure` as units of (ms, tokens): per prompt for decode (decode ms, decode tokens) and
-    end-to-end (prompt + decode ms, generated tokens); the whole busy period for aggregate tok/s."""
-    results = [r for r in measurement.results if r.stream == 0]
-    if figure == "mix_tok_s":
-        return [r.decode_ms for r in results], [r.decode_tokens for r in results]
-    if figure == "e2e_tok_s":
-        return [r.prompt_ms + r.decode_ms for r in results], [r.n_generated for r in results]
-    if figure == "aggregate_tok_s":
-        wall = measurement.busy_ms if measurement.busy_ms is not None else measurement.generation_ms
-        return [wall], [sum(r.n_generated for r in measurement.results)]
-    raise ValueError(f"a race cannot compare {figure!r} (one of {', '.join(FIGURES)})")
-
-
-@dataclass(frozen=True)
-class RaceStatus:
-    """Where a race stands at a look: for the live progress line."""
-
-    round_: int  # 0-based, the round under way
-    prompts_done: int  # in that round
-    prompts: int  # a round's
-    left_s: float  # the budget's seconds left at the pace so far (nan: not known yet)
-    standings: tuple[tuple[str, Speedup], ...]  # each candidate and control still in, with its speedup so far
-
-
 OnMeasured = Callable[[int, "Entrant", "Speedup | None"], None]
 OnLook = Callable[[RaceStatus], None]
 
@@ -190,7 +119,7 @@ def race(engine: Engine, entrants: list[Entrant], mix: PromptMix, *, max_tokens:
     entrant that leaves, `on_start` the pairing chosen ("prompt" or "round"), `on_look` where the race
     stands after each look."""
     entrants = entrants + [Entrant(CONTROL_ROLE, None, e.config) for e in entrants if e.is_baseline]
-    rounds = _Rounds(engine, entrants, mix, max_tokens, command, figure, on_dropped, seed=seed)
+    rounds = Rounds(engine, entrants, mix, max_tokens, command, figure, on_dropped, seed=seed)
     on_start(rounds.pairing)
     ended, winners, levels, decided_round = BUDGET_SPENT, set(), {}, None
     started = time.monotonic()
@@ -216,11 +145,14 @@ def race(engine: Engine, entrants: list[Entrant], mix: PromptMix, *, max_tokens:
             if decision.decided:
                 ended, winners, decided_round = WINNER, decision.significant, rounds.current
                 break
-            if not _candidates(rounds.entrants):
+            if not candidates(rounds.entrants):
                 ended = NONE_CAN_WIN
                 break
             if budget.spent(rounds.complete, elapsed) and (rounds.between_rounds or budget.seconds is not None):
                 break
+    for entrant in rounds.entrants:
+        if entrant.in_race and (inactive := rounds.inactive(entrant)) is not None:
+            rounds.drop(entrant, inactive, failed=True)
     after_decision = None
     if ended == WINNER:
         winner = max((e for e in rounds.entrants if id(e) in winners),
@@ -243,140 +175,13 @@ def measure_rounds(engine: Engine, entrants: list[Entrant], mix: PromptMix, *, m
     """`rounds` rounds of the race's interleaving, with its checks but without its verdict: what measures
     the references a prediction is calibrated on. `by_prompt` False measures whole mixes in turn even
     where the servers would fit together (to compare the two pairings). Returns the pairing."""
-    measured = _Rounds(engine, entrants, mix, max_tokens, command, "mix_tok_s", on_dropped, by_prompt=by_prompt)
+    measured = Rounds(engine, entrants, mix, max_tokens, command, "mix_tok_s", on_dropped, by_prompt=by_prompt)
     with closing(measured.looks(per_prompt=False)) as looks:
         for _ in looks:
             _report(measured.entrants, measured.current, "mix_tok_s", measured.pairing, on_measured)
             if measured.complete >= rounds:
                 break
     return measured.pairing
-
-
-class _Rounds:
-    """The rounds of a race: the pairing the engine allows, the prompt order of each round, and the checks
-    (a failure or a wrong output drops its entrant; the baseline may not go). Prompt by prompt, every
-    entrant's server starts afresh each round: llama-server's n-gram drafters keep what they saw across
-    requests, so a server kept for a second round would draft from the mix it has already generated,
-    which no user's server does (and the prediction, one pass of the mix, does not model)."""
-
-    def __init__(self, engine: Engine, entrants: list[Entrant], mix: PromptMix, max_tokens: int,
-                 command: ServerCommand, figure: str, on_dropped: Callable[[Entrant], None], *,
-                 by_prompt: bool = True, seed: int = 0):
-        self.engine, self.mix, self.max_tokens, self.on_dropped = engine, mix, max_tokens, on_dropped
-        self.entrants = sorted(entrants, key=lambda e: not e.is_baseline)  # baselines first: the check keeps theirs
-        self.check = MeasurementCheck.for_command(engine, mix, command)
-        by_prompt = (by_prompt and figure == "mix_tok_s" and command.parallel == 1
-                     and engine.holds_at_once([e.config for e in self.entrants]))
-        self.pairing = "prompt" if by_prompt else "round"
-        self.orders: list[list[int]] = []  # each round's prompt order (mix indices)
-        self.complete = 0  # rounds played to their end
-        self.between_rounds = True
-        self._random = random.Random(seed)
-
-    @property
-    def current(self) -> int:
-        return len(self.orders) - 1
-
-    def looks(self, per_prompt: bool = True) -> Iterator[None]:
-        """Play rounds for as long as the caller iterates, yielding at each look: after every prompt (prompt
-        pairing and `per_prompt`) or after every round; closing it stops the servers of the round."""
-        while True:
-            yield from self._round([e for e in self.entrants if e.in_race], per_prompt)
-
-    def confirm(self, winner: Entrant) -> int:
-        """One more round on fresh servers of `winner`, its baseline and its control, after the decision;
-        returns that round's index."""
-        group = [e for e in self.entrants if e.config.target == winner.config.target
-                 and (e is winner or e.role in (BASELINE_ROLE, CONTROL_ROLE)) and e.in_race]
-        for _ in self._round(group, per_prompt=False):
-            pass
-        return self.current
-
-    def _round(self, alive: list[Entrant], per_prompt: bool) -> Iterator[None]:
-        order = list(range(len(self.mix)))
-        if self.pairing == "prompt":
-            self._random.shuffle(order)
-        self.orders.append(order)
-        self.between_rounds = False
-        for entrant in alive:
-            entrant.rounds.append(Measurement([]))
-        round_ = self.current
-        if self.pairing == "prompt":
-            with self.engine.live([e.config for e in alive], self.mix, max_tokens=self.max_tokens) as servers:
-                for position, prompt_index in enumerate(order):
-                    self._prompt(servers, alive, round_, position, prompt_index)
-                    if position == len(order) - 1:
-                        self._end_round(alive, {id(e): servers.error_lines(i) for i, e in enumerate(alive)})
-                    if per_prompt or position == len(order) - 1:
-                        yield
-        else:
-            self._whole_mix_round(alive, round_)
-            self._end_round(alive, {})
-            yield
-
-    def _prompt(self, servers, alive: list[Entrant], round_: int, position: int, prompt_index: int) -> None:
-        """Prompt `prompt_index` on every entrant still in, back to back, the order rotated per prompt."""
-        shift = (round_ + position) % len(alive)
-        for index in list(range(shift, len(alive))) + list(range(shift)):
-            entrant = alive[index]
-            if not entrant.in_race:
-                continue
-            try:
-                with device_lock():
-                    result = servers.generate(index, prompt_index)
-            except TrialFailure as exc:
-                self.drop(entrant, str(exc), failed=True)
-                continue
-            entrant.rounds[-1].results.append(result)
-            reason = self.check.failure(entrant.config, Measurement([result]), require_drafts=False)
-            if reason is not None:
-                self.drop(entrant, reason, failed=True)
-
-    def _whole_mix_round(self, alive: list[Entrant], round_: int) -> None:
-        """Each entrant runs the whole mix with one configuration loaded at a time, the order rotated."""
-        shift = round_ % len(alive)
-        for entrant in alive[shift:] + alive[:shift]:
-            try:
-                with device_lock():
-                    entrant.rounds[-1] = self.engine.measure(entrant.config, self.mix, max_tokens=self.max_tokens)
-            except TrialFailure as exc:
-                self.drop(entrant, str(exc), failed=True)
-                continue
-            reason = self.check.failure(entrant.config, entrant.rounds[-1], require_drafts=False)
-            if reason is not None:
-                self.drop(entrant, reason, failed=True)
-
-    def _end_round(self, alive: list[Entrant], errors: dict[int, tuple[str, ...]]) -> None:
-        """A round's end: each entrant that ran all of it must have drafted; the baseline must be in."""
-        self.complete += 1
-        self.between_rounds = True
-        for entrant in alive:
-            measurement = entrant.rounds[-1]
-            if id(entrant) in errors:
-                measurement.log_errors = errors[id(entrant)]
-            if entrant.in_race and measurement.results:
-                reason = self.check.drafting_failure(entrant.config, measurement)
-                if reason is not None:
-                    self.drop(entrant, reason, failed=True)
-
-    def drop(self, entrant: Entrant, reason: str, failed: bool = False) -> None:
-        """`entrant` leaves at this look: `failed` where it could not be measured or its measurement does
-        not count (it drafted nothing, its output is not the baseline's, a timing artefact), else for the
-        verdict."""
-        if not entrant.in_race:
-            return
-        entrant.dropped, entrant.dropped_after = reason, self.current
-        if failed or not any(m.results for m in entrant.rounds):
-            entrant.failure = reason
-        if entrant.is_baseline:
-            raise TrialFailure(f"the baseline could not be measured on the {self.engine.name} engine: {reason}")
-        self.on_dropped(entrant)
-
-    def status(self, left_s: float) -> RaceStatus:
-        shown = [e for e in self.entrants if e.in_race and (e.role == CONTROL_ROLE or e in _candidates(self.entrants))]
-        done = len(self.entrants[0].rounds[-1].results) if self.entrants[0].rounds else 0
-        return RaceStatus(self.current, done, len(self.mix), left_s,
-                          tuple((e.label, speedup_of(e, self.entrants, "mix_tok_s", self.pairing)) for e in shown))
 
 
 def _report(entrants: list[Entrant], round_: int, figure: str, pairing: str, on_measured: OnMeasured) -> None:
@@ -410,39 +215,16 @@ def round_line(round_: int, entrant: Entrant, speedup: Speedup | None) -> str:
     return line
 
 
-def _candidates(entrants: list[Entrant]) -> list[Entrant]:
-    """The entrants that could still win: in the race, the finalists and `--spec-default` (a baseline is
-    what they race against, the control checks the clock; the preset in use is measured beside them,
-    to compare a winner with)."""
-    return [e for e in entrants if e.in_race and e.role in ("trial", SPEC_DEFAULT_ROLE) and e.rounds]
-
-
-def _baseline(entrant: Entrant, entrants: list[Entrant]) -> Entrant:
-    return next(e for e in entrants if e.is_baseline and e.config.target == entrant.config.target)
-
-
-def speedup_of(entrant: Entrant, entrants: list[Entrant], figure: str, pairing: str,
-               rounds: slice = slice(None)) -> Speedup:
-    """`entrant`'s paired speedup over its target's baseline among `entrants`, on the units both ran (of
-    `rounds` only, where given)."""
-    return paired_speedup(_units(_baseline(entrant, entrants), figure, rounds), _units(entrant, figure, rounds),
-                          pair_by_unit=pairing == "prompt")
-
-
-def _units(entrant: Entrant, figure: str, rounds: slice = slice(None)) -> Units:
-    measured = [units_of(m, figure) for m in entrant.rounds[rounds]]
-    return Units.of([m for m, _ in measured], [t for _, t in measured]) if measured else Units((), ())
-
-
 def _look(entrants: list[Entrant], figure: str, pairing: str) -> Decision:
     """The sequential rule's look; entrants are keyed by id()."""
-    candidates = _candidates(entrants)
-    vs_baseline = {id(e): speedup_of(e, entrants, figure, pairing) for e in candidates}
+    contenders = candidates(entrants)
+    vs_baseline = {id(e): speedup_of(e, entrants, figure, pairing) for e in contenders}
     if not vs_baseline:
         return Decision()
-    leader = max(candidates, key=lambda e: vs_baseline[id(e)].ratio)
-    vs_leader = {id(e): paired_speedup(_units(leader, figure), _units(e, figure), pair_by_unit=pairing == "prompt")
-                 for e in candidates if e is not leader}
+    leader = max(contenders, key=lambda e: vs_baseline[id(e)].ratio)
+    vs_leader = {id(e): paired_speedup(entrant_units(leader, figure), entrant_units(e, figure),
+                                       pair_by_unit=pairing == "prompt")
+                 for e in contenders if e is not leader}
     family = sum(1 for e in entrants if e.role in ("trial", SPEC_DEFAULT_ROLE) and e.failure is None)  # dropped too
     return judge(vs_baseline, vs_leader, family=family)
 
@@ -464,11 +246,11 @@ def _artefact(entrant: Entrant, entrants: list[Entrant], figure: str, pairing: s
     docstring. Only where it runs the baseline's runtime settings: other threads or batch sizes change
     the cost of a step itself."""
     if (entrant.role in (BASELINE_ROLE, CONTROL_ROLE) or not entrant.in_race or figure != "mix_tok_s"
-            or entrant.config.runtime != _baseline(entrant, entrants).config.runtime):
+            or entrant.config.runtime != baseline_of(entrant, entrants).config.runtime):
         return None
     speedup = speedup_of(entrant, entrants, figure, pairing)
     low = speedup.lower_bound(ALPHA)
-    ceiling = _ceiling(entrant, _baseline(entrant, entrants))
+    ceiling = _ceiling(entrant, baseline_of(entrant, entrants))
     if ceiling is None or low <= ceiling * (1 + CEILING_SLACK):
         return None
     return (f"a timing artefact: at least {low:.2f}x measured, while its server's own counts (accepted drafts per "
@@ -488,7 +270,7 @@ def _ceiling(entrant: Entrant, baseline: Entrant) -> float | None:
     return saved / spent if spent > 0 else None
 
 
-def _confirmation(engine: Engine, rounds: _Rounds, mix: PromptMix, command: ServerCommand, figure: str,
+def _confirmation(engine: Engine, rounds: Rounds, mix: PromptMix, command: ServerCommand, figure: str,
                   ended: str, winners: set, levels: dict, decided_round: int | None,
                   after_decision: int | None, moved: str | None) -> Confirmation:
     entrants, pairing = rounds.entrants, rounds.pairing
@@ -500,10 +282,11 @@ def _confirmation(engine: Engine, rounds: _Rounds, mix: PromptMix, command: Serv
         measured = bool(measured_rounds) and entrant.failure is None
         speedup = None if entrant.is_baseline or not measured else speedup_of(entrant, entrants, figure, pairing)
         level = CONTROL_ALPHA if entrant.role == CONTROL_ROLE else levels.get(id(entrant), ALPHA / family)
-        printed = speedup
+        printed = at_decision = speedup
         if speedup is not None and id(entrant) in winners and after_decision is not None:
             printed = speedup_of(entrant, entrants, figure, pairing, slice(after_decision, after_decision + 1))
-        units = _units(entrant, figure)
+            at_decision = speedup_of(entrant, entrants, figure, pairing, slice(0, after_decision))
+        units = entrant_units(entrant, figure)
         mean = float(np.mean(samples)) if samples else 0.0
         return ConfirmedConfig(
             label=entrant.label, role=entrant.role, trial=entrant.trial, target=str(entrant.config.target),
@@ -516,11 +299,11 @@ def _confirmation(engine: Engine, rounds: _Rounds, mix: PromptMix, command: Serv
             concurrency=command.parallel,
             speedup_ci=None if speedup is None else _rounded(speedup.interval(level)),
             speedup_ci_level=round(1 - level, 6),
-            speedup_at_decision=None if printed is speedup or speedup is None else round(speedup.ratio, 4),
+            speedup_at_decision=None if printed is speedup or speedup is None else round(at_decision.ratio, 4),
             significant=id(entrant) in winners, rounds=len(entrant.rounds),
             prompts=len(mix), decode_ms=[list(r) for r in units.decode_ms], tokens=[list(r) for r in units.tokens],
             family=entrant.family, ceiling=None if entrant.is_baseline else _rounded_or_none(
-                _ceiling(entrant, _baseline(entrant, entrants))),
+                _ceiling(entrant, baseline_of(entrant, entrants))),
         )
 
     return Confirmation(

@@ -47,7 +47,7 @@ class ConfirmedConfig:
     #: the speedup's anytime-valid bounds over every unit, each side at `speedup_ci_level`: the level the race
     #: judged the entrant at (its Holm share of the 5 %), so a winner's lower bound is the one that decided
     speedup_ci: tuple[float, float] | None = None
-    speedup_ci_level: float = 0.95
+    speedup_ci_level: float = 0.975  # one-sided; a record from before anytime bounds held a two-sided 95 % interval
     speedup_at_decision: float | None = None  # a winner's speedup at the look that decided
     significant: bool = False  # proven faster than 1 + the minimum effect by the race's sequential rule
     rounds: int = 0  # rounds it ran (the last perhaps in part)
@@ -56,6 +56,11 @@ class ConfirmedConfig:
     tokens: list[list[int]] = field(default_factory=list)  # the tokens each unit's time bought
     family: str | None = None  # the spec-type family it stood for (autotune.spec.types.family_of)
     ceiling: float | None = None  # the most its accepted drafts allow over its baseline (autotune.study.race)
+
+    @property
+    def ci_coverage(self) -> float:
+        """The two-sided coverage of `speedup_ci` (each side holds at `speedup_ci_level`): 0.95 for 0.975."""
+        return 1 - 2 * (1 - self.speedup_ci_level)
 
     def as_json(self) -> dict:
         """What `best --json` says of an entrant."""

@@ -5,13 +5,13 @@ half-written (no study in the database)."""
 from __future__ import annotations
 
 import os
-import sqlite3
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner, Result
 
 from autotune.cli.main import cli
+from autotune.testing.database import studies_in
 from autotune.testing.processes import our_llama_servers
 
 pytestmark = pytest.mark.usefixtures("no_server_left_behind")
@@ -37,15 +37,6 @@ def assert_refused(done: Result, home: Path, *needles: str) -> None:
     assert not [word for word in MEASURING if word.lower() in said], said
     assert studies_in(home / "autotune.db") == 0
     assert not our_llama_servers()
-
-
-def studies_in(db: Path) -> int:
-    """How many studies the SQLite database holds (0 where it was never created)."""
-    if not db.exists():
-        return 0
-    with sqlite3.connect(db) as connection:
-        tables = {row[0] for row in connection.execute("select name from sqlite_master where type='table'")}
-        return connection.execute("select count(*) from studies").fetchone()[0] if "studies" in tables else 0
 
 
 # -- the inputs, broken one at a time ---------------------------------------------------------------

@@ -150,7 +150,7 @@ def test_a_server_that_will_not_start_fails_every_trial_and_the_study_goes_on(tm
 def test_confirm_remeasures_the_winners_and_best_shows_it(tiny_space, models_dir):
     search(tiny_space, models_dir, "--trials", "4", "--seed", "1")
     table = run("confirm", "--model", "tiny", "--top", "2", "--repeats", "2")
-    assert "95% CI" in table.stdout and "# pick: " in table.stdout
+    assert "# intervals: anytime-valid" in table.stdout and "# pick: " in table.stdout
     best = json.loads(run("best", "--model", "tiny", "--json").stdout)
     confirmed = best["confirmed"]
     assert confirmed["engine"] == "server" and 1 <= confirmed["rounds"] <= 2

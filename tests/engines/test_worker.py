@@ -25,6 +25,7 @@ from autotune.hardware import hardware_key
 from autotune.measure.prompts import Prompt, PromptMix
 from autotune.spec.config import SpecConfig
 from autotune.study.references import requeue_stale_trial
+from autotune.testing.database import studies_in
 from autotune.testing.processes import start_autotune
 
 # ~250 ms a prompt on one thread here: long enough for a signal or a deadline to land mid-prompt
@@ -198,7 +199,7 @@ def test_bad_input_is_a_one_line_usage_error_before_any_study(tiny_space, models
     *notes, line = result.output.strip().splitlines()  # notes (the base model's mix) may come first
     assert line.startswith("autotune: error: ") and needle in line
     assert all(note.startswith("autotune: ") and "error" not in note for note in notes)
-    assert not (autotune_home / "autotune.db").exists()
+    assert studies_in(autotune_home / "autotune.db") == 0
     assert not workers_of(os.getpid())
 
 

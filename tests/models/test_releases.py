@@ -34,8 +34,12 @@ def src_sha(dspark: str) -> bytes:
 
 
 def ggml_org(commit: str, *, dspark: bytes, dspark_source: str, readme: bytes = README) -> HubRepo:
+    """ggml-org's repo as convert.sh uploads it: the target, both drafts at Q8_0 and BF16 (a DSpark release
+    re-converts both of its quants)."""
     return HubRepo(commit, {"Qwen3-8B-Q8_0.gguf": b"ggml-org's target", "dspark-Qwen3-8B-Q8_0.gguf": dspark,
-                            "dflash-Qwen3-8B-Q8_0.gguf": b"dflash draft", ".src_sha": src_sha(dspark_source),
+                            "dspark-Qwen3-8B-BF16.gguf": dspark + b" in BF16",
+                            "dflash-Qwen3-8B-Q8_0.gguf": b"dflash draft", "dflash-Qwen3-8B-BF16.gguf": b"dflash BF16",
+                            ".src_sha": src_sha(dspark_source),
                             "README.md": readme})
 
 
@@ -76,13 +80,16 @@ def test_a_new_dspark_source_is_said_then_only_its_draft_is_fetched(hub_repos, m
     with LocalHubEndpoint(hub_repos) as hub:
         monkeypatch.setenv("HF_ENDPOINT", hub.url)
         first, notes = night()
-        assert first == [] and len(notes.lines) == 6  # the first night downloads all six, no release to say
+        assert first == [] and len(notes.lines) == 8  # the first night downloads all eight, no release to say
         hub_repos[GGML] = ggml_org(C2, dspark=released, dspark_source=DSPARK_AFTER)  # the weekly job re-converted
         news, notes = night()
         assert news == ["new draft release: dspark from deepseek-ai/dspark_qwen3_8b_block7@abc1234 (was 9f8e7d6)"]
-        assert notes.lines == [news[0], f"downloading {GGML}/dspark-Qwen3-8B-Q8_0.gguf "
-                                        f"(a new revision, {format_size(len(released))})"]
+        assert sorted(notes.lines) == sorted([
+            news[0], f"downloading {GGML}/dspark-Qwen3-8B-Q8_0.gguf (a new revision, {format_size(len(released))})",
+            f"downloading {GGML}/dspark-Qwen3-8B-BF16.gguf "
+            f"(a new revision, {format_size(len(released + b' in BF16'))})"])
         assert gets(hub, "dspark-Qwen3-8B-Q8_0.gguf") == 2 and gets(hub, "dflash-Qwen3-8B-Q8_0.gguf") == 1
+        assert gets(hub, "dspark-Qwen3-8B-BF16.gguf") == 2 and gets(hub, "dflash-Qwen3-8B-BF16.gguf") == 1
     assert snapshot(GGML, C2, "dspark-Qwen3-8B-Q8_0.gguf").read_bytes() == released
     # DFlash's file did not change: the new revision links the blob already there
     assert snapshot(GGML, C2, "dflash-Qwen3-8B-Q8_0.gguf").resolve() == \

@@ -27,7 +27,7 @@ from autotune.spec.config import SpecConfig
 from autotune.study.best import best_result
 from autotune.study.catalog import study_name
 from autotune.study.confirm import top_trials
-from autotune.study.records import StudyRecord, config_attrs, store_study
+from autotune.study.records import config_attrs, store_study
 from storage import open_storage, resolve_storage_url
 
 TARGET = Path("/models/Qwen3-8B-Q4_K_M.gguf")

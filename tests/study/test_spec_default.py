@@ -4,6 +4,7 @@ re-measured at each drift check, confirmed with the finalists, and reported agai
 from __future__ import annotations
 
 import json
+import re
 
 import optuna
 import pytest
@@ -221,7 +222,7 @@ def test_a_winning_spec_default_is_named_as_such_with_the_best_searched_configur
     study.set_user_attr("confirmation", confirmation.as_dict())
     lines = best_text(best_result(study)).splitlines()
     assert lines[0].endswith("--spec-default")  # trial 1's command
-    assert lines[1].startswith("# 1.44x the plain command's speed [95% CI 1.44-1.44] on llama-server (p=")
-    assert lines[2] == ("# this is llama.cpp's --spec-default; the fastest searched configuration (trial) ran 1.20x "
-                        "[95% CI 1.20-1.20] in the same rounds")
+    assert lines[1].startswith("# 1.44x the plain command's speed [95% CI ")
+    assert re.match(r"# this is llama.cpp's --spec-default; the fastest searched configuration \(trial\) ran 1.20x "
+                    r"\[95% CI 1\.1\d-1\.2\d\] in the same rounds$", lines[2]), lines[2]
     assert not any("this command runs" in line for line in lines)  # no ratio of the default over itself

@@ -1,0 +1,166 @@
+"""The rounds of a race (autotune.study.race): which entrants run each prompt, in what order, on which
+servers, and which checks drop an entrant; the race decides what the measurements mean."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+from autotune.engines.base import Engine
+from autotune.errors import TrialFailure
+from autotune.measure.device_lock import device_lock
+from autotune.measure.measurement import Measurement
+from autotune.measure.paired import Speedup
+from autotune.measure.prompts import PromptMix
+from autotune.spec.command import ServerCommand
+from autotune.study.checks import MeasurementCheck
+from autotune.study.entrants import Entrant, candidates, speedup_of
+from autotune.study.records import BASELINE_ROLE, CONTROL_ROLE
+
+@dataclass(frozen=True)
+class RaceStatus:
+    """Where a race stands at a look: for the live progress line."""
+
+    round_: int  # 0-based, the round under way
+    prompts_done: int  # in that round
+    prompts: int  # a round's
+    left_s: float  # the budget's seconds left at the pace so far (nan: not known yet)
+    standings: tuple[tuple[str, Speedup], ...]  # each candidate and control still in, with its speedup so far
+
+
+class Rounds:
+    """The rounds of a race: the pairing the engine allows, the prompt order of each round, and the checks
+    (a failure or a wrong output drops its entrant; the baseline may not go). Prompt by prompt, every
+    entrant's server starts afresh each round: llama-server's n-gram drafters keep what they saw across
+    requests, so a server kept for a second round would draft from the mix it has already generated,
+    which no user's server does (and the prediction, one pass of the mix, does not model)."""
+
+    def __init__(self, engine: Engine, entrants: list[Entrant], mix: PromptMix, max_tokens: int,
+                 command: ServerCommand, figure: str, on_dropped: Callable[[Entrant], None], *,
+                 by_prompt: bool = True, seed: int = 0):
+        self.engine, self.mix, self.max_tokens, self.on_dropped = engine, mix, max_tokens, on_dropped
+        self.entrants = sorted(entrants, key=lambda e: not e.is_baseline)  # baselines first: the check keeps theirs
+        self.check = MeasurementCheck.for_command(engine, mix, command)
+        by_prompt = (by_prompt and figure == "mix_tok_s" and command.parallel == 1
+                     and engine.holds_at_once([e.config for e in self.entrants]))
+        self.pairing = "prompt" if by_prompt else "round"
+        self.orders: list[list[int]] = []  # each round's prompt order (mix indices)
+        self.complete = 0  # rounds played to their end
+        self.between_rounds = True
+        self._random = random.Random(seed)
+
+    @property
+    def current(self) -> int:
+        return len(self.orders) - 1
+
+    def looks(self, per_prompt: bool = True) -> Iterator[None]:
+        """Play rounds for as long as the caller iterates, yielding at each look: after every prompt (prompt
+        pairing and `per_prompt`) or after every round; closing it stops the servers of the round."""
+        while True:
+            yield from self._round([e for e in self.entrants if e.in_race], per_prompt)
+
+    def confirm(self, winner: Entrant) -> int:
+        """One more round on fresh servers of `winner`, its baseline and its control, after the decision;
+        returns that round's index."""
+        group = [e for e in self.entrants if e.config.target == winner.config.target
+                 and (e is winner or e.role in (BASELINE_ROLE, CONTROL_ROLE)) and e.in_race]
+        for _ in self._round(group, per_prompt=False):
+            pass
+        return self.current
+
+    def _round(self, alive: list[Entrant], per_prompt: bool) -> Iterator[None]:
+        order = list(range(len(self.mix)))
+        if self.pairing == "prompt":
+            self._random.shuffle(order)
+        self.orders.append(order)
+        self.between_rounds = False
+        for entrant in alive:
+            entrant.rounds.append(Measurement([]))
+        round_ = self.current
+        if self.pairing == "prompt":
+            with self.engine.live([e.config for e in alive], self.mix, max_tokens=self.max_tokens) as servers:
+                for position, prompt_index in enumerate(order):
+                    self._prompt(servers, alive, round_, position, prompt_index)
+                    if position == len(order) - 1:
+                        self._end_round(alive, {id(e): servers.error_lines(i) for i, e in enumerate(alive)})
+                    if per_prompt or position == len(order) - 1:
+                        yield
+        else:
+            self._whole_mix_round(alive, round_)
+            self._end_round(alive, {})
+            yield
+
+    def _prompt(self, servers, alive: list[Entrant], round_: int, position: int, prompt_index: int) -> None:
+        """Prompt `prompt_index` on every entrant still in, back to back, the order rotated per prompt."""
+        shift = (round_ + position) % len(alive)
+        for index in list(range(shift, len(alive))) + list(range(shift)):
+            entrant = alive[index]
+            if not entrant.in_race:
+                continue
+            try:
+                with device_lock():
+                    result = servers.generate(index, prompt_index)
+            except TrialFailure as exc:
+                self.drop(entrant, str(exc), failed=True)
+                continue
+            entrant.rounds[-1].results.append(result)
+            reason = self.check.failure(entrant.config, Measurement([result]), require_drafts=False)
+            if reason is not None:
+                self.drop(entrant, reason, failed=True)
+
+    def _whole_mix_round(self, alive: list[Entrant], round_: int) -> None:
+        """Each entrant runs the whole mix with one configuration loaded at a time, the order rotated."""
+        shift = round_ % len(alive)
+        for entrant in alive[shift:] + alive[:shift]:
+            try:
+                with device_lock():
+                    entrant.rounds[-1] = self.engine.measure(entrant.config, self.mix, max_tokens=self.max_tokens)
+            except TrialFailure as exc:
+                self.drop(entrant, str(exc), failed=True)
+                continue
+            reason = self.check.failure(entrant.config, entrant.rounds[-1], require_drafts=False)
+            if reason is not None:
+                self.drop(entrant, reason, failed=True)
+
+    def _end_round(self, alive: list[Entrant], errors: dict[int, tuple[str, ...]]) -> None:
+        """A round's end: each entrant that ran all of it must have drafted; the baseline must be in."""
+        self.complete += 1
+        self.between_rounds = True
+        for entrant in alive:
+            measurement = entrant.rounds[-1]
+            if id(entrant) in errors:
+                measurement.log_errors = errors[id(entrant)]
+            if entrant.in_race and measurement.results:
+                reason = self.check.drafting_failure(entrant.config, measurement)
+                if reason is not None:
+                    self.drop(entrant, reason, failed=True)
+
+    def drop(self, entrant: Entrant, reason: str, failed: bool = False) -> None:
+        """`entrant` leaves at this look: `failed` where it could not be measured or its measurement does
+        not count (it drafted nothing, its output is not the baseline's, a timing artefact), else for the
+        verdict."""
+        if not entrant.in_race:
+            return
+        if not failed and (inactive := self.inactive(entrant)) is not None:
+            reason, failed = inactive, True
+        entrant.dropped, entrant.dropped_after = reason, self.current
+        if failed or not any(m.results for m in entrant.rounds):
+            entrant.failure = reason
+        if entrant.is_baseline:
+            raise TrialFailure(f"the baseline could not be measured on the {self.engine.name} engine: {reason}")
+        self.on_dropped(entrant)
+
+    def inactive(self, entrant: Entrant) -> str | None:
+        """Why `entrant` counts for nothing where it drafted nothing in every prompt it ran (a race that
+        ends, or drops it, before a round's end never asks the round's own check)."""
+        results = [r for m in entrant.rounds for r in m.results]
+        if not results:
+            return None
+        return self.check.drafting_failure(entrant.config, Measurement(results, log_errors=entrant.rounds[-1].log_errors))
+
+    def status(self, left_s: float) -> RaceStatus:
+        shown = [e for e in self.entrants if e.in_race and (e.role == CONTROL_ROLE or e in candidates(self.entrants))]
+        done = len(self.entrants[0].rounds[-1].results) if self.entrants[0].rounds else 0
+        return RaceStatus(self.current, done, len(self.mix), left_s,
+                          tuple((e.label, speedup_of(e, self.entrants, "mix_tok_s", self.pairing)) for e in shown))
