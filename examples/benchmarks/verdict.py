@@ -7,8 +7,12 @@ decode times recorded on llama-server, and the demo's verdict with and without a
    time (the pairing where the servers do not fit together): the intervals of both pairings on the same
    machine in the same minutes (saved to --recording; reused when it exists).
 2. A/A: --races simulated races of A' against A in each pairing, each a random sequence of recorded
-   rounds (drawn without replacement where the recording has as many rounds as the budget), judged after every round by the race's own rule (autotune.measure.sequential) within the
-   default budget. A winner is a false positive (target: at most 5 %).
+   rounds (drawn without replacement where the recording has more rounds than the budget), each round's
+   prompts shuffled, judged after every prompt (every round in round pairing) by the race's own rule
+   (autotune.measure.sequential) within the default budget. A winner is a false positive (target: at
+   most 5 %). A winner's speedup at the deciding look and that of one more recorded round (what the race
+   prints, from a round after the decision) are each divided by the truth: the first shows how far
+   stopping at the first significant look overstates, the second that the printed figure does not.
 3. Power: the same races with the entrant made 1.05x, 1.10x and 1.20x faster than A over the recording
    (its recorded times scaled: the noise stays the machine's): A', whose speedup is the same on every
    prompt, and --spec-default, a real speculative configuration whose speedup differs from prompt to
@@ -35,6 +39,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -78,33 +83,59 @@ def record(path: Path, rounds: int, max_tokens: int) -> dict:
     return data
 
 
+@dataclass
+class Simulated:
+    """What --races simulated races of one entrant found."""
+
+    found: float  # the share that named it the winner
+    prompts: float  # mean prompts into the race at the deciding look (of those found)
+    at_decision: float  # mean speedup at the deciding look over the truth (the stop-when-high bias)
+    printed: float  # mean speedup of the round after the decision over the truth (what the race prints)
+
+
 def simulate(data: dict, factor: float, races: int, budget: int, seed: int, pairing: str = "prompt",
-             entrant: str = "A2") -> tuple[float, float]:
-    """(share of races that named the entrant the winner, mean rounds those took), from the rounds recorded
-    with `pairing`, the entrant made `factor` times as fast as A over the whole recording: A' (the same
-    configuration: the same speedup on every prompt), or --spec-default rescaled (a real speculative
-    configuration's spread of speedups over the prompts, which widens the interval)."""
+             entrant: str = "A2", family: int = 3) -> Simulated:
+    """Races of the entrant against A from the rounds recorded with `pairing`, the entrant made `factor`
+    times as fast as A over the whole recording: A' (the same configuration: the same speedup on every
+    prompt), or --spec-default rescaled (a real speculative configuration's spread of speedups over the
+    prompts, which widens the interval). Each race draws `budget` recorded rounds plus one for after the
+    decision, shuffles each round's prompts as the race does, and looks after every prompt (prompt
+    pairing) or every round with the race's own rule (autotune.measure.sequential.judge, Holm over
+    `family` entrants)."""
     rng = random.Random(seed)
-    data = {**data[pairing], "pairing": pairing}
+    by_prompt = pairing == "prompt"
+    data = data[pairing]
     a_ms, b_ms = np.array(data["A"]["decode_ms"]), np.array(data[entrant]["decode_ms"])
     b_ms = b_ms * (a_ms.sum() / b_ms.sum()) / factor
     a_tok, b_tok = np.array(data["A"]["tokens"]), np.array(data[entrant]["tokens"])
-    wins, rounds_to_win = 0, []
+    prompts = a_ms.shape[1]
+    found, looks_to_win, at_decision, printed = 0, [], [], []
     for _ in range(races):
-        picks = (rng.sample(range(len(a_ms)), budget) if len(a_ms) >= budget
-                 else [rng.randrange(len(a_ms)) for _ in range(budget)])
-        for look in range(1, budget + 1):
-            chosen = picks[:look]
-            speedup = paired_speedup(Units.of(a_ms[chosen], a_tok[chosen]), Units.of(b_ms[chosen], b_tok[chosen]),
-                                     pair_by_unit=data["pairing"] == "prompt")
-            decision = judge({"A2": speedup}, {}, look=look, planned=budget)
+        picks = (rng.sample(range(len(a_ms)), budget + 1) if len(a_ms) > budget
+                 else [rng.randrange(len(a_ms)) for _ in range(budget + 1)])
+        orders = [rng.sample(range(prompts), prompts) if by_prompt else list(range(prompts)) for _ in picks]
+        decided = None
+        for look in range(1, budget * (prompts if by_prompt else 1) + 1):
+            full, part = divmod(look, prompts) if by_prompt else (look, 0)
+            rows = [(picks[k], orders[k][:prompts if k < full else part]) for k in range(full + (part > 0))]
+            speedup = paired_speedup(
+                Units.of([a_ms[r, o] for r, o in rows], [a_tok[r, o] for r, o in rows], [o for _, o in rows]),
+                Units.of([b_ms[r, o] for r, o in rows], [b_tok[r, o] for r, o in rows], [o for _, o in rows]),
+                pair_by_unit=by_prompt)
+            decision = judge({"A2": speedup}, {}, family=family)
             if decision.decided:
-                wins += 1
-                rounds_to_win.append(look)
+                decided = (look, speedup.ratio)
                 break
             if decision.dropped:
                 break
-    return wins / races, float(np.mean(rounds_to_win)) if rounds_to_win else float("nan")
+        if decided is not None:
+            after = picks[-1]
+            found += 1
+            looks_to_win.append(decided[0] * (1 if by_prompt else prompts))
+            at_decision.append(decided[1] / factor)
+            printed.append(b_tok[after].sum() / b_ms[after].sum() / (a_tok[after].sum() / a_ms[after].sum()) / factor)
+    mean = lambda values: float(np.mean(values)) if values else float("nan")  # noqa: E731
+    return Simulated(found / races, mean(looks_to_win), mean(at_decision), mean(printed))
 
 
 def busy_neighbour(stop) -> None:
@@ -164,25 +195,27 @@ def main() -> None:
                                     Units.of(data[pairing][name]["decode_ms"], data[pairing][name]["tokens"]),
                                     pair_by_unit=pairing == "prompt")
             low, high = versus.interval()
-            print(f"  {pairing:>6} pairing, {name:<12} {versus.ratio:.3f}x [95% CI {low:.3f}-{high:.3f}], "
+            print(f"  {pairing:>6} pairing, {name:<12} {versus.ratio:.3f}x [95% anytime CI {low:.3f}-{high:.3f}], "
                   f"width {high - low:.3f}")
     rounds_recorded = len(data["prompt"]["A"]["decode_ms"])
     print(f"\nsimulated races ({args.races} each, budget {args.budget} rounds drawn from the {rounds_recorded} "
           "recorded of each pairing):")
-    print(f"  {'true speedup':>13} {'entrant':>24} {'pairing':>8} {'found':>7} {'rounds when found':>18}")
+    print(f"  {'true speedup':>13} {'entrant':>24} {'pairing':>8} {'found':>7} {'prompts to win':>15} "
+          f"{'at decision/true':>17} {'printed/true':>13}")
     for factor in FACTORS:
         for entrant, kind in (("A2", "A' (uniform)"), ("spec_default", "--spec-default rescaled")):
             for pairing in ("prompt", "round"):
-                share, rounds = simulate(data, factor, args.races, args.budget, seed=int(factor * 100),
-                                         pairing=pairing, entrant=entrant)
+                found = simulate(data, factor, args.races, args.budget, seed=int(factor * 100), pairing=pairing,
+                                 entrant=entrant)
                 label = f"{factor:.2f}x" + (" (A/A)" if factor == 1.0 and entrant == "A2" else "")
-                print(f"  {label:>13} {kind:>24} {pairing:>8} {share:7.1%} {rounds:18.1f}")
+                print(f"  {label:>13} {kind:>24} {pairing:>8} {found.found:7.1%} {found.prompts:15.1f} "
+                      f"{found.at_decision:17.3f} {found.printed:13.3f}")
     if args.demo:
         print("\nthe README demo (`autotune search --model gemma3-270m`):")
         for loaded in (False, True):
             for run in range(args.loaded_runs if loaded else args.demo_runs):
                 verdict, took = demo(loaded)
-                interval = re.search(r"\[95% CI ([\d.]+)-([\d.]+)\]", verdict)
+                interval = re.search(r"\[[\d.]+% CI ([\d.]+)-([\d.]+)\]", verdict)
                 width = f", width {float(interval.group(2)) - float(interval.group(1)):.2f}" if interval else ""
                 print(f"  {'under load' if loaded else 'quiet':>10} run {run + 1}: {took:.0f} s{width}")
                 for line in verdict.splitlines()[1:3]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 import textwrap
+from dataclasses import replace
 
 import optuna
 import pytest
@@ -54,6 +55,14 @@ def test_a_winner_within_noise_or_the_minimum_effect_keeps_the_preset():
 def test_a_preset_that_got_slower_than_recorded_is_a_regression():
     outcome = decide("m", confirmation(1.01, 1.00), preset(ci_low=118.0))
     assert outcome.status == "regressed" and outcome.exit_code == 4
+
+
+def test_a_race_whose_clock_moved_keeps_the_preset_and_calls_nothing_a_regression():
+    moved = replace(confirmation(1.01, 1.00), machine_moved="the machine's speed moved during the race: ...")
+    for standing in (preset(), preset(ci_low=118.0), None):  # a win, a regression, a first preset: none is believed
+        outcome = decide("m", moved, standing)
+        assert outcome.status == "unchanged" and outcome.new_winner is None
+        assert "the machine's speed moved" in outcome.summary and "preset kept" in outcome.summary
 
 
 def test_no_preset_yet_makes_the_winner_the_preset():
