@@ -49,7 +49,9 @@ def files(tmp_path_factory) -> dict[str, bytes]:
 def ggml_org(files: dict[str, bytes], commit: str, dspark: str, dspark_source: str, readme: bytes = README) -> HubRepo:
     source_commits = f"DFLASH={DFLASH}\nDSPARK={dspark_source}\nPRIMARY={PRIMARY}\n".encode()
     return HubRepo(commit, {"Qwen3-8B-Q8_0.gguf": files["t8"], "dspark-Qwen3-8B-Q8_0.gguf": files[dspark],
-                            "dflash-Qwen3-8B-Q8_0.gguf": files["dflash"], ".src_sha": source_commits,
+                            "dflash-Qwen3-8B-Q8_0.gguf": files["dflash"],
+                            "dspark-Qwen3-8B-BF16.gguf": files[dspark], "dflash-Qwen3-8B-BF16.gguf": files["dflash"],
+                            ".src_sha": source_commits,
                             "README.md": readme})
 
 
