@@ -79,7 +79,13 @@ def users_path(rounds: int) -> None:
     print(f"  (took {time.perf_counter() - started:.0f} s)")
     lines = done.stdout.splitlines()
     print("\n".join("  " + line for line in lines))
-    printed = shlex.split(lines[0])
+    remeasure(home, lines[0], rounds)
+
+
+def remeasure(home: str, printed_line: str, rounds: int) -> None:
+    """The command a search in the data dir `home` printed (`printed_line`), exactly as printed, against a
+    plain server of the same settings on the study's mix, `rounds` rounds on fresh servers, interleaved."""
+    printed = shlex.split(printed_line)
     import optuna
     from autotune.study.confirm import study_prompt_mix
 

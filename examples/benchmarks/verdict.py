@@ -134,8 +134,11 @@ def simulate(data: dict, factor: float, races: int, budget: int, seed: int, pair
             looks_to_win.append(decided[0] * (1 if by_prompt else prompts))
             at_decision.append(decided[1] / factor)
             printed.append(b_tok[after].sum() / b_ms[after].sum() / (a_tok[after].sum() / a_ms[after].sum()) / factor)
-    mean = lambda values: float(np.mean(values)) if values else float("nan")  # noqa: E731
-    return Simulated(found / races, mean(looks_to_win), mean(at_decision), mean(printed))
+    return Simulated(found / races, _mean(looks_to_win), _mean(at_decision), _mean(printed))
+
+
+def _mean(values: list[float]) -> float:
+    return float(np.mean(values)) if values else float("nan")
 
 
 def busy_neighbour(stop) -> None:
