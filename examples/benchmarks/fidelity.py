@@ -33,7 +33,6 @@ from autotune.spec.command import ServerCommand
 from autotune.engines.prompt_tokens import PromptTokens
 from autotune.engines.server_process import ServerProcess
 from autotune.engines.server_requests import generate_mix
-from autotune.measure.measurement import Measurement
 from autotune.measure.prompts import load_prompt_mix
 from autotune.spec.config import SpecConfig
 from autotune.testing import tiny_gguf
@@ -101,7 +100,7 @@ def remeasure(home: str, printed_line: str, rounds: int) -> None:
     for _ in range(rounds):
         for label, argv in (("plain", plain), ("printed", printed)):
             with ServerProcess(argv, startup_timeout_s=120, request_timeout_s=600) as server:
-                samples[label].append(Measurement(generate_mix(server, prompts, max_tokens, command.sampling)).mix_tok_s)
+                samples[label].append(generate_mix(server, prompts, max_tokens, command.sampling).mix_tok_s)
     ratios = [p / b for p, b in zip(samples["printed"], samples["plain"])]
     print(f"  printed command as printed, {rounds} rounds interleaved with a plain server, {len(mix)} prompts x "
           f"{max_tokens} tokens:")
