@@ -101,9 +101,15 @@ def _prepare_sqlite_file(database: str | None) -> None:
     path = Path(database)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        with sqlite3.connect(path, timeout=SQLITE_BUSY_TIMEOUT_S) as connection:
+        connection = sqlite3.connect(path, timeout=SQLITE_BUSY_TIMEOUT_S, isolation_level=None)
+        try:
             connection.execute("PRAGMA journal_mode=WAL")
+            # One transaction, so that processes opening a new file together never see each other's check table.
+            connection.execute("BEGIN IMMEDIATE")
             connection.execute("CREATE TABLE IF NOT EXISTS autotune_write_check (x INTEGER)")
             connection.execute("DROP TABLE autotune_write_check")
+            connection.execute("COMMIT")
+        finally:
+            connection.close()
     except (OSError, sqlite3.Error) as exc:
         raise StorageError(f"cannot write the database {path}: {exc}; pass a writable --storage URL") from exc

@@ -64,6 +64,25 @@ def test_of_processes_claiming_at_the_same_instant_exactly_one_wins(url):
     assert LeaseStore(url).holder(KEY) is None  # the winner released it on its way out
 
 
+OPENER = textwrap.dedent("""
+    import sys, time
+    from storage.leases import LeaseStore
+    url, start_at = sys.argv[1], float(sys.argv[2])
+    time.sleep(max(0.0, start_at - time.time()))
+    LeaseStore(url).close()
+    print("opened", flush=True)
+""")
+
+
+def test_processes_opening_a_new_sqlite_file_at_the_same_instant_all_open_it(tmp_path):
+    url = f"sqlite:///{tmp_path / 'new.db'}"
+    start_at = time.time() + 3  # every interpreter has imported by then
+    openers = [subprocess.Popen([sys.executable, "-c", OPENER, url, str(start_at)], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True) for _ in range(6)]
+    said = [opener.communicate(timeout=60) for opener in openers]
+    assert [out.strip() for out, _ in said] == ["opened"] * 6, [err.strip().splitlines()[-1:] for _, err in said]
+
+
 def test_a_held_lease_is_refused_without_waiting_and_says_whose_it_is(url):
     held = holder(url)
     try:
