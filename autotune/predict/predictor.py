@@ -192,7 +192,8 @@ def predict(replay: Replay, cost: CostModel, calibration: Calibration, *, charge
 
 def fit_calibration(runs: Sequence[tuple[Replay, DraftCharge, Sequence[float]]], cost: CostModel) -> Calibration:
     """Fit the factors to llama-server's measured per-prompt decode ms of each (replay, draft charge,
-    measured) run, under PRIOR; the error is then the fitted model's, per configuration, on mix tok/s
+    measured) run, under PRIOR; a prompt measured as nan (a reference that left before it) is not fitted.
+    The error is then the fitted model's, per configuration, on the tok/s of the prompts it measured
     (in sample)."""
     rows, terms_of = [], []
     for replay_, charge, measured in runs:
@@ -214,9 +215,11 @@ def fit_calibration(runs: Sequence[tuple[Replay, DraftCharge, Sequence[float]]],
                               factors["block_scale"] if 4 in used else None, len(rows), len(runs))
     errors = []
     for (replay_, charge, measured), terms in zip(runs, terms_of):
-        predicted_ms = sum(calibration.decode_ms(t) for t in terms)
-        if sum(measured) > 0 and predicted_ms > 0:
-            errors.append(abs(sum(measured) / predicted_ms - 1))  # equal tokens: tok/s ratio = time ratio
+        pairs = [(t, ms) for t, ms in zip(terms, measured) if ms > 0]  # the prompts it was measured on
+        predicted_ms = sum(calibration.decode_ms(t) for t, _ in pairs)
+        measured_ms = sum(ms for _, ms in pairs)
+        if measured_ms > 0 and predicted_ms > 0:
+            errors.append(abs(measured_ms / predicted_ms - 1))  # equal tokens: tok/s ratio = time ratio
     if errors:
         calibration = replace(calibration, error=float(np.median(errors)), worst_error=float(np.max(errors)))
     return calibration

@@ -3,6 +3,7 @@ its paired speedup over its target's baseline (autotune.measure.paired)."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -47,15 +48,16 @@ class Entrant:
     def in_race(self) -> bool:
         return self.dropped is None
 
-    def prompt_decode_ms(self, mix: PromptMix) -> list[float] | None:
-        """Each prompt's decode ms, the mean over the rounds that measured it (None: a prompt never was)."""
+    def prompt_decode_ms(self, mix: PromptMix, *, partial: bool = False) -> list[float] | None:
+        """Each prompt's decode ms, the mean over the rounds that measured it; a prompt never measured makes
+        it None, or with `partial` is nan."""
         times: dict[str, list[float]] = {}
         for measurement in self.rounds:
             for result in measurement.results:
                 times.setdefault(result.prompt_id, []).append(result.decode_ms)
-        if any(p.id not in times for p in mix):
+        if not partial and any(p.id not in times for p in mix):
             return None
-        return [float(np.mean(times[p.id])) for p in mix]
+        return [float(np.mean(times[p.id])) if p.id in times else math.nan for p in mix]
 
 
 def units_of(measurement: Measurement, figure: str) -> tuple[list[float], list[int]]:

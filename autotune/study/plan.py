@@ -61,7 +61,6 @@ class Workload:
     race_top: int = 4
     race_budget: RaceBudget = field(default_factory=lambda: RaceBudget(rounds=4))
     server_arbiter: bool = True
-    calibration_rounds: int = 1  # the calibration's interleaved rounds of its references
 
     @property
     def mix_tokens(self) -> int:
@@ -69,7 +68,7 @@ class Workload:
 
     @classmethod
     def of(cls, space: SearchSpace, files: dict[str, list[Path | str]], *, prompts: int, max_tokens: int,
-           race_top: int, race_budget: RaceBudget, server_arbiter: bool, calibration_rounds: int,
+           race_top: int, race_budget: RaceBudget, server_arbiter: bool,
            sizes: dict[str, int] | None = None) -> "Workload":
         """The workload of `space`'s predicted search over `files` (by role: "target", or a spec type:
         its draft files; a path on disk gives its size and block size, a bare name takes `sizes`)."""
@@ -93,7 +92,7 @@ class Workload:
                    tuple(planned(d) for d in chained.values()),  # a draft's chains serve every type it drafts for
                    tuple(planned(d, t) for t in types if t in DFLASH_TYPES for d in files[t]),
                    families=max(1, len(families)), race_top=race_top, race_budget=race_budget,
-                   server_arbiter=server_arbiter, calibration_rounds=calibration_rounds)
+                   server_arbiter=server_arbiter)
 
 
 def _block_limit(path: Path, spec_type: str) -> int | None:
@@ -145,7 +144,7 @@ def plan_phases(work: Workload, pace: Pace) -> list[PlannedPhase]:
     positions = mix if SAMPLE_POSITIONS is None else min(mix, SAMPLE_POSITIONS)
     chain_decodes = [(mix, ratio(d)) for d in work.draft_models]
     block_decodes = [(2 * positions * d.block_sizes, ratio(d)) for d in work.block_drafts]
-    references = targets * (2 + work.families) * work.calibration_rounds
+    references = targets * (2 + work.families)  # at most one mix each: most leave earlier
     entrants = work.race_top + 2 * targets
     rounds = work.race_budget.rounds
     phases = [generating("baseline", targets, targets * work.server_arbiter)]

@@ -23,7 +23,6 @@ from autotune.settings import default_models_dir
 from autotune.spec.config import SpecConfig
 from autotune.spec.space import load_model_space
 from autotune.study.plan import Pace, Workload, files_by_role, plan_line, plan_phases
-from autotune.study.predicted import CALIBRATION_ROUNDS
 from autotune.study.search import ConfirmOptions, SearchInputs, SearchOptions, check_inputs
 
 #: the server start priced where the pace is given (--plan-tok-s), not measured
@@ -45,7 +44,6 @@ def plan_search(options: SearchOptions, race_options: ConfirmOptions, *, server_
     work = Workload.of(inputs.space, files_by_role(targets, drafts), prompts=len(inputs.mix),
                        max_tokens=options.settings.max_tokens, race_top=race_options.top,
                        race_budget=race_options.budget, server_arbiter=arbiter == "server",
-                       calibration_rounds=CALIBRATION_ROUNDS,
                        sizes={f.filename: s for f, s in sizes.items() if s is not None})
     pace, measured = _pace(options, inputs, arbiter, server_bin, assume_tok_s, note)
     lines = [download_line(missing, sizes, hub_cache_dir()) if missing else "download: nothing, every file is on disk",

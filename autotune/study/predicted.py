@@ -8,11 +8,11 @@ measured, predict every configuration of the space, then race the best few on ll
    cost curves of the target and of each draft, the draft models' greedy chains and the DFlash/DSpark
    drafts' blocks along the trajectories (autotune.predict.target).
 3. Every configuration of the space is replayed (autotune.study.predicted_space).
-4. The calibration's references, measured on the arbiter in one interleaved round (prompt by prompt
-   where the servers fit together): the baseline, `--spec-default` (a long n-gram draft) and, per
-   target, one configuration of each family in the space, its best predicted under the baseline-only
+4. The calibration's references, measured on the arbiter prompt by prompt, each for as many prompts as
+   its fit needs (autotune.study.calibration): the baseline, `--spec-default` (a long n-gram draft) and,
+   per target, one configuration of each family in the space, its best predicted under the baseline-only
    calibration (a short n-gram draft, a draft model, a block draft). Each target's cost factors are
-   fitted to them (autotune.predict.predictor); that costs one mix per reference, 3 to 5 in all.
+   fitted to them (autotune.predict.predictor); that costs at most one mix per reference, 3 to 5 in all.
 5. The predicted study (engine part `predicted`) stores every configuration's prediction: a new run beside
    the earlier ones (autotune.study.runs), so a search stopped before its race ends deletes no verdict.
 6. The race (autotune.study.race) of the finalists (each family's best within its margin, then by rank)
@@ -28,11 +28,10 @@ from __future__ import annotations
 
 from contextlib import nullcontext
 from dataclasses import replace
-from typing import Callable
 
 import optuna
 
-from autotune.engines import Engine, choose_engine, create_engine
+from autotune.engines import choose_engine, create_engine
 from autotune.engines.dflash.drafter import DFLASH_TYPES
 from autotune.engines.drafters.build import CHAINABLE_TYPES
 from autotune.engines.worker import WorkerEngine
@@ -49,14 +48,14 @@ from autotune.predict.chains import chain_length
 from autotune.predict.target import measure_target
 from autotune.spec.command import ServerCommand
 from autotune.spec.config import SpecConfig
-from autotune.spec.default import spec_default_config
 from autotune.spec.space import SearchSpace
 from autotune.spec.types import DRAFT_MODEL_TYPES, family_of, spec_members
 from autotune.study.best import BestResult, best_result
 from autotune.study.catalog import study_name
 from autotune.study.confirm import trial_entrant
-from autotune.study.predicted_space import Replayed, family_references, finalists, replay_space, store_predictions
-from autotune.study.race import PAIRING_NOTES, Entrant, measure_rounds, race, round_line, speedup_of, status_line
+from autotune.study.predicted_space import finalists, replay_space, store_predictions
+from autotune.study.calibration import as_predicted, calibrate, fit_inputs
+from autotune.study.race import PAIRING_NOTES, Entrant, race, round_line, speedup_of, status_line
 from autotune.study.plan import Pace, Workload, eta_line, files_by_role, plan_line, plan_phases
 from autotune.study.records import (
     BASELINE_ROLE, PREDICTED_ENGINE, SPEC_DEFAULT_ROLE, StudyRecord, TrialRecord, config_attrs, store_study,
@@ -72,8 +71,6 @@ from storage.leases import Lease
 
 #: configurations the predicted study samples (TPE) where the grid is larger than it replays point by point
 PREDICT_TRIALS = 400
-#: interleaved rounds the calibration's references are measured in
-CALIBRATION_ROUNDS = 1
 #: a raced configuration whose measured speedup is further than this from its prediction is said so
 SURPRISE = 0.15
 
@@ -184,7 +181,7 @@ def _predict_and_race(inputs: SearchInputs, settings: SearchSettings, storage: o
     with ledger.phase("calibration"), create_engine(arbiter, **engine_args) as engine:
         references = calibrate(targets, replayed, engine, inputs.mix, max_tokens=settings.max_tokens,
                                command=arbiter_command, runs=check if arbiter == "server" else None,
-                               with_spec_default=with_spec_default, note=reporter.note)
+                               with_spec_default=with_spec_default, note=reporter.note, seed=settings.seed or 0)
     name = next_run(storage, study_name(settings.model, hardware_key(), PREDICTED_ENGINE))
     study = optuna.create_study(storage=storage, study_name=name, direction="maximize")
     store_study(study, model=settings.model, hardware=hardware_key(), engine=PREDICTED_ENGINE, objective="decode",
@@ -217,7 +214,7 @@ def _plan(inputs: SearchInputs, space: SearchSpace, settings: SearchSettings, ra
     drafts = {t: [d for _, d in pairs] for t, pairs in inputs.candidates.pairs.items() if t in space.spec_types}
     work = Workload.of(space, files_by_role(inputs.candidates.targets, drafts), prompts=len(inputs.mix),
                        max_tokens=settings.max_tokens, race_top=race_options.top, race_budget=race_options.budget,
-                       server_arbiter=arbiter == "server", calibration_rounds=CALIBRATION_ROUNDS)
+                       server_arbiter=arbiter == "server")
     tok_s = [m.mix_tok_s for m in baselines.values() if m.mix_tok_s > 0]
     start_s = [m.startup_ms / 1000 for m in baselines.values()]
     return plan_phases(work, Pace(sum(tok_s) / len(tok_s) if tok_s else 1.0, max(start_s, default=0.0)))
@@ -264,49 +261,6 @@ def _in_worker(worker: WorkerEngine, reporter: SearchReporter, function, *args, 
     return worker.run(function, *args, on_note=reporter.note, **kwargs)
 
 
-def calibrate(targets: dict, replayed: list[Replayed], engine: Engine, mix: PromptMix, *, max_tokens: int,
-              command: ServerCommand, runs: CommandCheck | None, with_spec_default: bool,
-              note: Callable[[str], None]) -> list[Entrant]:
-    """Step 4 of the module docstring: measure the references on `engine` (the arbiter) and fit each
-    target's factors to them; returns the references with what they measured. `runs`: only references
-    whose command that llama-server runs."""
-    defaults = [spec_default_config(t) for t in targets] if with_spec_default else []
-    chosen = family_references(replayed, targets, runs, command, {c.describe() for c in defaults})
-    entrants = [Entrant(BASELINE_ROLE, None, SpecConfig(t)) for t in targets]
-    entrants += [Entrant(SPEC_DEFAULT_ROLE, None, c, family_of(c.spec_type)) for c in defaults]
-    entrants += [Entrant("anchor", None, c, family_of(c.spec_type)) for c in chosen]
-    note(f"calibrating on the {engine.name} engine with {len(entrants)} references in {CALIBRATION_ROUNDS} "
-         f"interleaved round(s): " + "; ".join(f"{e.label} ({e.family or 'the baseline'})" for e in entrants))
-    measure_rounds(engine, entrants, mix, max_tokens=max_tokens, rounds=CALIBRATION_ROUNDS, command=command,
-                   on_measured=lambda r, entrant, speedup: note(
-                       round_line(r, entrant, speedup).replace("race round", "calibration round")),
-                   on_dropped=lambda e: note(f"calibration: {e.label} left out: {e.dropped}"))
-    for target, model in targets.items():
-        measured = [(e.config, times) for e in entrants if e.config.target == target and _as_predicted(e, targets)
-                    and (times := e.prompt_decode_ms(mix)) is not None]
-        calibration = model.calibrate(measured)
-        note(f"cost model of {target.name} on the {engine.name} engine: x{calibration.scale:.2f} the target's "
-             f"in-process time, {calibration.per_step_ms:.2f} ms a step, {calibration.per_row_ms:.3f} ms a verified "
-             "draft token" + _scale_note("draft model", calibration.draft_scale)
-             + _scale_note("block draft", calibration.block_scale)
-             + f"; {calibration.error or 0:.1%} off its {calibration.configurations} references (in sample)")
-    return entrants
-
-
-def _as_predicted(entrant: Entrant, targets: dict) -> bool:
-    """Whether `entrant` measured what was predicted of it, so that a calibration may fit it: it measured
-    and nothing failed, or it drafted nothing where the replay drafts nothing too (an n-gram draft that
-    finds no match: llama-server's "speculation inactive" is then the prediction come true)."""
-    if not entrant.rounds or entrant.failure is None:
-        return bool(entrant.rounds)
-    drafted = targets[entrant.config.target].replay(entrant.config)[0].drafted
-    return entrant.rounds[-1].n_drafted == 0 and drafted == 0
-
-
-def _scale_note(family: str, scale: float | None) -> str:
-    return "" if scale is None else f", x{scale:.2f} the {family}'s"
-
-
 def _add_references(study: optuna.Study, targets: dict, references: list[Entrant], command: ServerCommand,
                     arbiter: str, build: str, categories: list[str]) -> dict[str, int]:
     """The baselines (their trajectory measurements) and `--spec-default` (its calibration round, its speedup
@@ -314,7 +268,7 @@ def _add_references(study: optuna.Study, targets: dict, references: list[Entrant
     numbers = {str(target): number for number, target in enumerate(targets)}
     rows = [(BASELINE_ROLE, m.target, m.baseline, 1.0) for m in targets.values()]
     rows += [(SPEC_DEFAULT_ROLE, e.config, e.rounds[0], speedup_of(e, references, "mix_tok_s", "prompt").ratio)
-             for e in references if e.role == SPEC_DEFAULT_ROLE and _as_predicted(e, targets)]
+             for e in references if e.role == SPEC_DEFAULT_ROLE and as_predicted(e, targets)]
     for role, config, measurement, speedup in rows:
         model = targets[config.target]
         attrs = trial_attrs(
@@ -369,9 +323,6 @@ def _refit(study: optuna.Study, targets: dict, entrants: list[Entrant], mix: Pro
     """Store each target's calibration refitted with everything the race measured on every prompt (for the
     next run to compare with; the printed errors stay the out-of-sample ones)."""
     stored = dict(StudyRecord.of(study).prediction)
-    stored["calibration_refit"] = {
-        str(target): model.calibrate(measured).as_dict()
-        for target, model in targets.items()
-        if (measured := [(e.config, times) for e in entrants if e.config.target == target
-                         and _as_predicted(e, targets) and (times := e.prompt_decode_ms(mix)) is not None])}
+    stored["calibration_refit"] = {str(target): model.calibrate(measured).as_dict() for target, model in targets.items()
+                                   if (measured := fit_inputs(entrants, targets, mix, target))}
     store_study(study, prediction=stored)

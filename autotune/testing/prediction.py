@@ -20,7 +20,7 @@ from autotune.predict.target import measure_target
 from autotune.spec.command import ServerCommand
 from autotune.spec.config import SpecConfig
 from autotune.spec.types import family_of
-from autotune.study.predicted import calibrate
+from autotune.study.calibration import calibrate
 from autotune.study.predicted_space import Replayed
 from autotune.study.race import Entrant, measure_rounds, speedup_of
 

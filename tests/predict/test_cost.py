@@ -4,6 +4,7 @@ the calibration recovers a known scale and per-step time from llama-server-like 
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
@@ -68,3 +69,19 @@ def test_references_that_cannot_separate_the_terms_fit_the_scale_alone():
     runs = [(_replay([1] * 40), DraftCharge(), [2.0 * 400]), (_replay([1] * 38), DraftCharge(), [2.0 * 380])]  # both one-token steps
     calibration = fit_calibration(runs, cost)
     assert calibration.per_step_ms == pytest.approx(0.0, abs=1e-9) and calibration.scale == pytest.approx(2.0)
+
+
+def test_prompts_a_reference_never_measured_are_left_out_of_its_fit_and_its_error():
+    cost = CostModel(Curve(sizes=(1, 8), depths=(100,), ms=((10.0, 45.0),), spread=0.0), sampler_ms=0.5)
+    runs = []
+    for number, pattern in enumerate(([1] * 40, [8] * 5 + [1] * 2, [4] * 10, [2] * 20)):
+        replayed = _replay(*(pattern * (1 + k % 3) for k in range(11)))
+        server_ms = [1.3 * raw_decode_ms(p, cost, DraftCharge()) + 2.0 * len(p.steps.batch_sizes)
+                     for p in replayed.prompts]
+        if number:  # every reference but the baseline left after 3 prompts: the other 8 were never measured
+            server_ms = server_ms[:3] + [math.nan] * 8
+        runs.append((replayed, DraftCharge(), server_ms))
+    calibration = fit_calibration(runs, cost)
+    assert calibration.points == 11 + 3 * 3
+    assert calibration.scale == pytest.approx(1.3, rel=0.03) and calibration.per_step_ms == pytest.approx(2.0, abs=0.5)
+    assert calibration.error < 0.01 and calibration.worst_error < 0.03  # off on the prompts measured, not nan
