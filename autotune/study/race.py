@@ -171,11 +171,14 @@ def race(engine: Engine, entrants: list[Entrant], mix: PromptMix, *, max_tokens:
 
 def measure_rounds(engine: Engine, entrants: list[Entrant], mix: PromptMix, *, max_tokens: int, rounds: int,
                    command: ServerCommand, on_measured: OnMeasured = lambda round_, entrant, speedup: None,
-                   on_dropped: Callable[[Entrant], None] = lambda entrant: None, by_prompt: bool = True) -> str:
-    """`rounds` rounds of the race's interleaving, with its checks but without its verdict: what measures
-    the references a prediction is calibrated on. `by_prompt` False measures whole mixes in turn even
-    where the servers would fit together (to compare the two pairings). Returns the pairing."""
-    measured = Rounds(engine, entrants, mix, max_tokens, command, "mix_tok_s", on_dropped, by_prompt=by_prompt)
+                   on_dropped: Callable[[Entrant], None] = lambda entrant: None, by_prompt: bool = True,
+                   seed: int = 0) -> str:
+    """`rounds` rounds of the race's interleaving (each round's prompt order shuffled from `seed`), with its
+    checks but without its verdict: what the prediction's check and the verdict benchmark measure.
+    `by_prompt` False measures whole mixes in turn even where the servers would fit together (to compare
+    the two pairings). Returns the pairing."""
+    measured = Rounds(engine, entrants, mix, max_tokens, command, "mix_tok_s", on_dropped, by_prompt=by_prompt,
+                      seed=seed)
     with closing(measured.looks(per_prompt=False)) as looks:
         for _ in looks:
             _report(measured.entrants, measured.current, "mix_tok_s", measured.pairing, on_measured)
