@@ -52,8 +52,7 @@ def calibrate(targets: dict, replayed: list[Replayed], engine: Engine, mix: Prom
     entrants += [Entrant("anchor", None, c, family_of(c.spec_type)) for c in chosen]
     note(f"calibrating on the {engine.name} engine with {len(entrants)} references, each for as many prompts as its "
          "fit needs: " + "; ".join(f"{e.label} ({e.family or 'the baseline'})" for e in entrants))
-    pairing = _measure_references(engine, entrants, targets, mix, max_tokens=max_tokens, command=command, seed=seed,
-                                  note=note)
+    pairing = _measure_references(engine, entrants, targets, mix, max_tokens=max_tokens, command=command, seed=seed)
     for entrant in entrants:
         if not as_predicted(entrant, targets):
             note(f"calibration: {entrant.label} left out: {entrant.failure}")
@@ -96,9 +95,9 @@ def as_predicted(entrant: Entrant, targets: dict) -> bool:
 
 
 def _measure_references(engine: Engine, entrants: list[Entrant], targets: dict, mix: PromptMix, *, max_tokens: int,
-                        command: ServerCommand, seed: int, note: Callable[[str], None]) -> str:
+                        command: ServerCommand, seed: int) -> str:
     """One round of the references, each leaving once its fit has enough (module docstring); the pairing."""
-    predicted = {id(e): targets[e.config.target].prediction(e.config).decode_ms for e in entrants}
+    predicted = {id(e): targets[e.config.target].prediction(e.config).decode_ms for e in entrants if not e.is_baseline}
     index = {p.id: i for i, p in enumerate(mix)}
     rounds = Rounds(engine, entrants, mix, max_tokens, command, "mix_tok_s", lambda e: None, seed=seed)
     with closing(rounds.looks()) as looks:

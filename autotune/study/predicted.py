@@ -320,8 +320,8 @@ def _race(study: optuna.Study, inputs: SearchInputs, settings: SearchSettings, a
 
 
 def _refit(study: optuna.Study, targets: dict, entrants: list[Entrant], mix: PromptMix) -> None:
-    """Store each target's calibration refitted with everything the race measured on every prompt (for the
-    next run to compare with; the printed errors stay the out-of-sample ones)."""
+    """Store each target's calibration refitted with everything the race measured, on the prompts each
+    entrant ran (for the next run to compare with; the printed errors stay the out-of-sample ones)."""
     stored = dict(StudyRecord.of(study).prediction)
     stored["calibration_refit"] = {str(target): model.calibrate(measured).as_dict() for target, model in targets.items()
                                    if (measured := fit_inputs(entrants, targets, mix, target))}
