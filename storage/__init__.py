@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import os
+import random
 import sqlite3
 import time
 import warnings
@@ -103,7 +104,7 @@ def _prepare_sqlite_file(database: str | None) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         connection = sqlite3.connect(path, timeout=SQLITE_BUSY_TIMEOUT_S, isolation_level=None)
         try:
-            connection.execute("PRAGMA journal_mode=WAL")
+            _switch_to_wal(connection)
             # One transaction, so that processes opening a new file together never see each other's check table.
             connection.execute("BEGIN IMMEDIATE")
             connection.execute("CREATE TABLE IF NOT EXISTS autotune_write_check (x INTEGER)")
@@ -113,3 +114,17 @@ def _prepare_sqlite_file(database: str | None) -> None:
             connection.close()
     except (OSError, sqlite3.Error) as exc:
         raise StorageError(f"cannot write the database {path}: {exc}; pass a writable --storage URL") from exc
+
+
+def _switch_to_wal(connection: sqlite3.Connection) -> None:
+    """`PRAGMA journal_mode=WAL`, retried while another process holds the file: SQLite answers that pragma
+    "database is locked" at once, without its busy handler, when processes open a new file together."""
+    deadline = time.monotonic() + SQLITE_BUSY_TIMEOUT_S
+    while True:
+        try:
+            connection.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(random.uniform(0.01, 0.1))  # apart, so the processes do not retry in step

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -81,6 +82,30 @@ def test_processes_opening_a_new_sqlite_file_at_the_same_instant_all_open_it(tmp
                                 stderr=subprocess.PIPE, text=True) for _ in range(6)]
     said = [opener.communicate(timeout=60) for opener in openers]
     assert [out.strip() for out, _ in said] == ["opened"] * 6, [err.strip().splitlines()[-1:] for _, err in said]
+
+
+RESERVING = textwrap.dedent("""
+    import sqlite3, sys, time
+    connection = sqlite3.connect(sys.argv[1], isolation_level=None)
+    connection.execute("BEGIN IMMEDIATE")
+    connection.execute("CREATE TABLE first_writer (x INTEGER)")
+    print("reserved", flush=True)
+    time.sleep(1.5)
+    connection.execute("COMMIT")
+""")
+
+
+def test_a_new_sqlite_file_another_process_is_writing_is_opened_once_it_is_done(tmp_path):
+    """SQLite refuses the switch to WAL at once, without waiting, while another process holds the file's
+    write lock (as one opening it a moment earlier does); the opener waits for it instead."""
+    path = tmp_path / "new.db"
+    writer = subprocess.Popen([sys.executable, "-c", RESERVING, str(path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert writer.stdout.readline().strip() == "reserved"
+        LeaseStore(f"sqlite:///{path}").close()
+    finally:
+        writer.wait(timeout=30)
+    assert sqlite3.connect(path).execute("PRAGMA journal_mode").fetchone() == ("wal",)
 
 
 def test_a_held_lease_is_refused_without_waiting_and_says_whose_it_is(url):
