@@ -74,7 +74,8 @@ def decide(model: str, confirmation: Confirmation, preset: Preset | None) -> Nig
     """Compare the confirmed new pick (the winner, or the plain command where nothing was significantly
     faster than the baseline) with the preset's configuration measured in the same run."""
     if confirmation.machine_moved:  # the race's own clock is not believed: neither a new pick nor a regression
-        return NightlyOutcome("unchanged", f"{model}: {confirmation.machine_moved}; no verdict tonight, preset kept")
+        kept = "preset kept" if preset is not None else "no preset yet: the next night tunes it again"
+        return NightlyOutcome("unchanged", f"{model}: {confirmation.machine_moved}; no verdict tonight, {kept}")
     winner = confirmation.pick
     if winner is None:
         return NightlyOutcome("unchanged", f"{model}: no configuration could be confirmed; preset kept")

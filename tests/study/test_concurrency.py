@@ -327,21 +327,30 @@ def test_the_sh_launcher_refuses_a_bad_concurrency(tmp_path):
 
 
 def test_nightly_tunes_each_load_into_its_own_preset(tiny_space, models_dir, autotune_home):
-    # 32 tokens, not 8: at 8 (1 ms decodes) one CI run made no level-1 preset, its summary cut from the log;
-    # the likely cause is a control (the plain command against itself) ruling out 1.00x, which rightly
-    # makes none. The summaries are now in the assertion's message.
-    args = ["nightly", "--model", "tiny", "--space", str(tiny_space), "--models-dir", str(models_dir), "--trials", "3",
-            "--top", "1", "--race-budget", "2", "--max-tokens", "32", "--seed", "0", "--no-pruning",
-            "--threads", "1", "--concurrency", "1,2"]
-    first = CliRunner().invoke(cli, args)
-    assert first.exit_code == 0, first.output
-    summaries = [line for line in first.output.splitlines() if line.startswith("--concurrency ")]
-    assert [line.split(": ")[:3] for line in summaries] == [["--concurrency 1", "improved", "tiny"],
-                                                          ["--concurrency 2", "improved", "tiny"]], summaries
-    assert all(": first preset: " in line for line in summaries), summaries
-    presets = json.loads(run("presets", "list", "--json").output)
-    assert sorted((p["model"], p["concurrency"]) for p in presets) == [("tiny", 1), ("tiny", 2)]
+    common = ["nightly", "--model", "tiny", "--space", str(tiny_space), "--models-dir", str(models_dir), "--top", "1",
+              "--race-budget", "2", "--max-tokens", "32", "--seed", "0", "--threads", "1"]
+    measured = ["--trials", "3", "--no-pruning"]  # level 2's study is measured; level 1's is predicted and raced
+    # A level whose race's control (the plain command against itself) ruled out 1.00x stores no preset, as
+    # it must: on 3 ms decodes one burst from a neighbour does that (CI, twice). The next night re-tunes it.
+    outcomes = ("improved: tiny: first preset", "unchanged: tiny: the machine's speed moved during the race")
+    missing, lines = [1, 2], []
+    for _ in range(3):
+        night = CliRunner().invoke(cli, [*common, *(measured if 2 in missing else []),
+                                         "--concurrency", ",".join(map(str, missing))])
+        # one summary per level, prefixed by its level unless the night ran level 1 alone
+        prefixes = [""] if missing == [1] else [f"--concurrency {level}: " for level in missing]
+        summaries = {prefix: [line for line in night.output.splitlines()
+                              if line.startswith(tuple(prefix + outcome for outcome in outcomes))] for prefix in prefixes}
+        lines += [line for found in summaries.values() for line in found]
+        assert all(len(found) == 1 for found in summaries.values()), night.output
+        improved = any(": first preset" in line for found in summaries.values() for line in found)
+        assert night.exit_code == (0 if improved else 3), night.output  # 3: every level unchanged
+        presets = json.loads(run("presets", "list", "--json").output)
+        missing = sorted({1, 2} - {p["concurrency"] for p in presets if p["model"] == "tiny"})
+        if not missing:
+            break
+    assert sorted((p["model"], p["concurrency"]) for p in presets) == [("tiny", 1), ("tiny", 2)], "\n".join(lines)
     two = next(p for p in presets if p["concurrency"] == 2)["argv"]
     assert two[two.index("-np") + 1] == "2"
-    again = CliRunner().invoke(cli, args)
+    again = CliRunner().invoke(cli, [*common, *measured, "--concurrency", "1,2"])
     assert again.exit_code == 3 and again.output.count("no new or changed model files") == 2, again.output
