@@ -2,7 +2,7 @@
 
 A search claims its key's lease before it measures and holds it until its answer is stored, so two
 searches of one key never measure at once and a fleet of workers sharing one database takes the keys
-as a work queue (autotune.study.work_queue). The claim is one atomic step in the database: a row per
+as a work queue (autotune.search.work_queue). The claim is one atomic step in the database: a row per
 held lease under a unique key, read with `SELECT ... FOR UPDATE SKIP LOCKED` on PostgreSQL and inside a
 `BEGIN IMMEDIATE` transaction on SQLite, inserted where there is none. The holder renews it with a
 heartbeat from a background thread; a lease whose holder missed MISSED_BEATS beats (by the database's

@@ -28,7 +28,9 @@ LAYERS = (
     ("autotune.models",),
     ("autotune.doctor",),  # `autotune doctor`: reads builds, runs both engines, judges
     ("storage", "search_spaces"),
-    ("autotune.study",),
+    ("autotune.study",),  # the Optuna study, its records, answers read back
+    ("autotune.race",),  # the race and its verdict: imports study/, never search/
+    ("autotune.search",),  # the strategies, the plan, calibration, leases and the work queue
     ("autotune.presets",),
     ("autotune.report",),
     ("autotune.testing",),

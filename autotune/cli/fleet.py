@@ -7,8 +7,8 @@ import sys
 
 import click
 
-from autotune.study.race import DEFAULT_BUDGET
 from autotune.cli.options import measured_model_option, measurement_options, model_option, server_bin_option, storage_option
+from autotune.race.race import DEFAULT_BUDGET
 
 
 @click.command()
@@ -40,7 +40,7 @@ def nightly(options, top, race_budget, server_bin, all_presets):
     from autotune.cli.progress import TerminalReporter
     from autotune.engines import choose_engine
     from autotune.presets.nightly import combined_exit_code, run_nightly
-    from autotune.study.race import RaceBudget
+    from autotune.race.race import RaceBudget
 
     for level in options.levels:  # bad input (no llama-server for N > 1) before anything is measured
         choose_engine(options.engine_name, concurrency=level, server_bin=server_bin)

@@ -8,9 +8,9 @@ from pathlib import Path
 import click
 
 from autotune.engines import ENGINE_NAMES
-from autotune.study.objectives import DEFAULT_OBJECTIVE, OBJECTIVES
-from autotune.spec.sampling import SERVER_MIN_P, SERVER_TOP_K, SERVER_TOP_P, Sampling
 from autotune.settings import MODELS_DIR_ENV, STORAGE_ENV, default_models_dir
+from autotune.spec.sampling import SERVER_MIN_P, SERVER_TOP_K, SERVER_TOP_P, Sampling
+from autotune.study.objectives import DEFAULT_OBJECTIVE, OBJECTIVES
 
 model_option = click.option("--model", "-m", required=True, help="Model name: a search_spaces/<name>.toml file.")
 #: search and nightly: a bundled model, or an ad-hoc one named after its --target file
@@ -174,7 +174,7 @@ _MEASUREMENT_OPTIONS = [
 MEASURED_ONLY_FLAGS = {"trials": "--trials", "engine_name": "--engine", "repeats": "--repeats",
                        "baseline_every": "--baseline-every", "pruning": "--pruning/--no-pruning",
                        "trial_timeout_s": "--trial-timeout"}
-#: measurement flags that are the study's settings (autotune.study.tuner.SearchSettings) ...
+#: measurement flags that are the study's settings (autotune.search.tuner.SearchSettings) ...
 _SETTINGS_FLAGS = ("trials", "max_tokens", "seed", "threads", "objective", "repeats", "baseline_every", "pruning",
                    "trial_timeout_s", "min_stream_tok_s")
 #: ... and those that say where its inputs come from and where it is kept (SearchOptions)
@@ -207,8 +207,8 @@ def measurement_options(command):
 def _search_options(model: str | None, flags: dict, given: tuple[str, ...], *, every_preset: bool = False):
     """The SearchOptions of one model from the parsed measurement flags (`every_preset`: nightly --all,
     whose options name no model; autotune.presets.nightly_all)."""
-    from autotune.study.search import SearchOptions
-    from autotune.study.tuner import SearchSettings
+    from autotune.search.search import SearchOptions
+    from autotune.search.tuner import SearchSettings
 
     if every_preset:
         space_file, model = None, _every_preset(model, flags)

@@ -14,7 +14,7 @@ from autotune.cli.options import (
     server_bin_option, storage_option, study_engine_option, study_objective_option, study_options, with_options,
 )
 from autotune.cli.output import best_text, category_table, confirmation_table, trials_table
-from autotune.study.race import DEFAULT_BUDGET
+from autotune.race.race import DEFAULT_BUDGET
 
 
 #: the flags only the predicted strategy reads
@@ -73,11 +73,11 @@ def search(options, queue, server_bin, strategy, confirm_enabled, race_top, race
     from autotune.cli.progress import TerminalReporter
     from autotune.engines import choose_engine
     from autotune.errors import UsageError
-    from autotune.study.predicted import cannot_predict, run_predicted_search
-    from autotune.study.race import RaceBudget
+    from autotune.search.predicted import cannot_predict, run_predicted_search
+    from autotune.race.race import RaceBudget
     from autotune.study.records import PREDICTED_ENGINE
-    from autotune.study.search import ConfirmOptions, run_search
-    from autotune.study.work_queue import run_work_queue
+    from autotune.search.search import ConfirmOptions, run_search
+    from autotune.search.work_queue import run_work_queue
 
     for level in options.levels:  # bad input (no llama-server for N > 1) before anything is measured
         choose_engine(options.engine_name, concurrency=level, server_bin=server_bin)
@@ -91,7 +91,7 @@ def search(options, queue, server_bin, strategy, confirm_enabled, race_top, race
     if plan_tok_s is not None and not plan:
         raise UsageError("--plan-tok-s prices a plan: add --plan")
     if plan:
-        from autotune.study.plan_run import plan_search
+        from autotune.search.plan_run import plan_search
 
         for model_options in queue:
             for line in plan_search(model_options, race_options, server_bin=server_bin,
@@ -264,7 +264,7 @@ def confirm(model, top, repeats, engine, objective, concurrency, storage, server
     """
     from autotune.presets.confirmed import run_confirm
 
-    from autotune.study.race import RaceBudget, round_line
+    from autotune.race.race import RaceBudget, round_line
 
     def on_measured(round_: int, entrant, speedup) -> None:
         click.echo(f"autotune: {round_line(round_, entrant, speedup)}", err=True)

@@ -20,7 +20,7 @@ from the in-process engine's in kind, not only in size:
 
 The factors are fitted together to the decode times llama-server measured for its references (the
 baseline, `--spec-default` and one configuration per family in the space, measured in the same
-interleaved rounds: autotune.study.predicted): non-negative least squares on relative error per prompt,
+interleaved rounds: autotune.search.predicted): non-negative least squares on relative error per prompt,
 with a weak prior on each factor (`PRIOR`). The prior is what keeps the fit physical: a verify step's
 time grows with its batch and a draft model's work with its drafts, so on a handful of references the
 additive terms (per step, per row) can stand in for the multiplicative ones (seen here: a fit without

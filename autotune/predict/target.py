@@ -1,7 +1,7 @@
 """Everything the prediction knows of one target, measured in-process: the trajectories (with where the
 in-process output parts from the arbiter's), the step costs of the target and its drafts, the draft
 models' greedy chains and the DFlash/DSpark drafts' blocks, and the calibration to the arbiter's
-measurements: at first the baseline's alone, then the references of every family (autotune.study.predicted).
+measurements: at first the baseline's alone, then the references of every family (autotune.search.predicted).
 `measure_target` is what the worker process runs (llama.cpp never runs in the search's own process)."""
 
 from __future__ import annotations

@@ -8,12 +8,12 @@ from dataclasses import dataclass
 import optuna
 
 from autotune.hardware import hardware_key
+from autotune.race.confirm import confirm_study
+from autotune.race.race import OnMeasured, RaceBudget
 from autotune.spec.command import ServerCommand
 from autotune.study.catalog import open_study_of
-from autotune.study.confirm import confirm_study
-from autotune.study.race import OnMeasured, RaceBudget
-from autotune.study.verdict import Confirmation, ConfirmedConfig, trial_of
 from autotune.study.records import StudyRecord, TrialRecord
+from autotune.study.verdict import Confirmation, ConfirmedConfig, trial_of
 from storage import resolve_storage_url
 from storage.presets import Preset, PresetStore
 

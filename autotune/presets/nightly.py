@@ -22,21 +22,21 @@ from dataclasses import dataclass, replace
 import optuna
 
 from autotune.engines import choose_engine
+from autotune.errors import UsageError
 from autotune.hardware import hardware_key
 from autotune.measure.prompts import load_prompt_mix
 from autotune.models.releases import follow_releases
 from autotune.presets.confirmed import preset_from
-from autotune.errors import UsageError
+from autotune.race.confirm import confirm_study, top_trials
+from autotune.race.race import RaceBudget, round_line
+from autotune.search.leased import search_lease
+from autotune.search.predicted import PREDICT_TRIALS, cannot_predict, measured_only_refused, predict_and_race
+from autotune.search.search import ConfirmOptions, SearchInputs, SearchOptions, check_inputs, model_space, run_study
+from autotune.search.tuner import SearchReporter
 from autotune.spec.space import SearchSpace, load_model_space
 from autotune.study.catalog import study_name, study_names
-from autotune.study.confirm import confirm_study, top_trials
-from autotune.study.predicted import PREDICT_TRIALS, cannot_predict, measured_only_refused, predict_and_race
-from autotune.study.race import RaceBudget, round_line
-from autotune.study.leased import search_lease
 from autotune.study.records import PREDICTED_ENGINE, StudyRecord, config_from_attrs
-from autotune.study.search import ConfirmOptions, SearchInputs, SearchOptions, check_inputs, model_space, run_study
 from autotune.study.runs import newest_answer
-from autotune.study.tuner import SearchReporter
 from autotune.study.verdict import Confirmation, ConfirmedConfig, stored_confirmation
 from storage import open_storage, resolve_storage_url
 from storage.leases import Lease

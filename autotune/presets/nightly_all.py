@@ -20,11 +20,11 @@ from autotune.models.hub import HubUnreachable, offline_mode, repo_info
 from autotune.models.hub_names import HubRef, quant_tag
 from autotune.models.releases import sources_moved
 from autotune.presets.nightly import NightlyOutcome, run_nightly
+from autotune.race.race import RaceBudget
+from autotune.search.search import SearchOptions
+from autotune.search.tuner import SearchReporter
 from autotune.spec.space import HubSource, known_models
-from autotune.study.race import RaceBudget
 from autotune.study.records import config_from_attrs
-from autotune.study.search import SearchOptions
-from autotune.study.tuner import SearchReporter
 from storage import resolve_storage_url
 from storage.presets import Preset, PresetStore
 

@@ -1,5 +1,5 @@
 """Confirm a stored study's best on the arbiter: the same race as the predicted search's
-(autotune.study.race), run on the study's top configurations with the references (the baseline and,
+(autotune.race.race), run on the study's top configurations with the references (the baseline and,
 where the study measured it, llama.cpp's `--spec-default`, one each per target involved) and, for
 `nightly`, the preset in use. It serves the measured strategy's last step, `autotune confirm` and
 `nightly`; a predicted study's finalists are the race's, not a new choice by prediction.
@@ -17,11 +17,12 @@ from autotune.engines import Engine, choose_engine, create_engine
 from autotune.errors import StudyNotFoundError
 from autotune.llamacpp.runnable import CommandCheck, command_check
 from autotune.measure.prompts import PromptMix, load_prompt_mix
+from autotune.race.entrants import Entrant
+from autotune.race.race import OnMeasured, RaceBudget, race
 from autotune.spec.command import ServerCommand
 from autotune.spec.config import SpecConfig
 from autotune.spec.types import family_of
 from autotune.study.objectives import DEFAULT_OBJECTIVE, OBJECTIVES
-from autotune.study.race import Entrant, OnMeasured, RaceBudget, race
 from autotune.study.records import PREDICTED_ENGINE, SPEC_DEFAULT_ROLE, StudyRecord, TrialRecord, store_study
 from autotune.study.trials import baselines_of, drift_corrected, is_reference
 from autotune.study.verdict import Confirmation, stored_confirmation

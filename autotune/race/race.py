@@ -23,7 +23,7 @@ What keeps a verdict honest beyond the statistics:
   one more round on fresh servers after the decision, and the winner's speedup is the ratio of that
   round alone (its bounds use everything, which they may: they hold at any stopping time);
 - a measurement that drafted nothing over a round, or whose output is not the baseline's, fails its
-  entrant (autotune.study.checks). The references are never dropped: every speedup is over the baseline
+  entrant (autotune.race.checks). The references are never dropped: every speedup is over the baseline
   of the same rounds, and `--spec-default` races like any entrant.
 """
 
@@ -45,9 +45,9 @@ from autotune.measure.paired import MIN_EFFECT, Speedup, paired_speedup
 from autotune.measure.prompts import PromptMix
 from autotune.measure.sequential import ALPHA, Decision, judge
 from autotune.measure.stats import ci95
+from autotune.race.entrants import Entrant, baseline_of, candidates, entrant_units, speedup_of
+from autotune.race.rounds import RaceStatus, Rounds
 from autotune.spec.command import ServerCommand
-from autotune.study.entrants import Entrant, baseline_of, candidates, entrant_units, speedup_of
-from autotune.study.race_rounds import RaceStatus, Rounds
 from autotune.study.records import BASELINE_ROLE, CONTROL_ROLE, SPEC_DEFAULT_ROLE
 from autotune.study.verdict import (
     BUDGET_SPENT, MACHINE_MOVED, NONE_CAN_WIN, WINNER, Confirmation, ConfirmedConfig,

@@ -1,4 +1,4 @@
-"""The rounds of a race (autotune.study.race): which entrants run each prompt, in what order, on which
+"""The rounds of a race (autotune.race.race): which entrants run each prompt, in what order, on which
 servers, and which checks drop an entrant; the race decides what the measurements mean."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from autotune.measure.device_lock import device_lock
 from autotune.measure.measurement import Measurement
 from autotune.measure.paired import Speedup
 from autotune.measure.prompts import PromptMix
+from autotune.race.checks import MeasurementCheck
+from autotune.race.entrants import Entrant, candidates, speedup_of
 from autotune.spec.command import ServerCommand
-from autotune.study.checks import MeasurementCheck
-from autotune.study.entrants import Entrant, candidates, speedup_of
 from autotune.study.records import BASELINE_ROLE, CONTROL_ROLE
 
 @dataclass(frozen=True)

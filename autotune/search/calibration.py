@@ -1,8 +1,8 @@
-"""Step 4 of a predicted search (autotune.study.predicted): the references each target's cost factors are
+"""Step 4 of a predicted search (autotune.search.predicted): the references each target's cost factors are
 fitted to, measured on the arbiter for as many prompts as their fit needs, not for a whole mix each.
 
 The references (the baseline, `--spec-default`, one configuration per family) run prompt by prompt in
-one shuffled order, back to back on servers loaded together, as the race runs (autotune.study.race_rounds).
+one shuffled order, back to back on servers loaded together, as the race runs (autotune.race.rounds).
 What the fit takes from a reference is its level against the in-process prediction: each prompt's
 measured decode time over its predicted one (under the baseline-only calibration). A reference leaves
 once the mean log of that ratio is known to `FIT_PRECISION` (standard error) over at least
@@ -24,13 +24,13 @@ import numpy as np
 from autotune.engines import Engine
 from autotune.llamacpp.runnable import CommandCheck
 from autotune.measure.prompts import PromptMix
+from autotune.race.entrants import Entrant, speedup_of
+from autotune.race.rounds import Rounds
+from autotune.search.predicted_space import Replayed, family_references
 from autotune.spec.command import ServerCommand
 from autotune.spec.config import SpecConfig
 from autotune.spec.default import spec_default_config
 from autotune.spec.types import family_of
-from autotune.study.entrants import Entrant, speedup_of
-from autotune.study.predicted_space import Replayed, family_references
-from autotune.study.race_rounds import Rounds
 from autotune.study.records import BASELINE_ROLE, SPEC_DEFAULT_ROLE
 
 #: the standard error of a reference's mean log(measured / predicted) at which its fit has what it needs

@@ -1,7 +1,7 @@
 """What a predicted search will cost, before it runs: the plan of `autotune search --plan`, the first line
 of a real search, and the ETA a search keeps current (issue 40).
 
-The plan counts each phase's work as the search does it (autotune.study.predicted; the ledger of
+The plan counts each phase's work as the search does it (autotune.search.predicted; the ledger of
 autotune.measure.ledger counts the same phases once they ran) and prices it at one measured pace:
 
 * the baseline's decode tok/s on the arbiter (one prompt of it for `--plan`; the whole mix in a real
@@ -31,9 +31,9 @@ from autotune.predict.block_drafts import BlockPlan
 from autotune.predict.block_sample import SAMPLE_POSITIONS
 from autotune.predict.cost import REPEATS, grid_sizes
 from autotune.predict.target import MAX_BATCH
+from autotune.race.race import RaceBudget
 from autotune.spec.space import SearchSpace
 from autotune.spec.types import DRAFT_MODEL_TYPES, family_of
-from autotune.study.race import RaceBudget
 
 #: depths each cost curve is measured at (autotune.predict.target.measure_target)
 _CURVE_DEPTHS = 2

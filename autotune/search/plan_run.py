@@ -1,5 +1,5 @@
 """`autotune search --plan`: measure one prompt of the baseline, then print what the search will download,
-record and race, with the minutes each phase will take on this machine (autotune.study.plan), and stop.
+record and race, with the minutes each phase will take on this machine (autotune.search.plan), and stop.
 
 Nothing is downloaded and nothing is stored: the inputs are checked as a search checks them, offline,
 the files the search would download are priced from the hub's metadata (when the hub answers), and
@@ -19,11 +19,11 @@ from autotune.measure.prompts import PromptMix, default_mix_path, load_prompt_mi
 from autotune.models.candidates import Candidates
 from autotune.models.files import ModelFiles, missing_hub_files
 from autotune.models.hub import download_line, download_sizes, format_size, hub_cache_dir
+from autotune.search.plan import Pace, Workload, files_by_role, plan_line, plan_phases
+from autotune.search.search import ConfirmOptions, SearchInputs, SearchOptions, check_inputs
 from autotune.settings import default_models_dir
 from autotune.spec.config import SpecConfig
 from autotune.spec.space import load_model_space
-from autotune.study.plan import Pace, Workload, files_by_role, plan_line, plan_phases
-from autotune.study.search import ConfirmOptions, SearchInputs, SearchOptions, check_inputs
 
 #: the server start priced where the pace is given (--plan-tok-s), not measured
 ASSUMED_SERVER_START_S = 10.0

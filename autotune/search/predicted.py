@@ -7,15 +7,15 @@ measured, predict every configuration of the space, then race the best few on ll
    with it: the baseline again (where its output parts from the arbiter's is recorded per prompt), the
    cost curves of the target and of each draft, the draft models' greedy chains and the DFlash/DSpark
    drafts' blocks along the trajectories (autotune.predict.target).
-3. Every configuration of the space is replayed (autotune.study.predicted_space).
+3. Every configuration of the space is replayed (autotune.search.predicted_space).
 4. The calibration's references, measured on the arbiter prompt by prompt, each for as many prompts as
-   its fit needs (autotune.study.calibration): the baseline, `--spec-default` (a long n-gram draft) and,
+   its fit needs (autotune.search.calibration): the baseline, `--spec-default` (a long n-gram draft) and,
    per target, one configuration of each family in the space, its best predicted under the baseline-only
    calibration (a short n-gram draft, a draft model, a block draft). Each target's cost factors are
    fitted to them (autotune.predict.predictor); that costs at most one mix per reference, 3 to 5 in all.
 5. The predicted study (engine part `predicted`) stores every configuration's prediction: a new run beside
    the earlier ones (autotune.study.runs), so a search stopped before its race ends deletes no verdict.
-6. The race (autotune.study.race) of the finalists (each family's best within its margin, then by rank)
+6. The race (autotune.race.race) of the finalists (each family's best within its margin, then by rank)
    with the references, and, for `nightly`, the preset in use; its verdict is the printed one. Each
    finalist's predicted speedup is then compared with its raced one: the prediction's error, out of
    sample.
@@ -46,26 +46,27 @@ from autotune.models.files import file_sha256
 from autotune.predict.block_drafts import BlockPlan
 from autotune.predict.chains import chain_length
 from autotune.predict.target import measure_target
+from autotune.race.confirm import trial_entrant
+from autotune.race.entrants import Entrant, speedup_of
+from autotune.race.race import PAIRING_NOTES, race, round_line, status_line
+from autotune.search.calibration import as_predicted, calibrate, fit_inputs
+from autotune.search.leased import search_lease
+from autotune.search.plan import Pace, Workload, eta_line, files_by_role, plan_line, plan_phases
+from autotune.search.predicted_space import finalists, replay_space, store_predictions
+from autotune.search.references import measures_spec_default
+from autotune.search.search import ConfirmOptions, SearchInputs, SearchOptions, check_inputs, run_search, runnable_space
+from autotune.search.tuner import SearchReporter, SearchSettings
 from autotune.spec.command import ServerCommand
 from autotune.spec.config import SpecConfig
 from autotune.spec.space import SearchSpace
 from autotune.spec.types import DRAFT_MODEL_TYPES, family_of, spec_members
 from autotune.study.best import BestResult, best_result
 from autotune.study.catalog import study_name
-from autotune.study.confirm import trial_entrant
-from autotune.study.predicted_space import finalists, replay_space, store_predictions
-from autotune.study.calibration import as_predicted, calibrate, fit_inputs
-from autotune.study.race import PAIRING_NOTES, Entrant, race, round_line, speedup_of, status_line
-from autotune.study.plan import Pace, Workload, eta_line, files_by_role, plan_line, plan_phases
 from autotune.study.records import (
     BASELINE_ROLE, PREDICTED_ENGINE, SPEC_DEFAULT_ROLE, StudyRecord, TrialRecord, config_attrs, store_study,
     trial_attrs,
 )
-from autotune.study.leased import search_lease
-from autotune.study.references import measures_spec_default
 from autotune.study.runs import next_run
-from autotune.study.search import ConfirmOptions, SearchInputs, SearchOptions, check_inputs, run_search, runnable_space
-from autotune.study.tuner import SearchReporter, SearchSettings
 from storage import open_storage, resolve_storage_url
 from storage.leases import Lease
 
@@ -210,7 +211,7 @@ def _predict_and_race(inputs: SearchInputs, settings: SearchSettings, storage: o
 
 def _plan(inputs: SearchInputs, space: SearchSpace, settings: SearchSettings, race_options: ConfirmOptions,
           arbiter: str, baselines: dict) -> list:
-    """The plan of this search (autotune.study.plan) at the pace of the baselines it measured."""
+    """The plan of this search (autotune.search.plan) at the pace of the baselines it measured."""
     drafts = {t: [d for _, d in pairs] for t, pairs in inputs.candidates.pairs.items() if t in space.spec_types}
     work = Workload.of(space, files_by_role(inputs.candidates.targets, drafts), prompts=len(inputs.mix),
                        max_tokens=settings.max_tokens, race_top=race_options.top, race_budget=race_options.budget,

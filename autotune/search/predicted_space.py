@@ -24,14 +24,14 @@ from autotune.llamacpp.runnable import CommandCheck
 from autotune.models.hub import file_revisions
 from autotune.predict.predictor import DraftCharge, Prediction
 from autotune.predict.replay import Replay
+from autotune.search.search import SearchInputs
+from autotune.search.suggest import suggest_config
+from autotune.search.tuner import SearchReporter
 from autotune.spec.command import ServerCommand
 from autotune.spec.config import SpecConfig
 from autotune.spec.space import SearchSpace
 from autotune.spec.types import BLOCK_FAMILY, DRAFT_MODEL_FAMILY, DRAFT_MODEL_TYPES, NGRAM_FAMILY, family_of
 from autotune.study.records import PREDICTED_ENGINE, TrialRecord, config_attrs, trial_attrs
-from autotune.study.search import SearchInputs
-from autotune.study.suggest import suggest_config
-from autotune.study.tuner import SearchReporter
 
 #: a grid at most this large is predicted point by point; a larger one by `--predict-trials` TPE trials
 BRUTE_FORCE_LIMIT = 2000

@@ -29,6 +29,11 @@ from autotune.models.files import PULL_HINT, ModelFiles, missing_hub_files, reso
 from autotune.models.hub import fetch_missing, offline_mode
 from autotune.models.hub_names import HubRef
 from autotune.models.hub_space import hub_space
+from autotune.race.confirm import confirm_study, top_trials
+from autotune.race.race import DEFAULT_BUDGET, RaceBudget, round_line
+from autotune.search.leased import free_lease, lease_key
+from autotune.search.references import requeue_stale_trial
+from autotune.search.tuner import SearchReporter, SearchSettings, Tuner
 from autotune.settings import default_models_dir
 from autotune.spec.command import ServerCommand
 from autotune.spec.config import SpecConfig
@@ -37,13 +42,8 @@ from autotune.spec.space import SearchSpace, load_model_space
 from autotune.spec.types import DRAFT_SAMPLING, is_combination
 from autotune.study.best import BestResult, best_result
 from autotune.study.catalog import latest_version, study_name, study_names
-from autotune.study.confirm import confirm_study, top_trials
-from autotune.study.race import DEFAULT_BUDGET, RaceBudget, round_line
-from autotune.study.leased import free_lease, lease_key
 from autotune.study.records import TrialRecord, store_study
-from autotune.study.references import requeue_stale_trial
 from autotune.study.trials import is_spec_default
-from autotune.study.tuner import SearchReporter, SearchSettings, Tuner
 from autotune.study.verdict import stored_confirmation
 from storage import open_storage, resolve_storage_url
 from storage.leases import Lease, held_line

@@ -34,6 +34,11 @@ from autotune.measure.stats import ci95, coefficient_of_variation
 from autotune.models.candidates import Candidates, pair_label
 from autotune.models.files import file_sha256
 from autotune.models.hub import file_revisions
+from autotune.search.references import (
+    baseline_prompt_scores, drift_corrected_score, enqueue_drift_checks, enqueue_missing, fail_trials_of_dead_runs,
+    measures_spec_default, reference_config, reference_configs, search_trials_since_reference, wait_for_baseline,
+)
+from autotune.search.suggest import suggest_config
 from autotune.spec.command import ServerCommand
 from autotune.spec.config import SpecConfig
 from autotune.spec.default import SPEC_DEFAULT_FLAG, SPEC_DEFAULT_TYPE
@@ -44,11 +49,6 @@ from autotune.study.objectives import DEFAULT_OBJECTIVE, OBJECTIVES
 from autotune.study.records import (
     REFERENCE_ROLES, WARM_START_ROLE, StudyRecord, TrialRecord, config_attrs, store_study, store_trial, trial_attrs,
 )
-from autotune.study.references import (
-    baseline_prompt_scores, drift_corrected_score, enqueue_drift_checks, enqueue_missing, fail_trials_of_dead_runs,
-    measures_spec_default, reference_config, reference_configs, search_trials_since_reference, wait_for_baseline,
-)
-from autotune.study.suggest import suggest_config
 from autotune.study.trials import baseline_trial, counted_trials, is_counted, is_reference, latest_baseline
 
 WILCOXON_P_THRESHOLD = 0.1
@@ -68,7 +68,7 @@ class SearchReporter(Protocol):
     def trial_finished(self, trial: optuna.trial.FrozenTrial) -> None: ...
 
     def race_status(self, text: str) -> None:
-        """Where a race stands after a look (autotune.study.race.status_line): a line to redraw in place."""
+        """Where a race stands after a look (autotune.race.race.status_line): a line to redraw in place."""
 
 
 @dataclass(frozen=True)
@@ -121,7 +121,7 @@ class Tuner:
 
     @property
     def references(self) -> list[tuple[str, SpecConfig]]:
-        """(role, configuration) of each reference this study measures (autotune.study.references)."""
+        """(role, configuration) of each reference this study measures (autotune.search.references)."""
         return reference_configs(self.candidates.targets, with_spec_default=measures_spec_default(self.engine))
 
     def warm_start(self, study: optuna.Study, earlier: list[optuna.trial.FrozenTrial]) -> int:

@@ -16,14 +16,14 @@ from datetime import datetime
 from autotune.errors import ModelFileError
 from autotune.hardware import hardware_key
 from autotune.models.files import resolve_model_files
+from autotune.search.leased import free_lease, lease_key
+from autotune.search.search import SearchOptions
+from autotune.search.tuner import SearchReporter
 from autotune.spec.space import load_model_space
 from autotune.study.best import BestResult
 from autotune.study.catalog import study_name
-from autotune.study.leased import free_lease, lease_key
 from autotune.study.records import PREDICTED_ENGINE
 from autotune.study.runs import runs_of
-from autotune.study.search import SearchOptions
-from autotune.study.tuner import SearchReporter
 from storage import open_storage, resolve_storage_url
 from storage.leases import MAX_POLL_S, Holder, Lease, LeaseKey, held_line
 

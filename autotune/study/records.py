@@ -25,7 +25,7 @@ REFERENCE_ROLES = (BASELINE_ROLE, SPEC_DEFAULT_ROLE)
 #: the plain command a second time in a race, on a server of its own: it checks the machine's clock
 CONTROL_ROLE = "control"
 WARM_START_ROLE = "warm-start"
-#: the engine part of a predicted study's name and its trials' `engine` (autotune.study.predicted)
+#: the engine part of a predicted study's name and its trials' `engine` (autotune.search.predicted)
 PREDICTED_ENGINE = "predicted"
 
 

@@ -55,7 +55,7 @@ class ConfirmedConfig:
     decode_ms: list[list[float]] = field(default_factory=list)  # per round, per prompt run (the compared units)
     tokens: list[list[int]] = field(default_factory=list)  # the tokens each unit's time bought
     family: str | None = None  # the spec-type family it stood for (autotune.spec.types.family_of)
-    ceiling: float | None = None  # the most its accepted drafts allow over its baseline (autotune.study.race)
+    ceiling: float | None = None  # the most its accepted drafts allow over its baseline (autotune.race.race)
 
     @property
     def ci_coverage(self) -> float:

@@ -1,6 +1,6 @@
 """Predictions held against llama-server, the way the default search makes them: the baseline measured
 on llama-server (its output the trajectory), the step costs and draft chains measured in-process, the
-references chosen and measured by the search's own calibration (autotune.study.predicted.calibrate);
+references chosen and measured by the search's own calibration (autotune.search.predicted.calibrate);
 then every configuration predicted, and measured on llama-server with the baseline in interleaved
 rounds, paired prompt by prompt. What examples/benchmarks/predictor.py prints and
 tests/predict/test_prediction_bounds.py bounds.
@@ -17,12 +17,13 @@ from autotune.engines.server import ServerEngine
 from autotune.measure.paired import Speedup
 from autotune.measure.prompts import PromptMix
 from autotune.predict.target import measure_target
+from autotune.race.entrants import Entrant, speedup_of
+from autotune.race.race import measure_rounds
+from autotune.search.calibration import calibrate
+from autotune.search.predicted_space import Replayed
 from autotune.spec.command import ServerCommand
 from autotune.spec.config import SpecConfig
 from autotune.spec.types import family_of
-from autotune.study.calibration import calibrate
-from autotune.study.predicted_space import Replayed
-from autotune.study.race import Entrant, measure_rounds, speedup_of
 
 
 @dataclass(frozen=True)

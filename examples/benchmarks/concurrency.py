@@ -35,15 +35,15 @@ import numpy as np
 from autotune.measure.paired import Units, paired_speedup
 from autotune.measure.stats import ci95
 
-from autotune.spec.command import format_command
-from autotune.engines.server import ServerEngine
 from autotune.cli.progress import SilentReporter
+from autotune.engines.server import ServerEngine
 from autotune.measure.prompts import PromptMix, load_prompt_mix
-from autotune.study.race import RaceBudget
-from autotune.study.search import ConfirmOptions, SearchOptions, check_inputs, run_search
-from autotune.study.tuner import SearchSettings
-from autotune.spec.space import find_space_file
+from autotune.race.race import RaceBudget
+from autotune.search.search import ConfirmOptions, SearchOptions, check_inputs, run_search
+from autotune.search.tuner import SearchSettings
+from autotune.spec.command import format_command
 from autotune.spec.config import SpecConfig
+from autotune.spec.space import find_space_file
 from autotune.study.records import TrialRecord
 
 from _gemma import MODELS_DIR  # noqa: E402  (beside this script)

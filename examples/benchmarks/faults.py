@@ -24,13 +24,13 @@ from pathlib import Path
 
 import optuna
 
+from autotune.cli.progress import SilentReporter, TerminalReporter
 from autotune.engines.orphans import descendant_pids
 from autotune.engines.worker import WorkerEngine
-from autotune.cli.progress import SilentReporter, TerminalReporter
-from autotune.study.search import runnable_space
+from autotune.search.search import runnable_space
+from autotune.search.tuner import Tuner
 from autotune.spec.config import SpecConfig
 from autotune.study.trials import counted_trials
-from autotune.study.tuner import Tuner
 
 from _gemma import gemma_inputs  # noqa: E402  (beside this script)
 

@@ -29,11 +29,11 @@ import time
 from pathlib import Path
 
 from _interleave import compare, mean_ci
-from autotune.spec.command import ServerCommand
 from autotune.engines.prompt_tokens import PromptTokens
 from autotune.engines.server_process import ServerProcess
 from autotune.engines.server_requests import generate_mix
 from autotune.measure.prompts import load_prompt_mix
+from autotune.spec.command import ServerCommand
 from autotune.spec.config import SpecConfig
 from autotune.testing import tiny_gguf
 
@@ -86,7 +86,7 @@ def remeasure(home: str, printed_line: str, rounds: int) -> None:
     plain server of the same settings on the study's mix, `rounds` rounds on fresh servers, interleaved."""
     printed = shlex.split(printed_line)
     import optuna
-    from autotune.study.confirm import study_prompt_mix
+    from autotune.race.confirm import study_prompt_mix
 
     summary = optuna.get_all_study_summaries(f"sqlite:///{home}/autotune.db")[0]
     study = optuna.load_study(study_name=summary.study_name, storage=f"sqlite:///{home}/autotune.db")

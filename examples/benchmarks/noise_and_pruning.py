@@ -17,12 +17,12 @@ from dataclasses import replace
 
 import optuna
 
-from autotune.engines.python import PythonEngine
 from autotune.cli.progress import SilentReporter
-from autotune.study.best import best_result
-from autotune.study.search import runnable_space
+from autotune.engines.python import PythonEngine
+from autotune.search.search import runnable_space
+from autotune.search.tuner import Tuner
 from autotune.spec.config import SpecConfig
-from autotune.study.tuner import Tuner
+from autotune.study.best import best_result
 from autotune.study.records import TrialRecord
 
 from _gemma import gemma_inputs  # noqa: E402  (beside this script)

@@ -18,16 +18,16 @@ from pathlib import Path
 import optuna
 from llama_cpp import Llama
 
-from autotune.models.candidates import find_candidates
-from autotune.llamacpp.runtime import server_default_threads
-from autotune.engines.python import PythonEngine
-from autotune.measure.measurement import Measurement
-from autotune.models.files import resolve_model_files
 from autotune.cli.progress import SilentReporter
+from autotune.engines.python import PythonEngine
+from autotune.llamacpp.runtime import server_default_threads
+from autotune.measure.measurement import Measurement
 from autotune.measure.prompts import load_prompt_mix
-from autotune.spec.space import load_model_space
+from autotune.models.candidates import find_candidates
+from autotune.models.files import resolve_model_files
+from autotune.search.tuner import SearchSettings, Tuner
 from autotune.spec.config import SpecConfig
-from autotune.study.tuner import SearchSettings, Tuner
+from autotune.spec.space import load_model_space
 from autotune.study.records import TrialRecord
 
 

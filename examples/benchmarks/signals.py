@@ -6,7 +6,7 @@
     each group in a study of its own. Per group: exit codes, llama-server processes left 5 s later
     (target 0), trials left RUNNING, and RUNNING after the next run of the same command (target 0).
 (b) `--repeat` runs in a row of the two Ctrl-C tests (tests/engines/test_worker.py and
-    tests/study/test_faults.py), started from a terminal-like foreground (`script`, a pty) and from a
+    tests/search/test_faults.py), started from a terminal-like foreground (`script`, a pty) and from a
     background job of a shell script (SIGINT ignored): passes of 2 x repeat per way.
 
 Run: python examples/benchmarks/signals.py [--runs 5] [--repeat 20] [--skip-tests]
@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SIGNALS = {"SIGTERM": signal.SIGTERM, "SIGHUP": signal.SIGHUP, "SIGKILL": signal.SIGKILL}
 WINDOWS = ("start-up", "generation")
 CTRL_C_TESTS = ["tests/engines/test_worker.py::test_ctrl_c_kills_the_worker_and_leaves_no_process_behind",
-                "tests/study/test_faults.py::test_a_stop_signal_closes_the_running_trial_kills_the_server_and_the_"
+                "tests/search/test_faults.py::test_a_stop_signal_closes_the_running_trial_kills_the_server_and_the_"
                 "study_resumes[SIGINT-generation]"]
 
 

@@ -6,7 +6,7 @@ neighbour.
    --max-tokens), each its own `--budget` rounds plus one: the baseline A, the baseline again under
    another name (A', which is also the race's control) and `--spec-default`, loaded at once and run
    prompt by prompt, every server started afresh each round, each round's prompts in a new shuffled
-   order (autotune.study.race.measure_rounds, the race's own rounds). Nothing is resampled: each race
+   order (autotune.race.race.measure_rounds, the race's own rounds). Nothing is resampled: each race
    is judged on its own measurements only. They are saved to --recording, and a later run records only
    the races it lacks.
 2. Each race is judged as the race judges: a look after every prompt in the order it ran, the race's
@@ -51,10 +51,11 @@ from autotune.engines.server import ServerEngine
 from autotune.measure.paired import Units, paired_speedup
 from autotune.measure.prompts import default_mix_path, load_prompt_mix
 from autotune.measure.sequential import judge
+from autotune.race.entrants import Entrant
+from autotune.race.race import DEFAULT_BUDGET, measure_rounds
 from autotune.spec.command import ServerCommand
 from autotune.spec.config import SpecConfig
 from autotune.spec.default import spec_default_config
-from autotune.study.race import DEFAULT_BUDGET, Entrant, measure_rounds
 
 CONTEXT = 4096
 FACTORS = (1.0, 1.02, 1.10, 1.20)

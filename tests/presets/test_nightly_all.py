@@ -12,10 +12,10 @@ from autotune.cli.main import cli
 from autotune.hardware import hardware_key
 from autotune.models.hub import hub_cache_dir
 from autotune.presets.nightly_all import moved_presets, preset_options
+from autotune.search.search import SearchOptions
+from autotune.search.tuner import SearchSettings
 from autotune.spec.config import SpecConfig
 from autotune.study.records import config_attrs
-from autotune.study.search import SearchOptions
-from autotune.study.tuner import SearchSettings
 from autotune.testing.hub_fixtures import HubRepo, LocalHubEndpoint, write_hub_cache
 from storage import resolve_storage_url
 from storage.presets import Preset, PresetStore

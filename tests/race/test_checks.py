@@ -7,10 +7,11 @@ import pytest
 
 from autotune.engines.server import ServerEngine
 from autotune.measure.prompts import Prompt, PromptMix
+from autotune.race.checks import MeasurementCheck
+from autotune.race.entrants import Entrant
+from autotune.race.race import RaceBudget, race
 from autotune.spec.command import ServerCommand
 from autotune.spec.config import SpecConfig
-from autotune.study.checks import MeasurementCheck
-from autotune.study.race import Entrant, RaceBudget, race
 
 pytestmark = pytest.mark.usefixtures("no_server_left_behind")
 

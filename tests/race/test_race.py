@@ -15,9 +15,10 @@ from autotune.engines.worker import WorkerEngine
 from autotune.errors import UsageError
 from autotune.measure.paired import Units, paired_speedup
 from autotune.measure.prompts import Prompt, PromptMix, default_mix_path, load_prompt_mix
+from autotune.race.entrants import Entrant
+from autotune.race.race import RaceBudget, race
 from autotune.spec.command import ServerCommand
 from autotune.spec.config import SpecConfig
-from autotune.study.race import Entrant, RaceBudget, race
 from autotune.study.verdict import BUDGET_SPENT, MACHINE_MOVED, NONE_CAN_WIN, WINNER, Confirmation
 
 

@@ -16,11 +16,11 @@ import pytest
 from click.testing import CliRunner
 
 from autotune.cli.main import cli
-from autotune.spec.command import ServerCommand
-from autotune.study.confirm import confirm
-from autotune.study.race import RaceBudget
 from autotune.engines import create_engine
 from autotune.hardware import hardware_key
+from autotune.race.confirm import confirm
+from autotune.race.race import RaceBudget
+from autotune.spec.command import ServerCommand
 from autotune.study.catalog import study_name
 from autotune.testing.browser import find_chromium, headless_chromium
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import optuna
 import pytest
 
-from autotune.study.confirm import top_trials
+from autotune.race.confirm import top_trials
+from autotune.search.references import baseline_prompt_scores, drift_corrected_score
 from autotune.study.best import best_result
-from autotune.study.references import baseline_prompt_scores, drift_corrected_score
 
 
 def _trial(number_tok_s: float, *, baseline: bool = False, reference: int | None = None, n: int = 0):

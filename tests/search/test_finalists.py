@@ -9,9 +9,9 @@ import optuna
 import pytest
 
 from autotune.llamacpp.runnable import CommandCheck
+from autotune.search.predicted_space import FAMILY_MARGIN, finalists
 from autotune.spec.command import ServerCommand
 from autotune.spec.config import SpecConfig
-from autotune.study.predicted_space import FAMILY_MARGIN, finalists
 from autotune.study.records import TrialRecord, config_attrs, trial_attrs
 
 TARGET, DRAFT, NEW = Path("/m/target.gguf"), Path("/m/draft.gguf"), Path("/m/dspark-new.gguf")

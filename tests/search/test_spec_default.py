@@ -11,14 +11,14 @@ import pytest
 from click.testing import CliRunner
 
 from autotune.cli.main import cli
-from autotune.study.verdict import Confirmation, ConfirmedConfig
-from autotune.testing.races import raced_row, scaled
 from autotune.engines.python import PythonEngine
 from autotune.hardware import hardware_key
+from autotune.search.search import SearchOptions, check_inputs, runnable_space
+from autotune.search.tuner import SearchSettings, Tuner
 from autotune.study.best import best_result
-from autotune.study.search import SearchOptions, check_inputs, runnable_space
+from autotune.study.verdict import Confirmation, ConfirmedConfig
+from autotune.testing.races import raced_row, scaled
 from storage import open_storage, resolve_storage_url
-from autotune.study.tuner import SearchSettings, Tuner
 
 #: llama.cpp's --spec-default (common/arg.cpp): ngram-mod, n-match 24, n-max 64, n-min 48, spelled out
 SPEC_DEFAULT_FLAGS = ["--spec-type", "ngram-mod", "--spec-ngram-mod-n-match", "24", "--spec-ngram-mod-n-max", "64",

@@ -11,8 +11,8 @@ import optuna
 import pytest
 
 from autotune.models.candidates import Candidates
+from autotune.search.suggest import suggest_config
 from autotune.spec.space import parse_space
-from autotune.study.suggest import suggest_config
 
 SPACE = """
 [model]

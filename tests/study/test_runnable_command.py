@@ -22,11 +22,11 @@ from autotune.hardware import hardware_key
 from autotune.llamacpp.capabilities import parse_capabilities, read_capabilities
 from autotune.llamacpp.runnable import CommandCheck, command_check
 from autotune.llamacpp.server_binary import resolve_server_binary
+from autotune.race.confirm import top_trials
 from autotune.spec.command import format_command, server_argv
 from autotune.spec.config import SpecConfig
 from autotune.study.best import best_result
 from autotune.study.catalog import study_name
-from autotune.study.confirm import top_trials
 from autotune.study.records import config_attrs, store_study
 from storage import open_storage, resolve_storage_url
 
