@@ -12,8 +12,9 @@ from autotune.settings import default_models_dir
 
 
 @click.command()
-@click.option("--model", "-m", default="gemma3-270m", show_default=True,
-              help="The model whose target file the two engines decode (a search_spaces/<name>.toml file).")
+@click.option("--model", "-m", default=None,
+              help="The model whose target file the two engines decode (a search_spaces/<name>.toml file); "
+                   "default: the smallest known model on disk, the demo's Gemma 3 270M first.")
 @space_option
 @models_dir_option
 @server_bin_option
@@ -42,7 +43,7 @@ def doctor(model, space_file, models_dir, server_bin, as_json):
 
 
 def report_lines(report) -> list[str]:
-    lines = [f"model: {report.model}, decoding {report.target or 'nothing (see the problem below)'}"]
+    lines = [f"model: {report.model or 'none on disk'}, decoding {report.target or 'nothing (see below)'}"]
     isa = " ".join(report.cpu_extensions) if report.cpu_extensions is not None else "not read (not x86-64 Linux)"
     lines.append(f"cpu: {report.cpu}; extensions enabled: {isa or 'none'}")
     lines += [f"gpu: {g['index']}: {g['name']}, {g['memory_mib']} MiB, driver {g['driver']}" for g in report.gpus] or \
