@@ -6,7 +6,7 @@ measurements: at first the baseline's alone, then the references of every family
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
@@ -22,11 +22,13 @@ from autotune.predict.chains import DraftChains
 from autotune.predict.cost import CostModel, fill_tokens, measure_curve, measure_sampler
 from autotune.predict.predictor import Calibration, DraftCharge, Prediction, fit_calibration, predict
 from autotune.predict.replay import Replay, replay
-from autotune.predict.trajectory import Trajectories
+from autotune.predict.trajectory import Trajectories, Trajectory
 from autotune.spec.config import SpecConfig
 
 #: the largest verify batch the cost curves measure (a longer draft is charged as this)
 MAX_BATCH = 65
+#: output positions a divergence check decodes at once (its logits: this many rows of the vocabulary)
+DIVERGENCE_CHUNK = 64
 
 
 @dataclass
@@ -75,8 +77,9 @@ def measure_target(local: PythonEngine, target: Path, baseline: Measurement, mix
                    max_tokens: int, drafts: list[Path], chain_length: int, block_drafts: list[tuple[BlockPlan, Path]],
                    note: Callable[[str], None]) -> TargetModel:
     """`target`'s model from the arbiter's baseline measurement (its output is the trajectory, its decode
-    times the first calibration) and what `local` measures of it; its `ledger` has the phases
-    "trajectory", "step costs", "chains" and "blocks"."""
+    times the first calibration: no second decode of the mix) and what `local` measures of it; its `ledger`
+    has the phases "trajectory" (where the in-process greedy output would part from it), "step costs",
+    "chains" and "blocks"."""
     ledger = Ledger()
     with ledger.phase("trajectory"):
         local.prepare(SpecConfig(target), mix, max_tokens=max_tokens)
@@ -84,9 +87,9 @@ def measure_target(local: PythonEngine, target: Path, baseline: Measurement, mix
         is_eog = local.model(target).is_eog
         trajectories = Trajectories.from_measurement(str(target), arbiter, baseline, prompt_tokens, max_tokens, is_eog)
         if arbiter != "python":
-            own = local.measure(SpecConfig(target), mix, max_tokens=max_tokens)
-            trajectories = trajectories.with_divergence(
-                Trajectories.from_measurement(str(target), "python", own, prompt_tokens, max_tokens, is_eog))
+            context = local.context("target", target)
+            trajectories = replace(trajectories, divergence=tuple(
+                greedy_divergence(context, t, is_eog, max_tokens) for t in trajectories.prompts))
             parted = sum(d is not None for d in trajectories.divergence)
             if parted:
                 note(f"the in-process greedy output parts from llama-server's on {parted} of {len(prompt_tokens)} "
@@ -120,6 +123,23 @@ def measure_target(local: PythonEngine, target: Path, baseline: Measurement, mix
     found = TargetModel(SpecConfig(target), trajectories, cost, baseline, chains, recorded, ledger=ledger)
     found.calibrate([(SpecConfig(target), [r.decode_ms for r in baseline.results])])
     note(f"cost model of {target.name}: spread {cost.target.spread:.0%} over repeats")
+    return found
+
+
+def greedy_divergence(context, trajectory: Trajectory, is_eog: Callable[[int], bool], max_tokens: int) -> int | None:
+    """Where the in-process target's greedy choice first differs from `trajectory`'s output (None: never),
+    from one batched prefill of the prompt and the output: teacher-forced, every choice before the first
+    difference follows the trajectory's own tokens, so that is where a greedy decode in-process would part
+    from it. A trajectory that stopped early must choose an end-of-generation token there."""
+    prompt, tokens = list(trajectory.prompt_tokens), list(trajectory.tokens)
+    context.clear()
+    choices = [int(context.decode(prompt, 0)[-1].argmax())]
+    for start in range(0, len(tokens), DIVERGENCE_CHUNK):
+        chunk = tokens[start:start + DIVERGENCE_CHUNK]
+        choices += context.decode(chunk, len(prompt) + start, n_outputs=len(chunk)).argmax(axis=1).tolist()
+    found = next((i for i, (chosen, token) in enumerate(zip(choices, tokens)) if chosen != token), None)
+    if found is None and len(tokens) < max_tokens and not is_eog(choices[len(tokens)]):
+        return len(tokens)
     return found
 
 

@@ -60,16 +60,3 @@ class Trajectories:
             stopped = stopped or len(generated) < max_tokens
             prompts.append(Trajectory(result.prompt_id, tuple(tokens), tuple(generated), stopped))
         return cls(target, engine, max_tokens, tuple(prompts))
-
-    def with_divergence(self, other: "Trajectories") -> "Trajectories":
-        """These trajectories, noting per prompt where `other` (the in-process engine's) parts from them."""
-        found = tuple(first_divergence(a.tokens, b.tokens) for a, b in zip(self.prompts, other.prompts))
-        return Trajectories(self.target, self.engine, self.max_tokens, self.prompts, found)
-
-
-def first_divergence(a: Sequence[int], b: Sequence[int]) -> int | None:
-    """The first position where two outputs differ (the shorter one's end if one is a prefix); None if equal."""
-    for i, (x, y) in enumerate(zip(a, b)):
-        if x != y:
-            return i
-    return None if len(a) == len(b) else min(len(a), len(b))
