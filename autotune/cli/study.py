@@ -18,7 +18,8 @@ from autotune.race.race import DEFAULT_BUDGET
 
 
 #: the flags only the predicted strategy reads
-PREDICTED_ONLY_FLAGS = {"predict_trials": "--predict-trials", "plan": "--plan", "plan_tok_s": "--plan-tok-s"}
+PREDICTED_ONLY_FLAGS = {"predict_trials": "--predict-trials", "plan": "--plan", "plan_tok_s": "--plan-tok-s",
+                        "budget": "--budget", "again": "--again"}
 
 
 @click.command()
@@ -40,14 +41,21 @@ PREDICTED_ONLY_FLAGS = {"predict_trials": "--predict-trials", "plan": "--plan", 
 @click.option("--predict-trials", type=click.IntRange(min=1), default=400, show_default=True,
               help="[predict] Configurations the predicted study samples (TPE) where the grid is larger than it "
                    "can replay point by point.")
+@click.option("--budget", default=None,
+              help="[predict] The most the whole search may take, its downloads aside (15m, 1h, 900s): the race "
+                   "gets what the phases before it leave, and a budget too small for one race round is refused "
+                   "with the smallest that works. Default: no cap (the race stops at --race-budget).")
+@click.option("--again", is_flag=True,
+              help="[predict] Measure anew even where this search waited on another of the same model, files, space, "
+                   "prompts and length, which just finished (by default it answers from that one).")
 @click.option("--plan", is_flag=True,
               help="[predict] Measure one prompt of the baseline, print what the search would download, record and "
                    "race with the minutes of each phase on this machine, and stop (nothing is downloaded or stored).")
 @click.option("--plan-tok-s", type=click.FloatRange(min=0, min_open=True), default=None,
               help="[predict] With --plan: price the plan at this baseline decode tok/s instead of measuring it "
                    "(where no target is on disk yet).")
-def search(options, queue, server_bin, strategy, confirm_enabled, race_top, race_budget, predict_trials, plan,
-           plan_tok_s):
+def search(options, queue, server_bin, strategy, confirm_enabled, race_top, race_budget, predict_trials, budget,
+           again, plan, plan_tok_s):
     """Find the fastest speculative settings for MODEL on this machine and print their command line.
 
     By default (`--strategy predict`) the baseline is measured once; every configuration of the search
@@ -73,6 +81,7 @@ def search(options, queue, server_bin, strategy, confirm_enabled, race_top, race
     from autotune.cli.progress import TerminalReporter
     from autotune.engines import choose_engine
     from autotune.errors import UsageError
+    from autotune.search.plan import SearchBudget
     from autotune.search.predicted import cannot_predict, run_predicted_search
     from autotune.race.race import RaceBudget
     from autotune.study.records import PREDICTED_ENGINE
@@ -88,21 +97,24 @@ def search(options, queue, server_bin, strategy, confirm_enabled, race_top, race
         # refused where the search predicts (its race is the answer), taken where it falls back to measuring
         queue = tuple(replace(o, measured_only=(*o.measured_only, "--no-confirm")) for o in queue)
     race_options = ConfirmOptions(confirm_enabled, race_top, RaceBudget.parse(race_budget))
+    queue = tuple(replace(o, again=again) for o in queue)
+    search_budget = None if budget is None else SearchBudget.parse(budget)
     if plan_tok_s is not None and not plan:
         raise UsageError("--plan-tok-s prices a plan: add --plan")
     if plan:
         from autotune.search.plan_run import plan_search
 
         for model_options in queue:
-            for line in plan_search(model_options, race_options, server_bin=server_bin,
-                                    note=TerminalReporter().note, assume_tok_s=plan_tok_s):
+            for line in plan_search(model_options, race_options, server_bin=server_bin, note=TerminalReporter().note,
+                                    assume_tok_s=plan_tok_s, predict_trials=predict_trials, budget=search_budget):
                 click.echo(line)
         return
 
     def search_one(options, lease=None):
         if strategy == "predict":
             return run_predicted_search(options, reporter=TerminalReporter(), server_bin=server_bin,
-                                        race_options=race_options, predict_trials=predict_trials, lease=lease)
+                                        race_options=race_options, predict_trials=predict_trials, lease=lease,
+                                        budget=search_budget)
         return run_search(options, reporter=TerminalReporter(), server_bin=server_bin, confirm_options=race_options,
                           lease=lease)
 

@@ -18,13 +18,18 @@ def lease_key(settings: SearchSettings) -> LeaseKey:
 
 
 @contextmanager
-def search_lease(options, note: Callable[[str], None]) -> Iterator[Lease]:
+def search_lease(options, note: Callable[[str], None], on_wait: Callable[[], None] = lambda: None) -> Iterator[Lease]:
     """Hold the lease of `options` (SearchOptions): while another process holds it, wait, saying whose it
-    is and since when in one line, or, with `options.wait` off (--no-wait), raise LeaseHeld with that line."""
+    is and since when in one line (`on_wait` hears each holder waited for), or, with `options.wait` off
+    (--no-wait), raise LeaseHeld with that line."""
     key = lease_key(options.settings)
+
+    def waiting(holder: Holder | None) -> None:
+        note(f"waiting: {held_line(key, holder)}")
+        on_wait()
+
     with LeaseStore(resolve_storage_url(options.storage_url)) as leases:
-        lease = leases.claim(key, beat_s=options.heartbeat_s, wait=options.wait,
-                             on_wait=lambda holder: note(f"waiting: {held_line(key, holder)}"))
+        lease = leases.claim(key, beat_s=options.heartbeat_s, wait=options.wait, on_wait=waiting)
         with lease:
             announce_takeover(lease, note)
             yield lease

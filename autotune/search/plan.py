@@ -15,20 +15,37 @@ autotune.measure.ledger counts the same phases once they ran) and prices it at o
   target's. A GPU decodes a batch of a few dozen rows in about the time of one row (it is memory-bound);
   a CPU does not, so on a CPU the in-process phases are lower bounds.
 
+Each target runs at its own pace: measured where the search measured its baseline, else the measured
+target's pace scaled by the two files' sizes (a decode step reads every weight once), never faster. A
+draft's recordings are priced against the target they are recorded for. Every generation also costs its
+prompt's processing and first token (`Pace.request_s`, the baseline's mean).
+
+The plan is an upper bound of the search's `cost:` line: the race counts every entrant it starts (each
+target's baseline, its control and `--spec-default`, the finalists priced at the slowest target) for
+every round of its budget, and the round run on fresh servers after the decision.
+
 A file whose size is unknown (not on disk, the hub out of reach) is priced as large as the largest
 target, and its DFlash/DSpark block sizes as every n_max the space allows (the file would clamp them).
+
+`--budget` (`SearchBudget`) caps the whole search: `fit_budget` gives the race what the phases before it
+leave, and refuses a budget too small for one round of every entrant with the smallest that would do.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import math
+import re
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from autotune.engines.dflash.drafter import DFLASH_TYPES
+from autotune.engines.server_requests import WARMUP_TOKENS
+from autotune.errors import UsageError
 from autotune.gguf.info import read_gguf_info
 from autotune.measure.ledger import Ledger
 from autotune.predict.block_drafts import BlockPlan
 from autotune.predict.block_sample import SAMPLE_POSITIONS
+from autotune.predict.chains import chain_length
 from autotune.predict.cost import REPEATS, grid_sizes
 from autotune.predict.target import MAX_BATCH
 from autotune.race.race import RaceBudget
@@ -37,6 +54,13 @@ from autotune.spec.types import DRAFT_MODEL_TYPES, family_of
 
 #: depths each cost curve is measured at (autotune.predict.target.measure_target)
 _CURVE_DEPTHS = 2
+#: entrants of the round run after the decision: the winner, its baseline and its control
+_AFTER_DECISION_ENTRANTS = 3
+#: how much slower a divergence check's prefill (64 positions a batch, every row's logits) runs than the
+#: server's prompt processing (a batch of up to 512, one row's logits): measured on Gemma 3 270M here
+PREFILL_CHUNK_FACTOR = 2.0
+#: a predicted configuration's replay, in seconds (the demo: 153 configurations in 5-6 s on 2 cores)
+REPLAY_S_PER_CONFIGURATION = 0.05
 
 
 @dataclass(frozen=True)
@@ -61,15 +85,22 @@ class Workload:
     race_top: int = 4
     race_budget: RaceBudget = field(default_factory=lambda: RaceBudget(rounds=4))
     server_arbiter: bool = True
+    replayed: int = 0  # configurations the replay predicts at most
+    chain_length: int = 1  # the draft-simple chains' length (autotune.predict.chains.chain_length)
 
     @property
     def mix_tokens(self) -> int:
         return self.prompts * self.max_tokens
 
+    @property
+    def run_tokens(self) -> int:
+        """The most one run of the mix generates: the mix and the engine's warm-up request before it."""
+        return self.mix_tokens + min(WARMUP_TOKENS, self.max_tokens)
+
     @classmethod
     def of(cls, space: SearchSpace, files: dict[str, list[Path | str]], *, prompts: int, max_tokens: int,
            race_top: int, race_budget: RaceBudget, server_arbiter: bool,
-           sizes: dict[str, int] | None = None) -> "Workload":
+           sizes: dict[str, int] | None = None, replayed: int = 0) -> "Workload":
         """The workload of `space`'s predicted search over `files` (by role: "target", or a spec type:
         its draft files; a path on disk gives its size and block size, a bare name takes `sizes`)."""
         sizes = sizes or {}
@@ -92,7 +123,7 @@ class Workload:
                    tuple(planned(d) for d in chained.values()),  # a draft's chains serve every type it drafts for
                    tuple(planned(d, t) for t in types if t in DFLASH_TYPES for d in files[t]),
                    families=max(1, len(families)), race_top=race_top, race_budget=race_budget,
-                   server_arbiter=server_arbiter)
+                   server_arbiter=server_arbiter, replayed=replayed, chain_length=chain_length(space))
 
 
 def _block_limit(path: Path, spec_type: str) -> int | None:
@@ -105,10 +136,25 @@ def _block_limit(path: Path, spec_type: str) -> int | None:
 
 @dataclass(frozen=True)
 class Pace:
-    """The measured pace the plan prices the work at."""
+    """The pace the plan prices the work at (see the module docstring)."""
 
-    decode_tok_s: float  # the baseline's, on the arbiter
+    decode_tok_s: float  # the baseline's decode tok/s on the arbiter, of `measured_on`
     server_start_s: float  # one llama-server start and its warm-up
+    request_s: float = 0.0  # each generation's time besides its decode: its prompt's processing, its first token
+    measured_on: str | None = None  # the target file `decode_tok_s` is of (None: every target's)
+    per_target: tuple[tuple[str, float], ...] = ()  # (target file, decode tok/s) where each was measured
+    prefill_tok_s: float | None = None  # the baseline's prompt processing, tokens a second (None: not measured)
+
+    def step_s(self, target: PlannedFile, targets: tuple[PlannedFile, ...]) -> float:
+        """The seconds of one decode step of `target` (module docstring)."""
+        own = dict(self.per_target).get(target.name)
+        if own:
+            return 1.0 / own
+        measured = next((t for t in targets if t.name == self.measured_on), None)
+        scale = 1.0
+        if measured is not None and measured.size_bytes and target.size_bytes:
+            scale = max(1.0, target.size_bytes / measured.size_bytes)
+        return scale / self.decode_tok_s
 
 
 @dataclass(frozen=True)
@@ -126,39 +172,82 @@ class PlannedPhase:
 
 def plan_phases(work: Workload, pace: Pace) -> list[PlannedPhase]:
     """Each phase of the predicted search over `work` at `pace` (the module docstring says how)."""
-    step_s = 1.0 / pace.decode_tok_s
-    largest = max((f.size_bytes or 0 for f in work.targets), default=0)
+    steps = {t.name: pace.step_s(t, work.targets) for t in work.targets} or {"": 1.0 / pace.decode_tok_s}
+    sizes = {t.name: t.size_bytes for t in work.targets}
+    largest = max((s or 0 for s in sizes.values()), default=0)
 
-    def ratio(file: PlannedFile) -> float:  # a draft's step against the target's
-        return min(1.0, (file.size_bytes or largest) / largest) if largest else 1.0
+    def ratio(draft: PlannedFile, target: str) -> float:  # a draft's step against its target's
+        size = sizes.get(target) or largest
+        return min(1.0, (draft.size_bytes or size) / size) if size else 1.0
 
-    targets, mix = len(work.targets), work.mix_tokens
+    targets, mix, server = len(work.targets), work.mix_tokens, int(work.server_arbiter)
 
-    def generating(name: str, runs: int, starts: int, bound: bool = False) -> PlannedPhase:
-        return PlannedPhase(name, tokens=runs * mix, server_starts=starts,
-                            seconds=runs * mix * step_s + starts * pace.server_start_s, bound=bound)
+    def generating(name: str, runs_per_target: int, bound: bool = False) -> PlannedPhase:
+        runs = runs_per_target * targets
+        started = runs * server
+        seconds = sum(runs_per_target * _run_s(work, pace, s) for s in steps.values())
+        return PlannedPhase(name, tokens=runs * work.run_tokens, server_starts=started,
+                            seconds=seconds + started * pace.server_start_s, bound=bound)
+
+    def recording(name: str, decodes_of) -> PlannedPhase:  # decodes_of(target) -> [(decodes, draft's step ratio)]
+        work_of = {name_: decodes_of(name_) for name_ in steps}
+        return PlannedPhase(name, decodes=round(sum(n for w in work_of.values() for n, _ in w)),
+                            seconds=sum(steps[t] * n * r for t, w in work_of.items() for n, r in w))
 
     curve = len(grid_sizes(max(2, min(MAX_BATCH, work.max_tokens)))) * _CURVE_DEPTHS * (REPEATS + 1)
-    step_costs = targets * (curve + sum(curve * ratio(d) for d in work.draft_models)
-                            + sum(2 * _block_curve(work, d) * ratio(d) for d in work.block_drafts))
     positions = mix if SAMPLE_POSITIONS is None else min(mix, SAMPLE_POSITIONS)
-    chain_decodes = [(mix, ratio(d)) for d in work.draft_models]
-    block_decodes = [(2 * positions * d.block_sizes, ratio(d)) for d in work.block_drafts]
-    references = targets * (2 + work.families)  # at most one mix each: most leave earlier
-    entrants = work.race_top + 2 * targets
-    rounds = work.race_budget.rounds
-    phases = [generating("baseline", targets, targets * work.server_arbiter)]
-    if work.server_arbiter:
-        phases.append(generating("trajectory", targets, 0))
-    phases.append(PlannedPhase("step costs", decodes=round(step_costs), seconds=step_costs * step_s))
-    phases += [PlannedPhase(name, decodes=targets * sum(n for n, _ in work), seconds=targets * step_s * sum(n * r for n, r in work))
-               for name, work in (("chains", chain_decodes), ("blocks", block_decodes)) if work]
-    phases.append(generating("calibration", references, references * work.server_arbiter, bound=True))
-    if rounds is not None:
-        phases.append(generating("race", rounds * entrants, rounds * entrants * work.server_arbiter, bound=True))
-    else:
-        phases.append(PlannedPhase("race", seconds=work.race_budget.seconds, bound=True))
+    phases = [generating("baseline", 1)]
+    if work.server_arbiter:  # a prefill of each prompt and its output, in chunks: no decode
+        phases.append(PlannedPhase("trajectory", seconds=sum(_prefill_s(work, pace, s) for s in steps.values())))
+    phases.append(recording("step costs", lambda t: [(curve, 1.0)] + [(curve, ratio(d, t)) for d in work.draft_models]
+                            + [(2 * _block_curve(work, d), ratio(d, t)) for d in work.block_drafts]))
+    if work.draft_models:
+        # each position decodes the chain's missing part: all of it where the draft parted from the trajectory
+        phases.append(recording("chains", lambda t: [(mix * work.chain_length, ratio(d, t)) for d in work.draft_models]))
+    if work.block_drafts:
+        phases.append(recording("blocks", lambda t: [(2 * positions * d.block_sizes, ratio(d, t))
+                                                     for d in work.block_drafts]))
+    phases.append(PlannedPhase("replay", seconds=work.replayed * REPLAY_S_PER_CONFIGURATION, bound=True))
+    phases.append(generating("calibration", 2 + work.families, bound=True))  # at most one mix each
+    phases.append(race_phase(work, pace))
     return phases
+
+
+def race_phase(work: Workload, pace: Pace, budget: RaceBudget | None = None) -> PlannedPhase:
+    """The race at its most (module docstring): every round of `budget` (the workload's) with every entrant,
+    then the round after the decision."""
+    budget = budget or work.race_budget
+    steps = [pace.step_s(t, work.targets) for t in work.targets] or [1.0 / pace.decode_tok_s]
+    per_target = 2 + int(work.server_arbiter)  # the baseline, its control, --spec-default on llama-server
+    entrants = per_target * len(steps) + work.race_top
+    round_s = sum(per_target * _run_s(work, pace, s) for s in steps) + work.race_top * _run_s(work, pace, max(steps))
+    starts_per_round = entrants * int(work.server_arbiter)
+    after = _after_decision_s(work, pace)
+    if budget.rounds is None:
+        return PlannedPhase("race", seconds=budget.seconds + after, bound=True)
+    runs = budget.rounds * entrants + _AFTER_DECISION_ENTRANTS
+    return PlannedPhase("race", tokens=runs * work.run_tokens,
+                        server_starts=budget.rounds * starts_per_round + _AFTER_DECISION_ENTRANTS * work.server_arbiter,
+                        seconds=budget.rounds * (round_s + starts_per_round * pace.server_start_s) + after, bound=True)
+
+
+def _after_decision_s(work: Workload, pace: Pace) -> float:
+    """The round after the decision: the winner, its baseline and its control on fresh servers, at the slowest
+    target's pace."""
+    slowest = max((pace.step_s(t, work.targets) for t in work.targets), default=1.0 / pace.decode_tok_s)
+    return _AFTER_DECISION_ENTRANTS * (_run_s(work, pace, slowest) + work.server_arbiter * pace.server_start_s)
+
+
+def _prefill_s(work: Workload, pace: Pace, step_s: float) -> float:
+    """A prefill of the mix's prompts and outputs at a target's `step_s`: its prompts as the baseline processed
+    them, its outputs at the prompt-processing pace (`Pace.prefill_tok_s`), never slower than decoding."""
+    per_token = min(step_s, PREFILL_CHUNK_FACTOR / pace.prefill_tok_s) if pace.prefill_tok_s else step_s
+    return work.mix_tokens * per_token + work.prompts * pace.request_s
+
+
+def _run_s(work: Workload, pace: Pace, step_s: float) -> float:
+    """One entrant's run of the whole mix at `step_s` a token."""
+    return work.mix_tokens * step_s + work.prompts * pace.request_s
 
 
 def _block_curve(work: Workload, draft: PlannedFile) -> int:
@@ -192,3 +281,52 @@ def _minutes(seconds: float) -> str:
 def files_by_role(targets, drafts: dict) -> dict[str, list]:
     """The `files` of `Workload.of`: the targets, then each spec type's draft files (each once)."""
     return {"target": list(dict.fromkeys(targets)), **{t: list(dict.fromkeys(found)) for t, found in drafts.items()}}
+
+
+@dataclass(frozen=True)
+class SearchBudget:
+    """`--budget`: the most a whole search may take, its downloads aside (`15m`, `1h`, `900s`)."""
+
+    seconds: float
+
+    @classmethod
+    def parse(cls, text: str) -> "SearchBudget":
+        match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(s|m|min|h)\s*", str(text))
+        if not match or float(match.group(1)) <= 0:
+            raise UsageError(f"--budget {text}: give a duration (15m, 1h, 900s)")
+        return cls(float(match.group(1)) * {"s": 1, "m": 60, "min": 60, "h": 3600}[match.group(2)])
+
+    def describe(self) -> str:
+        return _minutes(self.seconds)
+
+
+def fit_budget(work: Workload, pace: Pace, budget: SearchBudget) -> Workload:
+    """`work` with a race that fits `budget` (module docstring): the race's own budget where its plan fits
+    what the phases before it leave, else those seconds (less the round after the decision). A budget
+    that leaves less than one round of every entrant is refused, naming the smallest that would do."""
+    phases = plan_phases(work, pace)
+    before = sum(p.seconds for p in phases if p.name != "race")
+    one_round = race_phase(work, pace, RaceBudget(rounds=1)).seconds
+    if before + one_round > budget.seconds:
+        smallest = math.ceil((before + one_round) / 60)
+        raise UsageError(f"--budget {budget.describe()} is too small for a verdict here: the phases before the race "
+                         f"take up to {_minutes(before)} and one race round {_minutes(one_round)}; give at least "
+                         f"--budget {smallest}m (or fewer prompts or tokens: --per-category, --max-tokens)")
+    if before + phases[-1].seconds <= budget.seconds:
+        return work
+    return replace(work, race_budget=RaceBudget(seconds=budget.seconds - before - _after_decision_s(work, pace)))
+
+
+def budget_line(budget: SearchBudget, work: Workload) -> str:
+    """`budget: 15.0 min, the race up to 4 rounds`: how a search spends its --budget."""
+    return f"budget: {budget.describe()} (downloads aside), the race up to {work.race_budget.describe()}"
+
+
+def race_budget_left(work: Workload, pace: Pace, left_s: float) -> RaceBudget:
+    """The race's budget once the phases before it ran, `left_s` seconds of the search's budget left: its
+    planned budget where that still fits, else the seconds left less the round after the decision (one
+    round's worth at least: a race that cannot finish a round still gives its standing result)."""
+    planned = race_phase(work, pace)
+    if planned.seconds <= left_s:
+        return work.race_budget
+    return RaceBudget(seconds=max(left_s - _after_decision_s(work, pace), 1.0))

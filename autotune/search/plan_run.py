@@ -4,8 +4,9 @@ record and race, with the minutes each phase will take on this machine (autotune
 Nothing is downloaded and nothing is stored: the inputs are checked as a search checks them, offline,
 the files the search would download are priced from the hub's metadata (when the hub answers), and
 the storage is never opened. The pace is the baseline's on the arbiter (llama-server when one resolves)
-on the mix's first prompt, with that server's start-up; `--plan-tok-s` gives a pace instead, for a
-machine where no target is on disk yet.
+on the mix's first prompt, with that server's start-up; where no target is on disk yet, the pace the
+search space states (`model.plan_tok_s`), or `--plan-tok-s`'s. A search with `--budget` measures the
+same pace first (`measure_pace`), so that it can refuse a budget too small before it measures anything else.
 """
 
 from __future__ import annotations
@@ -15,43 +16,43 @@ from typing import Callable
 
 from autotune.engines import choose_engine, create_engine
 from autotune.errors import ModelFileError, UsageError
+from autotune.measure.device_lock import device_lock
 from autotune.measure.prompts import PromptMix, default_mix_path, load_prompt_mix
 from autotune.models.candidates import Candidates
 from autotune.models.files import ModelFiles, missing_hub_files
-from autotune.models.hub import download_line, download_sizes, format_size, hub_cache_dir
-from autotune.search.plan import Pace, Workload, files_by_role, plan_line, plan_phases
+from autotune.models.hub import HubFile, download_line, download_sizes, format_size, hub_cache_dir
+from autotune.search.plan import Pace, SearchBudget, Workload, budget_line, fit_budget, files_by_role, plan_line, plan_phases
+from autotune.search.predicted_space import BRUTE_FORCE_LIMIT, grid_size
 from autotune.search.search import ConfirmOptions, SearchInputs, SearchOptions, check_inputs
 from autotune.settings import default_models_dir
 from autotune.spec.config import SpecConfig
-from autotune.spec.space import load_model_space
+from autotune.spec.space import SearchSpace, load_model_space
 
-#: the server start priced where the pace is given (--plan-tok-s), not measured
+#: what a pace that is given (--plan-tok-s, model.plan_tok_s), not measured, assumes of the rest: an 8B
+#: target's llama-server start from a warm page cache, and a prompt's processing and first token on a GPU
 ASSUMED_SERVER_START_S = 10.0
+ASSUMED_REQUEST_S = 0.2
 
 
 def plan_search(options: SearchOptions, race_options: ConfirmOptions, *, server_bin: str | None,
-                note: Callable[[str], None], assume_tok_s: float | None = None) -> list[str]:
+                note: Callable[[str], None], assume_tok_s: float | None = None,
+                predict_trials: int = 400, budget: SearchBudget | None = None) -> list[str]:
     """The plan's lines (module docstring): the download, the workload, each phase, the total."""
     inputs = _inputs(options)
     missing = missing_hub_files(inputs.space, options.models_dir or default_models_dir())
     sizes = download_sizes(missing, offline=options.offline)
     arbiter = choose_engine(None, server_bin=server_bin)
-    drafts = {t: [d for _, d in pairs] for t, pairs in inputs.candidates.pairs.items()}
-    for hub_file in missing:
-        if hub_file.role.startswith("drafts."):
-            drafts.setdefault(hub_file.role.removeprefix("drafts."), []).append(hub_file.filename)
-    targets = [*inputs.candidates.targets, *(f.filename for f in missing if f.role == "model")]
-    work = Workload.of(inputs.space, files_by_role(targets, drafts), prompts=len(inputs.mix),
-                       max_tokens=options.settings.max_tokens, race_top=race_options.top,
-                       race_budget=race_options.budget, server_arbiter=arbiter == "server",
-                       sizes={f.filename: s for f, s in sizes.items() if s is not None})
-    pace, measured = _pace(options, inputs, arbiter, server_bin, assume_tok_s, note)
+    work = search_workload(inputs, inputs.space, race_options, arbiter, options.settings.max_tokens, predict_trials,
+                           missing=missing, sizes={f.filename: s for f, s in sizes.items() if s is not None})
+    pace, measured = measure_pace(options, inputs, arbiter, server_bin, assume_tok_s, note)
+    if budget is not None:
+        work = fit_budget(work, pace, budget)
     lines = [download_line(missing, sizes, hub_cache_dir()) if missing else "download: nothing, every file is on disk",
              f"workload: {len(work.targets)} target(s), {len(inputs.mix)} prompts x {work.max_tokens} tokens; "
              f"{len(work.draft_models)} draft model(s) (chains), {len(work.block_drafts)} DFlash/DSpark draft(s) "
              f"({sum(d.block_sizes for d in work.block_drafts)} block sizes); race of {work.race_top} finalists "
              f"with the references, up to {work.race_budget.describe()}",
-             f"pace: {measured}"]
+             f"pace: {measured}"] + ([budget_line(budget, work)] if budget is not None else [])
     phases = plan_phases(work, pace)
     lines += [f"  {p.name:<12} {p.tokens:>10,} tokens {p.decodes:>10,} decodes {p.server_starts:>4} server starts "
               f"{'≤' if p.bound else ' '}{p.seconds / 60:7.1f} min" for p in phases]
@@ -73,24 +74,60 @@ def _inputs(options: SearchOptions) -> SearchInputs:
     return SearchInputs(space=space, mix=mix, files=ModelFiles(()), candidates=Candidates(()))
 
 
-def _pace(options: SearchOptions, inputs, arbiter: str, server_bin: str | None, assume_tok_s: float | None,
-          note: Callable[[str], None]) -> tuple[Pace, str]:
-    """The pace and how it was found: `assume_tok_s`, or the first target's baseline on the mix's first prompt."""
+def search_workload(inputs: SearchInputs, space: SearchSpace, race_options: ConfirmOptions, arbiter: str,
+                    max_tokens: int, predict_trials: int, *, missing: list[HubFile] = (),
+                    sizes: dict[str, int] | None = None) -> Workload:
+    """What a predicted search of `space` over `inputs`' files (and the hub files still `missing`) measures."""
+    grid = grid_size(space, inputs)
+    replayed = int(grid) if grid <= BRUTE_FORCE_LIMIT else predict_trials
+    drafts = {t: [d for _, d in pairs] for t, pairs in inputs.candidates.pairs.items() if t in space.spec_types}
+    for hub_file in missing:
+        if hub_file.role.startswith("drafts."):
+            drafts.setdefault(hub_file.role.removeprefix("drafts."), []).append(hub_file.filename)
+    targets = [*inputs.candidates.targets, *(f.filename for f in missing if f.role == "model")]
+    return Workload.of(space, files_by_role(targets, drafts), prompts=len(inputs.mix), max_tokens=max_tokens,
+                       race_top=race_options.top, race_budget=race_options.budget, server_arbiter=arbiter == "server",
+                       sizes=sizes, replayed=replayed)
+
+
+def measure_pace(options: SearchOptions, inputs: SearchInputs, arbiter: str, server_bin: str | None,
+                 assume_tok_s: float | None, note: Callable[[str], None]) -> tuple[Pace, str]:
+    """The pace and how it was found: `assume_tok_s`, the first target's baseline on the mix's first prompt,
+    or, with no target on disk, the pace the space states."""
+    first = inputs.candidates.targets[0].name if inputs.candidates.targets else _first_hub_target(options)
     if assume_tok_s is not None:
-        return (Pace(assume_tok_s, ASSUMED_SERVER_START_S),
-                f"{assume_tok_s:g} tok/s as given (--plan-tok-s), {ASSUMED_SERVER_START_S:g} s a server start (assumed)")
+        return (Pace(assume_tok_s, ASSUMED_SERVER_START_S, ASSUMED_REQUEST_S, measured_on=first),
+                f"{assume_tok_s:g} tok/s as given (--plan-tok-s) for {first}; {_ASSUMED}")
     if not inputs.candidates.targets:
-        raise UsageError(f"--plan: no target of {options.model} is on disk to measure; give the pace with "
-                         "--plan-tok-s N (the baseline's decode tok/s on this machine)")
+        stated = inputs.space.model.plan_tok_s
+        if stated is None:
+            raise UsageError(f"--plan: no target of {options.model} is on disk to measure, and its search space states "
+                             "no pace (model.plan_tok_s); give one with --plan-tok-s N (the baseline's decode tok/s)")
+        return (Pace(stated, ASSUMED_SERVER_START_S, ASSUMED_REQUEST_S, measured_on=first),
+                f"{stated:g} tok/s for {first}, the pace {options.model}'s search space states (model.plan_tok_s), "
+                f"since no target is on disk to measure (--plan-tok-s N gives this machine's); {_ASSUMED}")
     target = inputs.candidates.targets[0]
     one = PromptMix(inputs.mix.source, inputs.mix.prompts[:1])
     settings, model = options.settings, inputs.space.model
     note(f"plan: measuring the baseline of {target.name} on one prompt on the {arbiter} engine")
-    with create_engine(arbiter, context_size=model.context_size, threads=settings.threads, server_bin=server_bin,
-                       base_flags=model.base_flags, sampling=settings.sampling) as engine:
+    with device_lock(lambda device: note(f"plan: waiting: another autotune search is measuring on {device}")), \
+            create_engine(arbiter, context_size=model.context_size, threads=settings.threads, server_bin=server_bin,
+                          base_flags=model.base_flags, sampling=settings.sampling) as engine:
         engine.prepare(SpecConfig(target), one, max_tokens=settings.max_tokens)
         measured = engine.measure(SpecConfig(target), one, max_tokens=settings.max_tokens)
     start_s = measured.startup_ms / 1000
-    return (Pace(measured.mix_tok_s, start_s),
+    return (Pace(measured.mix_tok_s, start_s, measured.ttft_ms / 1000, measured_on=target.name,
+                 prefill_tok_s=measured.prompt_tok_s or None),
             f"{measured.mix_tok_s:.1f} tok/s, the baseline of {target.name} on one prompt on the {arbiter} engine"
             + (f", {start_s:.1f} s a server start" if arbiter == "server" else ""))
+
+
+_ASSUMED = (f"{ASSUMED_SERVER_START_S:g} s a server start and {ASSUMED_REQUEST_S:g} s a prompt's processing "
+            "(assumed)")
+
+
+def _first_hub_target(options: SearchOptions) -> str | None:
+    """The first target file a search of `options` would download (the one a stated pace is of)."""
+    space = load_model_space(options.model, options.space_file)
+    return next((f.filename for f in missing_hub_files(space, options.models_dir or default_models_dir())
+                 if f.role == "model"), None)

@@ -26,7 +26,9 @@ race's last prompt: another search of this machine never times anything while th
 
 from __future__ import annotations
 
+import time
 from contextlib import nullcontext
+from datetime import datetime, timezone
 from dataclasses import replace
 
 import optuna
@@ -34,8 +36,7 @@ import optuna
 from autotune.engines import choose_engine, create_engine
 from autotune.engines.dflash.drafter import DFLASH_TYPES
 from autotune.engines.drafters.build import CHAINABLE_TYPES
-from autotune.engines.worker import WorkerEngine
-from autotune.errors import UsageError, WorkerDied
+from autotune.errors import UsageError
 from autotune.hardware import hardware_key
 from autotune.llamacpp.runnable import CommandCheck, command_check
 from autotune.llamacpp.server_binary import command_binary
@@ -43,23 +44,25 @@ from autotune.measure.device_lock import device_lock
 from autotune.measure.ledger import Ledger
 from autotune.measure.prompts import PromptMix
 from autotune.models.files import file_sha256
-from autotune.predict.block_drafts import BlockPlan
-from autotune.predict.chains import chain_length
-from autotune.predict.target import measure_target
 from autotune.race.confirm import trial_entrant
 from autotune.race.entrants import Entrant, speedup_of
 from autotune.race.race import PAIRING_NOTES, race, round_line, status_line
+from autotune.search.answered import finished_since, space_digest
 from autotune.search.calibration import as_predicted, calibrate, fit_inputs
 from autotune.search.leased import search_lease
-from autotune.search.plan import Pace, Workload, eta_line, files_by_role, plan_line, plan_phases
+from autotune.search.plan import (
+    Pace, SearchBudget, Workload, budget_line, eta_line, fit_budget, plan_line, plan_phases, race_budget_left,
+)
+from autotune.search.plan_run import measure_pace, search_workload
 from autotune.search.predicted_space import finalists, replay_space, store_predictions
 from autotune.search.references import measures_spec_default
+from autotune.search.targets import MeasuredTargets
 from autotune.search.search import ConfirmOptions, SearchInputs, SearchOptions, check_inputs, run_search, runnable_space
 from autotune.search.tuner import SearchReporter, SearchSettings
 from autotune.spec.command import ServerCommand
 from autotune.spec.config import SpecConfig
 from autotune.spec.space import SearchSpace
-from autotune.spec.types import DRAFT_MODEL_TYPES, family_of, spec_members
+from autotune.spec.types import family_of, spec_members
 from autotune.study.best import BestResult, best_result
 from autotune.study.catalog import study_name
 from autotune.study.records import (
@@ -105,7 +108,8 @@ def replayable(spec_type: str) -> bool:
 
 def run_predicted_search(options: SearchOptions, *, reporter: SearchReporter, server_bin: str | None,
                          race_options: ConfirmOptions = ConfirmOptions(),
-                         predict_trials: int = PREDICT_TRIALS, lease: Lease | None = None) -> BestResult:
+                         predict_trials: int = PREDICT_TRIALS, lease: Lease | None = None,
+                         budget: SearchBudget | None = None) -> BestResult:
     """Predict, then race (see the module docstring) under the lease of this search's key (`lease`, or one
     claimed here: waiting for another search of the key, or LeaseHeld with --no-wait); returns the run's
     best (the race's pick). A search that cannot be predicted (`cannot_predict`) is measured instead
@@ -118,34 +122,60 @@ def run_predicted_search(options: SearchOptions, *, reporter: SearchReporter, se
     if options.measured_only:
         raise measured_only_refused(options.measured_only, "this search is predicted (--strategy predict, the "
                                                            "default): drop them, or pass --strategy measure")
-    with nullcontext(lease) if lease is not None else search_lease(options, reporter.note) as held:
+    waited_from: list[datetime] = []  # when this search began to wait on another of its key
+    claimed = nullcontext(lease) if lease is not None else search_lease(
+        options, reporter.note, on_wait=lambda: waited_from.append(datetime.now(timezone.utc)))
+    with claimed as held:
+        answered = None if not waited_from or options.again else finished_since(
+            open_storage(resolve_storage_url(options.storage_url)), inputs, options.settings, waited_from[0])
+        if answered is not None:
+            reporter.note(f"answering from {answered.study_name}, the search of the same files, space, prompts and "
+                          "length that just finished while this one waited (--again measures anew)")
+            return best_result(answered, check=command_check(server_bin))
+        if budget is not None:  # refused or fitted before anything but its pace is measured
+            race_options = _fit_budget(options, inputs, race_options, server_bin, predict_trials, budget, reporter)
         study = predict_and_race(inputs, options.settings, storage_url=options.storage_url, server_bin=server_bin,
                                  race_options=race_options, predict_trials=predict_trials, reporter=reporter,
-                                 lease=held)
+                                 lease=held, budget=budget)
     return best_result(study, check=command_check(server_bin))
+
+
+def _fit_budget(options: SearchOptions, inputs: SearchInputs, race_options: ConfirmOptions, server_bin: str | None,
+                predict_trials: int, budget: SearchBudget, reporter: SearchReporter) -> ConfirmOptions:
+    """The race's options within `budget`, from the pace of one prompt of the baseline (as `--plan` measures
+    it); UsageError where the budget is too small for a verdict."""
+    arbiter = choose_engine(None, server_bin=server_bin)
+    pace, how = measure_pace(options, inputs, arbiter, server_bin, None, reporter.note)
+    work = fit_budget(search_workload(inputs, inputs.space, race_options, arbiter, options.settings.max_tokens,
+                                      predict_trials), pace, budget)
+    reporter.note(f"{budget_line(budget, work)}; pace: {how}")
+    return replace(race_options, budget=work.race_budget)
 
 
 def predict_and_race(inputs: SearchInputs, settings: SearchSettings, *, storage_url: str | None,
                      server_bin: str | None, race_options: ConfirmOptions, predict_trials: int,
                      reporter: SearchReporter, lease: Lease, preset: SpecConfig | None = None,
-                     study_attrs: dict | None = None, new_files: frozenset[str] = frozenset()) -> optuna.Study:
+                     study_attrs: dict | None = None, new_files: frozenset[str] = frozenset(),
+                     budget: SearchBudget | None = None) -> optuna.Study:
     """Steps 1-6 of the module docstring on checked inputs, under `lease` (this search's key) and the device
     lock from the baseline to the race's last prompt; `preset` (the configuration in use) races beside the
     finalists, and the best predicted with each of `new_files` (a night's new release) among them. Returns
-    the new run (autotune.study.runs), its race stored with it; earlier runs stay as they were."""
+    the new run (autotune.study.runs), its race stored with it; earlier runs stay as they were. With `budget`,
+    the race gets what the phases before it left of it (the clock starts once the device is ours)."""
     storage = open_storage(resolve_storage_url(storage_url))  # a bad storage is found before any measurement
     for note in inputs.notes:
         reporter.note(note)
     with device_lock(lambda device: reporter.note(f"waiting: another autotune search is measuring on {device}")):
+        deadline = None if budget is None else time.monotonic() + budget.seconds
         return _predict_and_race(inputs, settings, storage, server_bin=server_bin, race_options=race_options,
                                  predict_trials=predict_trials, reporter=reporter, lease=lease, preset=preset,
-                                 study_attrs=study_attrs, new_files=new_files)
+                                 study_attrs=study_attrs, new_files=new_files, deadline=deadline)
 
 
 def _predict_and_race(inputs: SearchInputs, settings: SearchSettings, storage: optuna.storages.BaseStorage, *,
                       server_bin: str | None, race_options: ConfirmOptions, predict_trials: int,
                       reporter: SearchReporter, lease: Lease, preset: SpecConfig | None, study_attrs: dict | None,
-                      new_files: frozenset[str]) -> optuna.Study:
+                      new_files: frozenset[str], deadline: float | None) -> optuna.Study:
     model = inputs.space.model
     arbiter = choose_engine(None, server_bin=server_bin)
     binary, missing = command_binary(server_bin)
@@ -164,18 +194,14 @@ def _predict_and_race(inputs: SearchInputs, settings: SearchSettings, storage: o
         space = _predictable(runnable_space(inputs.space, engine, inputs.candidates, reporter,
                                             sampling=settings.sampling), reporter)
         with_spec_default = measures_spec_default(engine)
-        baselines = {}
-        for target in inputs.candidates.targets:
-            engine.prepare(SpecConfig(target), inputs.mix, max_tokens=settings.max_tokens)
-            reporter.note(f"measuring the baseline of {target.name} on the {arbiter} engine: its output is the trajectory")
-            baselines[target] = engine.measure(SpecConfig(target), inputs.mix, max_tokens=settings.max_tokens)
+        measured = MeasuredTargets(inputs, settings, engine.build_info, reporter.note)
+        baselines = measured.baselines(engine, arbiter)
         build = engine.build_info
-    phases = _plan(inputs, space, settings, race_options, arbiter, baselines)
+    work, pace = _plan(inputs, space, settings, race_options, arbiter, baselines, predict_trials)
+    phases = plan_phases(work, pace)
     reporter.note(plan_line(phases))
     ledger.on_phase_end = lambda: reporter.note(eta_line(phases, ledger))
-    targets = _target_models(inputs, settings, arbiter, baselines, space, reporter)
-    for target_model in targets.values():
-        ledger.add(target_model.ledger)
+    targets = measured.models(space, arbiter, ledger)
     with ledger.phase("replay"):
         replayed, grid = replay_space(space, inputs, targets, trials=predict_trials, seed=settings.seed,
                                       reporter=reporter)
@@ -188,7 +214,8 @@ def _predict_and_race(inputs: SearchInputs, settings: SearchSettings, storage: o
     store_study(study, model=settings.model, hardware=hardware_key(), engine=PREDICTED_ENGINE, objective="decode",
                 measurement={"prompts": [p.id for p in inputs.mix], "prompt_source": inputs.mix.source,
                              "max_tokens": settings.max_tokens, "repeats": 1, "sampling": settings.sampling.as_dict()},
-                files=inputs.candidates.fingerprint(), llama_server=command.as_dict(), **(study_attrs or {}))
+                files=inputs.candidates.fingerprint(), llama_server=command.as_dict(), space=space_digest(inputs.space),
+                **(study_attrs or {}))
     baseline_numbers = _add_references(study, targets, references, command, arbiter, build,
                                        [p.category for p in inputs.mix])
     store_predictions(study, replayed, targets, command, baseline_numbers, [p.category for p in inputs.mix])
@@ -200,25 +227,30 @@ def _predict_and_race(inputs: SearchInputs, settings: SearchSettings, storage: o
                         for t, m in targets.items()},
         "predicted_configurations": len(replayed), "grid": grid,
     })
+    if deadline is not None:
+        race_options = replace(race_options, budget=race_budget_left(work, pace, deadline - time.monotonic()))
     with ledger.phase("race"):
         entrants = _race(study, inputs, settings, arbiter, engine_args, arbiter_command, race_options, reporter, check,
                          preset, new_files, lease)
     _refit(study, targets, entrants, inputs.mix)
     store_study(study, cost=ledger.as_dict())
+    measured.forget()
     reporter.note(ledger.line())
     return study
 
 
 def _plan(inputs: SearchInputs, space: SearchSpace, settings: SearchSettings, race_options: ConfirmOptions,
-          arbiter: str, baselines: dict) -> list:
-    """The plan of this search (autotune.search.plan) at the pace of the baselines it measured."""
-    drafts = {t: [d for _, d in pairs] for t, pairs in inputs.candidates.pairs.items() if t in space.spec_types}
-    work = Workload.of(space, files_by_role(inputs.candidates.targets, drafts), prompts=len(inputs.mix),
-                       max_tokens=settings.max_tokens, race_top=race_options.top, race_budget=race_options.budget,
-                       server_arbiter=arbiter == "server")
-    tok_s = [m.mix_tok_s for m in baselines.values() if m.mix_tok_s > 0]
-    start_s = [m.startup_ms / 1000 for m in baselines.values()]
-    return plan_phases(work, Pace(sum(tok_s) / len(tok_s) if tok_s else 1.0, max(start_s, default=0.0)))
+          arbiter: str, baselines: dict, predict_trials: int) -> tuple[Workload, Pace]:
+    """The workload of this search (autotune.search.plan) and the pace of the baselines it measured, each
+    target's own."""
+    work = search_workload(inputs, space, race_options, arbiter, settings.max_tokens, predict_trials)
+    tok_s = {target.name: m.mix_tok_s for target, m in baselines.items() if m.mix_tok_s > 0}
+    results = [r for m in baselines.values() for r in m.results]
+    request_s = sum(r.prompt_ms for r in results) / len(results) / 1000 if results else 0.0
+    start_s = max((m.startup_ms / 1000 for m in baselines.values()), default=0.0)
+    prefill = min((m.prompt_tok_s for m in baselines.values() if m.prompt_tok_s > 0), default=None)
+    return work, Pace(min(tok_s.values(), default=1.0), start_s, request_s, per_target=tuple(tok_s.items()),
+                      prefill_tok_s=prefill)
 
 
 def _predictable(space: SearchSpace, reporter: SearchReporter) -> SearchSpace:
@@ -228,38 +260,6 @@ def _predictable(space: SearchSpace, reporter: SearchReporter) -> SearchSpace:
         reporter.note(f"not predicted: {', '.join(left)} (the replay covers the n-gram types, draft-simple and their "
                       "combinations, and draft-dflash and draft-dspark alone); --strategy measure measures them")
     return space.restricted_to({t for t in space.spec_types if replayable(t)})
-
-
-def _target_models(inputs: SearchInputs, settings: SearchSettings, arbiter: str, baselines: dict,
-                   space: SearchSpace, reporter: SearchReporter) -> dict:
-    """Each target's trajectories, cost curves, draft chains and blocks, measured in the worker."""
-    drafts_of: dict = {}
-    blocks_of: dict = {}
-    for spec_type, pairs in inputs.candidates.pairs.items():
-        if spec_type not in space.spec_types:
-            continue
-        for target, draft in pairs:
-            if spec_type in DFLASH_TYPES:
-                blocks_of.setdefault(target, []).append((BlockPlan.of(space, spec_type), draft))
-            elif spec_type in DRAFT_MODEL_TYPES:
-                drafts_of.setdefault(target, set()).add(draft)
-    model = inputs.space.model
-    with WorkerEngine(context_size=model.context_size, threads=settings.threads, base_flags=model.base_flags,
-                      sampling=settings.sampling) as worker:
-        return {target: _in_worker(worker, reporter, measure_target, target, baseline, inputs.mix, arbiter=arbiter,
-                                   max_tokens=settings.max_tokens, drafts=sorted(drafts_of.get(target, ())),
-                                   chain_length=chain_length(space), block_drafts=blocks_of.get(target, []))
-                for target, baseline in baselines.items()}
-
-
-def _in_worker(worker: WorkerEngine, reporter: SearchReporter, function, *args, **kwargs):
-    """`function` run in the worker (llama.cpp never runs in this process); a worker that dies is replaced
-    and the call retried once, and a second death ends the search with its one-line reason."""
-    try:
-        return worker.run(function, *args, on_note=reporter.note, **kwargs)
-    except WorkerDied as exc:
-        reporter.note(f"the in-process worker died ({exc}); retrying once in a fresh worker")
-    return worker.run(function, *args, on_note=reporter.note, **kwargs)
 
 
 def _add_references(study: optuna.Study, targets: dict, references: list[Entrant], command: ServerCommand,

@@ -81,6 +81,7 @@ class SearchOptions:
     draft_hf: str | None = None  # --draft-hf, with --hf: draft-simple drafts from another repo
     offline: bool = False  # --offline: download nothing from the hub (as HF_HUB_OFFLINE=1)
     measured_only: tuple[str, ...] = ()  # flags the user gave that only the measured strategy reads
+    again: bool = False  # --again: measure anew, even where a search of the same inputs just finished
 
     @property
     def model(self) -> str:

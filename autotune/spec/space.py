@@ -91,6 +91,9 @@ class ModelSection:
     base_flags: tuple[str, ...] = ()
     hf: str | None = None  # the targets' hub repo
     revision: str | None = None  # pinned revision of `hf`
+    #: the first target's plain decode tok/s on the hardware the space was written for: the pace `search --plan`
+    #: prices at where no target is on disk to measure yet
+    plan_tok_s: float | None = None
 
     @property
     def targets(self) -> FilePattern:
@@ -140,6 +143,7 @@ _MODEL_KEYS: dict[str, type | tuple[type, ...]] = {
     "base_flags": list,
     "hf": str,
     "revision": str,
+    "plan_tok_s": (int, float),
 }
 #: Keys of a [drafts.<type>] table.
 _DRAFT_KEYS = ("file", "quants", "hf", "revision")
@@ -302,12 +306,14 @@ class _SpaceParser:
             if expected is None:
                 raise self.fail(f"model.{key}", f"unknown key (known: {', '.join(_MODEL_KEYS)})")
             if not isinstance(value, expected) or isinstance(value, bool):
-                raise self.fail(f"model.{key}", f"expected {expected.__name__}, got {type(value).__name__}")
+                names = " or ".join(e.__name__ for e in (expected if isinstance(expected, tuple) else (expected,)))
+                raise self.fail(f"model.{key}", f"expected {names}, got {type(value).__name__}")
         for key in _REQUIRED_MODEL_KEYS:
             if key not in table:
                 raise self.fail(f"model.{key}", "required key is missing")
-        if table.get("context_size", 1) <= 0:
-            raise self.fail("model.context_size", "must be positive")
+        for key in ("context_size", "plan_tok_s"):
+            if table.get(key, 1) <= 0:
+                raise self.fail(f"model.{key}", "must be positive")
         flags = table.get("base_flags", [])
         if not all(isinstance(f, str) for f in flags):
             raise self.fail("model.base_flags", "expected a list of strings")

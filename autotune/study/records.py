@@ -123,6 +123,7 @@ class StudyRecord:
     confirmation: dict | None = None  # Confirmation.as_dict() of the last confirmation (or race)
     prediction: dict = field(default_factory=dict)  # a predicted study's trajectories, costs and calibration
     cost: dict = field(default_factory=dict)  # Ledger.as_dict(): what the search cost per phase (autotune.measure.ledger)
+    space: str | None = None  # a predicted run's search space, its digest (autotune.search.answered)
 
     @classmethod
     def of(cls, study: optuna.Study) -> "StudyRecord":

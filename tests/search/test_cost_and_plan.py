@@ -35,27 +35,43 @@ def test_plan_prints_each_phase_and_stores_nothing(tiny_space, models_dir, autot
     assert lines[1].startswith("workload: 1 target(s), 11 prompts x 16 tokens; 1 draft model(s) (chains)")
     assert lines[2].startswith("pace: ") and "tok/s, the baseline of tiny-target.gguf on one prompt on the server engine" in lines[2]
     rows = {line.split()[0] if not line.strip().startswith("step") else "step costs": line for line in lines[3:-1]}
-    assert set(rows) == set(PHASES) - {"replay"}, lines
-    assert "11 prompts" in lines[1] and f"{11 * 16:,} tokens" in rows["baseline"]  # the mix, once per target
+    assert set(rows) == set(PHASES), lines
+    assert "11 prompts" in lines[1] and f"{11 * 16 + 8:,} tokens" in rows["baseline"]  # the mix and its warm-up, once
     assert lines[-1].startswith("plan: up to ") and "on this machine: baseline " in lines[-1]
     assert "plan: measuring the baseline of tiny-target.gguf on one prompt" in result.stderr
     assert not database.exists() and not (autotune_home / "autotune.db").exists()
 
 
-def test_plan_of_a_hub_space_with_nothing_on_disk_prices_the_download_at_a_given_pace(tmp_path, autotune_home):
+def test_plan_of_a_hub_space_with_nothing_on_disk_prices_the_download_at_the_spaces_pace(tmp_path, autotune_home):
     empty = tmp_path / "empty"
     empty.mkdir()
     args = ["search", "--model", "qwen3-8b", "--models-dir", str(empty), "--plan", "--offline", "--max-tokens", "512",
             "--per-category", "4"]
-    refused = CliRunner().invoke(cli, args)
-    assert refused.exit_code == 2 and "--plan-tok-s" in refused.output, refused.output  # nothing to measure
-    lines = run(*args, "--plan-tok-s", "95").stdout.splitlines()
+    lines = run(*args).stdout.splitlines()  # nothing to measure: the space states a pace (model.plan_tok_s)
     assert lines[0].startswith("downloading 8 files from the hub (size unknown")  # offline: no sizes
     assert lines[1].startswith("workload: 2 target(s), 44 prompts x 512 tokens; 2 draft model(s) (chains), "
                                "4 DFlash/DSpark draft(s)"), lines[1]
-    assert lines[2].startswith("pace: 95 tok/s as given (--plan-tok-s)")
+    assert lines[2].startswith("pace: 95 tok/s for Qwen3-8B-Q4_K_M.gguf, the pace qwen3-8b's search space states"), lines[2]
     baseline = next(line for line in lines if line.split()[0] == "baseline")
-    assert f"{2 * 44 * 512:,} tokens" in baseline  # the mix once per target
+    assert f"{2 * (44 * 512 + 8):,} tokens" in baseline  # the mix and its warm-up, once per target
+    given = run(*args, "--plan-tok-s", "40").stdout.splitlines()
+    assert given[2].startswith("pace: 40 tok/s as given (--plan-tok-s)")
+
+
+def test_a_budget_too_small_for_one_race_round_is_refused_with_the_smallest_that_works(tmp_path, autotune_home):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    args = ["search", "--model", "qwen3-8b", "--models-dir", str(empty), "--plan", "--offline", "--max-tokens", "512",
+            "--per-category", "4"]
+    refused = CliRunner().invoke(cli, [*args, "--budget", "15m"])
+    assert refused.exit_code == 2 and "--budget 15.0 min is too small for a verdict here" in refused.output, refused.output
+    smallest = int(refused.output.split("give at least --budget ")[1].split("m")[0])
+    lines = run(*args, "--budget", f"{smallest}m").stdout.splitlines()
+    assert lines[3].startswith(f"budget: {smallest:.1f} min (downloads aside), the race up to "), lines[3]
+    total = lines[-1].split("plan: up to ")[1].split(" min")[0]
+    assert float(total) <= smallest  # the plan fits the budget it was given
+    bad = CliRunner().invoke(cli, [*args, "--budget", "15"])
+    assert bad.exit_code == 2 and "give a duration (15m, 1h, 900s)" in bad.output
 
 
 def test_a_search_plans_keeps_an_eta_and_stores_its_cost(tiny_space, models_dir, autotune_home):
@@ -76,8 +92,9 @@ def test_a_search_plans_keeps_an_eta_and_stores_its_cost(tiny_space, models_dir,
     generated = sum(p["n_generated"] for p in baseline.user_attrs["per_prompt"])
     assert cost["baseline"]["server_starts"] == 1
     assert generated < cost["baseline"]["tokens"] <= generated + WARMUP_TOKENS
-    # the trajectory: the in-process engine generates the mix again (and its warm-up), starting no server
-    assert cost["trajectory"]["server_starts"] == 0 and cost["trajectory"]["tokens"] >= generated
+    # the trajectory is the baseline's output: the in-process engine only prefills it (where it would part
+    # from it), generating nothing and starting no server
+    assert cost["trajectory"]["server_starts"] == 0 and cost["trajectory"]["tokens"] == 0
     assert cost["chains"]["decodes"] > 0 and cost["chains"]["tokens"] == 0
     # the calibration: one server per reference it names
     references = study.user_attrs["prediction"]["calibration"][str(models_dir / "tiny-target.gguf")]["references"]
