@@ -10,7 +10,7 @@ from autotune.presets.confirmed import PresetResult
 from autotune.spec.command import format_command
 from autotune.spec.default import SPEC_DEFAULT_FLAG
 from autotune.study.best import BestResult, SetAside
-from autotune.study.verdict import Confirmation, ConfirmedConfig
+from autotune.study.verdict import Confirmation, ConfirmedConfig, coverage
 from autotune.study.records import BASELINE_ROLE, SPEC_DEFAULT_ROLE, TrialRecord
 from autotune.study.trials import is_spec_default
 
@@ -106,12 +106,7 @@ def race_lines(confirmation: Confirmation, pick: ConfirmedConfig) -> list[str]:
         if reference is not None and reference.speedup and reference is not fastest:
             lines.append(f"# llama.cpp's --spec-default in the same rounds: {_speedup_text(reference)}")
     else:
-        after = " on fresh servers after the decision" if pick.speedup_at_decision is not None else ""
-        lines.append(f"# {_speedup_text(pick, PLAIN_SPEED + after)} on {engine} (p={_p(pick)}, {size})")
-        if pick.speedup_at_decision is not None:
-            lines.append(f"# decided in round {(confirmation.decided_round or 0) + 1}, where it read "
-                         f"{pick.speedup_at_decision:.2f}x; a race stops where its estimate is high, so the figure "
-                         "above is the round run after the decision, and the interval spans every round")
+        lines += _winner_lines(confirmation, pick, engine, size)
         if pick.role == SPEC_DEFAULT_ROLE:
             searched = [c for c in confirmation.configs if c.role == "trial" and c.speedup]
             if searched:
@@ -128,6 +123,36 @@ def race_lines(confirmation: Confirmation, pick: ConfirmedConfig) -> list[str]:
                      f"(decode, means over {pick.rounds} rounds)")
     lines += [f"# llama.cpp's --spec-default left the race: {d.failure}" for d in failed]
     lines += _control_lines(confirmation)
+    if confirmation.void_rounds:
+        lines.append(f"# {len(confirmation.void_rounds)} round(s) set aside and played again, their control having "
+                     "moved: " + "; ".join(confirmation.void_rounds))
+    return lines
+
+
+def _winner_lines(confirmation: Confirmation, pick: ConfirmedConfig, engine: str, size: str) -> list[str]:
+    """A winner's verdict: the interval of the test that decided, at its level, with that test's point at the
+    decision; then the round after the decision, printed apart as a replication; then any rival the budget
+    left within reach. A record from before the deciding test was stored prints its one interval."""
+    if pick.decided_by is None:
+        after = " on fresh servers after the decision" if pick.speedup_at_decision is not None else ""
+        lines = [f"# {_speedup_text(pick, PLAIN_SPEED + after)} on {engine} (p={_p(pick)}, {size})"]
+        if pick.speedup_at_decision is not None:
+            lines.append(f"# decided in round {(confirmation.decided_round or 0) + 1}, where it read "
+                         f"{pick.speedup_at_decision:.2f}x; a race stops where its estimate is high, so the figure "
+                         "above is the round run after the decision, and the interval spans every round")
+        return lines
+    point = pick.speedup_at_decision if pick.speedup_at_decision is not None else pick.speedup
+    low, high = pick.speedup_ci
+    lines = [f"# {point:.2f}x {PLAIN_SPEED} [{pick.ci_label} {low:.2f}-{high:.2f}] on {engine} (p={_p(pick)}, {size}): "
+             f"proven by the {pick.decided_by} in round {(confirmation.decided_round or 0) + 1}"]
+    if pick.speedup_at_decision is not None:
+        replication = (f" [{coverage(0.025)} {pick.replication_ci[0]:.2f}-{pick.replication_ci[1]:.2f}]"
+                       if pick.replication_ci else "")
+        lines.append(f"# replicated on fresh servers after the decision: {pick.speedup:.2f}x{replication}, that round "
+                     "alone (a race stops where its estimate is high; this is the figure to expect)")
+    if confirmation.within_reach:
+        lines.append(f"# the budget ended before every rival was ruled out: {', '.join(confirmation.within_reach)} "
+                     f"may still be within {confirmation.min_effect:.0%} of it; `--race-budget N` races longer")
     return lines
 
 
@@ -160,13 +185,8 @@ def _speedup_text(row: ConfirmedConfig, of: str = "") -> str:
     interval is the anytime-valid one at the level the race judged the row at."""
     text = f"{row.speedup:.2f}x" + (f" {of}" if of else "")
     if row.speedup_ci is not None and all(map(math.isfinite, row.speedup_ci)):
-        text += f" [{ci_label(row)} {row.speedup_ci[0]:.2f}-{row.speedup_ci[1]:.2f}]"
+        text += f" [{row.ci_label} {row.speedup_ci[0]:.2f}-{row.speedup_ci[1]:.2f}]"
     return text
-
-
-def ci_label(row: ConfirmedConfig) -> str:
-    """`98.3% CI`: the two-sided coverage of a row's bounds (each side holds at its level)."""
-    return f"{row.ci_coverage:.1%} CI".replace(".0%", "%")
 
 
 def _p(row: ConfirmedConfig) -> str:
@@ -226,14 +246,16 @@ def confirmation_table(result: Confirmation) -> str:
     if level > 1:
         lines.append(f"# --concurrency {level} (-np {level}): after each configuration, its aggregate tok/s of all "
                      "streams and per-stream decode tok/s (mean, 10th percentile)")
-    lines.append(f"{'speedup':>8} {'interval':>13} {'p':>8} {'proven':>6} {'rounds':>6} {'tok/s':>7}  configuration "
+    lines.append(f"{'speedup':>8} {'interval (CI)':>19} {'p':>8} {'proven':>6} {'rounds':>6} {'tok/s':>7}  configuration "
                  f"({result.engine} engine, {result.pairing} pairing, {result.ended})")
     for row in rows:
         if row.failure:
-            lines.append(f"{'-':>8} {'':>13} {'':>8} {'':>6} {'':>6} {'-':>7}  {row.label} [{row.failure}]")
+            lines.append(f"{'-':>8} {'':>19} {'':>8} {'':>6} {'':>6} {'-':>7}  {row.label} [{row.failure}]")
             continue
-        speedup = f"{row.speedup:.2f}x" if row.speedup is not None else "-"
-        ci = (f"{row.speedup_ci[0]:.2f}-{row.speedup_ci[1]:.2f}" if row.speedup_ci
+        decided = row.decided_by is not None and row.speedup_at_decision is not None  # its interval is the decision's
+        point = row.speedup_at_decision if decided else row.speedup
+        speedup = f"{point:.2f}x" if point is not None else "-"
+        ci = (f"{row.ci_coverage:.1%} {row.speedup_ci[0]:.2f}-{row.speedup_ci[1]:.2f}" if row.speedup_ci
               and all(map(math.isfinite, row.speedup_ci)) else "-")
         proven = "yes" if row.significant else "-" if row.role == BASELINE_ROLE else "no"
         serving = ""
@@ -242,11 +264,11 @@ def confirmation_table(result: Confirmation) -> str:
             serving = (f"  [aggregate {mean.get('aggregate_tok_s', 0):.1f}, per stream {mean.get('per_stream_tok_s', 0):.1f}"
                        f", p10 {mean.get('per_stream_p10_tok_s', 0):.1f}]")
         dropped = f" [left in round {row.rounds}: {row.dropped}]" if row.dropped else ""
-        lines.append(f"{speedup:>8} {ci:>13} {_p(row):>8} {proven:>6} {row.rounds:>6} {row.mean_tok_s:>7.1f}  "
+        dropped += f" [at the decision; replicated {row.speedup:.2f}x after it]" if decided else ""
+        lines.append(f"{speedup:>8} {ci:>19} {_p(row):>8} {proven:>6} {row.rounds:>6} {row.mean_tok_s:>7.1f}  "
                      f"{row.label}{serving}{dropped}")
-    lines.append("# intervals: anytime-valid, each at the level the race judged its row at (the control's at "
-                 f"{result.controls[0].ci_coverage:.0%})" if result.controls else
-                 "# intervals: anytime-valid, each at the level the race judged its row at")
+    lines.append("# intervals: anytime-valid, each row's at the coverage it shows: a winner's from the test that "
+                 "decided, at the look and level that decided; any other's at the level its last look judged it at")
     if result.machine_moved:
         lines.append(f"# {result.machine_moved}: no winner is named")
     pick = result.pick
@@ -258,8 +280,8 @@ def confirmation_table(result: Confirmation) -> str:
 def trials_table(rows: list[dict]) -> str:
     """What `autotune trials` prints: one line per trial."""
     lines = []
-    lines.append(f"{'#':>3}  {'state':<8} {'tok/s':>7} {'95% CI':>13} {'speedup':>7} {'pred':>6} {'error':>6} "
-                 f"{'accept':>6}  configuration")
+    lines.append(f"{'#':>3}  {'state':<8} {'tok/s':>7} {'95% CI':>13} {'speedup':>7} {'pred':>6} {'90% band':>11} "
+                 f"{'error':>6} {'accept':>6}  configuration")
     for row in rows:
         tok_s = f"{row['tok_s']:.1f}" if row["tok_s"] is not None else "-"
         ci95 = f"{row['ci95'][0]:.1f}-{row['ci95'][1]:.1f}" if row["ci95"] else "-"
@@ -267,6 +289,7 @@ def trials_table(rows: list[dict]) -> str:
         accept = f"{row['acceptance']:.0%}" if row["acceptance"] is not None else "-"
         predicted = f"{row['predicted_speedup']:.2f}x" if row.get("predicted_speedup") is not None else "-"
         error = f"{row['prediction_error']:+.0%}" if row.get("prediction_error") is not None else "-"
+        band = f"{row['predicted_band'][0]:.2f}-{row['predicted_band'][1]:.2f}" if row.get("predicted_band") else "-"
         label = row["label"] or "-"
         if row["role"] == "baseline":
             label += " (baseline" + (f", drift {row['drift']:.3f})" if row["drift"] is not None else ")")
@@ -277,5 +300,5 @@ def trials_table(rows: list[dict]) -> str:
         if row["fail_reason"]:
             label += f" [{row['fail_reason']}]"
         lines.append(f"{row['number']:>3}  {row['state']:<8} {tok_s:>7} {ci95:>13} {speedup:>7} {predicted:>6} "
-                     f"{error:>6} {accept:>6}  {label}")
+                     f"{band:>11} {error:>6} {accept:>6}  {label}")
     return "\n".join(lines)

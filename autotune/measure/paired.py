@@ -41,7 +41,6 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
-from scipy import optimize
 
 from autotune.measure.anytime import mixture_bound
 
@@ -148,49 +147,52 @@ class Speedup:
         return math.exp(high)
 
     def _bound(self, alpha: float, side: int) -> float:
-        empty = 0.0 if side < 0 else math.inf
         if self.ratio <= 0 or self.units < MIN_UNITS:
-            return empty
+            return 0.0 if side < 0 else math.inf
+        a, b = np.array(self.reference_ms), np.array(self.entrant_ms)
         share = INSTANCE_SHARE if self.instance_sd > 0 else 0.0
-        prompt_bound = _difference_bound(np.array(self.reference_ms), np.array(self.entrant_ms), self.ratio,
-                                         alpha * (1 - share), side)
-        if share == 0 or not math.isfinite(prompt_bound) or prompt_bound <= 0:
-            return prompt_bound
-        return prompt_bound * math.exp(side * self._instance_term(alpha * share))
-
-    def _instance_term(self, alpha: float) -> float:
-        """The bound on the mean of the rounds' instance effects on log(ratio), each round weighted by its
-        share of the reference's time (a full round weighs 1)."""
-        a = np.array(self.reference_ms)
+        n = float(len(a))
+        bound = float(prompt_term(*sums(a, b), mixture_bound(n, alpha * (1 - share), V_OPT_UNITS), side))
+        if share == 0 or not math.isfinite(bound) or bound <= 0:
+            return bound
         rounds = np.array(self.unit_rounds)
         full_round = float(a.mean()) * max(self.prompts, 1)
         weights = np.array([a[rounds == k].sum() for k in np.unique(rounds)]) / full_round
         sd = max(self.instance_sd, _between_round_sd(a, np.array(self.entrant_ms), rounds, self.prompts))
-        return sd * mixture_bound(float(np.sum(weights ** 2)), alpha, 1.0) / float(weights.sum())
+        v = float(np.sum(weights ** 2))
+        return bound * math.exp(side * sd * mixture_bound(v, alpha * share, 1.0) / float(weights.sum()))
 
 
-def _difference_bound(a: np.ndarray, b: np.ndarray, ratio: float, alpha: float, side: int) -> float:
-    """The prompt term: the least (side -1) or greatest (side 1) r the test of E[a - r b] = 0 keeps."""
-    n = len(a)
-    prior = PRIOR_DF * (PRIOR_UNIT_SD * float(a.mean())) ** 2
+def sums(a: np.ndarray, b: np.ndarray, axis=None) -> tuple[np.ndarray, ...]:
+    """What the prompt term reads of paired units (`a` the reference's, `b` the entrant's; zeros where a
+    unit was not run, along `axis`): their count, sums, and centred sums of squares and products."""
+    run = (a > 0) & (b > 0)
+    n = np.sum(run, axis=axis)
+    safe = np.maximum(n, 1)
+    total_a, total_b = np.sum(a, axis=axis), np.sum(b, axis=axis)
+    return (n, total_a, total_b, np.sum(a * a, axis=axis) - total_a ** 2 / safe,
+            np.sum(a * b, axis=axis) - total_a * total_b / safe, np.sum(b * b, axis=axis) - total_b ** 2 / safe)
 
-    def standardized_sum(r: float) -> float:
-        x = a - r * b
-        variance = (float(np.sum((x - x.mean()) ** 2)) + prior) / (n - 1 + PRIOR_DF)
-        return float(x.sum()) / math.sqrt(variance)
 
-    u = mixture_bound(float(n), alpha, V_OPT_UNITS)
-    if side < 0:
-        tiny = ratio * 1e-6
-        if standardized_sum(tiny) < u:
-            return 0.0
-        return optimize.brentq(lambda r: standardized_sum(r) - u, tiny, ratio, xtol=ratio * 1e-7)
-    high = ratio * 2.0
-    while standardized_sum(high) > -u:
-        if high > ratio * 1e4:
-            return math.inf
-        high *= 2.0
-    return optimize.brentq(lambda r: standardized_sum(r) + u, ratio, high, xtol=ratio * 1e-7)
+def prompt_term(n, total_a, total_b, saa, sab, sbb, u, side: int, *, prior_sd: float = PRIOR_UNIT_SD,
+                prior_df: float = PRIOR_DF, min_units: int = MIN_UNITS) -> np.ndarray:
+    """The prompt term: the least (side -1) or greatest (side 1) r the test of E[a - r b] = 0 keeps, where
+    the standardised sum sum(a - r b) / sd(r) reaches the boundary `u`. The unit variance sd(r)^2 =
+    (centred sum of squares of a - r b + the prior's) / (n - 1 + prior_df) is quadratic in r, so the
+    bound is a root of a quadratic (Fieller's): q2 r^2 - 2 q1 r + q0 = 0. Arrays of pairs at once; no
+    bound (0 or inf) below `min_units` units, or where the entrant's own sum is lost in its noise (q2 <= 0)."""
+    n = np.asarray(n, dtype=float)
+    safe = np.maximum(n, 1.0)
+    c = np.asarray(u, dtype=float) ** 2 / np.maximum(n - 1 + prior_df, 1e-9)
+    prior = prior_df * (prior_sd * total_a / safe) ** 2
+    q2 = total_b ** 2 - c * sbb
+    q1 = total_a * total_b - c * sab
+    q0 = total_a ** 2 - c * (saa + prior)
+    disc = q1 * q1 - q2 * q0
+    ok = (n >= min_units) & (q2 > 0) & (disc >= 0) & (total_b > 0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        root = (q1 + side * np.sqrt(np.where(ok, disc, 0.0))) / np.where(ok, q2, 1.0)
+    return np.where(ok, np.maximum(root, 0.0), 0.0 if side < 0 else np.inf)
 
 
 def _between_round_sd(a: np.ndarray, b: np.ndarray, rounds: np.ndarray, prompts: int) -> float:

@@ -6,22 +6,25 @@ Where the engine can keep every entrant loaded at once (llama-server, memory all
 autotune.engines.live) a round starts every entrant's server afresh and goes prompt by prompt, in an
 order shuffled per round (the prompts seen so far are a random part of the mix, not its first
 category), each prompt's entrants back to back in an order rotated per prompt, so a pair is measured
-seconds apart and the machine's drift cancels inside it. The race looks after every prompt: its bounds
-(autotune.measure.paired) hold at every look at once, so an entrant leaves after the prompts that show
-it cannot win, and a clear winner is known within a round. Elsewhere each entrant runs the whole mix in
-turn, the order rotated per round, a round is the unit of pairing, and the race looks after each round.
+seconds apart and the machine's drift cancels inside it. The race looks after every prompt and asks
+the decision (autotune.measure.sequential.decide, a pure function of the times measured so far, the
+same one the simulations in tests/race run): a per-prompt sequence that knows a clear winner within a
+round, a stratified test over complete rounds that proves a real 1.10x whatever its spread of prompts,
+Holm over the entrants, and best-arm stopping (a winner is named once no rival can be 2 % faster).
+Elsewhere each entrant runs the whole mix in turn, the order rotated per round, a round is the unit of
+pairing, and the race looks after each round.
 
-What keeps a verdict honest beyond the statistics:
-- a control: the plain command a second time, a server of its own, raced like an entrant. Where its
-  bounds exclude 1 the machine's speed moved under the race (a second process, a busy neighbour): the
-  race ends there and names no winner;
+What keeps a verdict honest beyond the statistics (autotune.race.guards, autotune.race.looks):
+- a control: the plain command a second time, a server of its own, raced like an entrant. It gives the
+  instances' noise the stratified test assumes; a round where it lies more than 4 sd from 1.00x is
+  void, set aside and played again (at most MAX_VOID times), and said in the verdict; where its bounds
+  over the race exclude 1 the machine's speed moved under the race: it ends there and names no winner;
 - the server's own counts: a speedup whose lower bound is above what the entrant's accepted drafts
-  allow (each target step costs at least a plain decode step, so the mix can run at most
-  sum(baseline ms) / sum(baseline ms x steps / tokens) times as fast) is a timing artefact, and its
-  entrant fails with that reason;
-- the printed figure is not the peak where the race stopped: a winner, its baseline and the control run
-  one more round on fresh servers after the decision, and the winner's speedup is the ratio of that
-  round alone (its bounds use everything, which they may: they hold at any stopping time);
+  allow is a timing artefact, and its entrant fails with that reason, at every look and on the round
+  after the decision;
+- the printed figure is what decided, and the peak where the race stopped is not all it says: a
+  winner, its baseline and the control run one more round on fresh servers after the decision, printed
+  apart as a replication, and stored as the winner's speedup (autotune.race.record);
 - a measurement that drafted nothing over a round, or whose output is not the baseline's, fails its
   entrant (autotune.race.checks). The references are never dropped: every speedup is over the baseline
   of the same rounds, and `--spec-default` races like any entrant.
@@ -30,36 +33,28 @@ What keeps a verdict honest beyond the statistics:
 from __future__ import annotations
 
 import math
-from contextlib import closing
 import re
 import time
+from contextlib import closing
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from typing import Callable
-
-import numpy as np
 
 from autotune.engines.base import Engine
 from autotune.errors import UsageError
-from autotune.measure.paired import MIN_EFFECT, Speedup, paired_speedup
+from autotune.measure.paired import MIN_EFFECT, Speedup
 from autotune.measure.prompts import PromptMix
-from autotune.measure.sequential import ALPHA, Decision, judge
-from autotune.measure.stats import ci95
-from autotune.race.entrants import Entrant, baseline_of, candidates, entrant_units, speedup_of
+from autotune.measure.sequential import ALPHA, SLOWER, STAYS
+from autotune.race.entrants import Entrant, candidates, speedup_of
+from autotune.race.guards import artefact, machine_moved
+from autotune.measure.stratified import MAX_VOID
+from autotune.race.looks import RaceLook, look_at, round_is_void
+from autotune.race.record import Outcome, confirmation_of
 from autotune.race.rounds import RaceStatus, Rounds
 from autotune.spec.command import ServerCommand
-from autotune.study.records import BASELINE_ROLE, CONTROL_ROLE, SPEC_DEFAULT_ROLE
-from autotune.study.verdict import (
-    BUDGET_SPENT, MACHINE_MOVED, NONE_CAN_WIN, WINNER, Confirmation, ConfirmedConfig,
-)
+from autotune.study.records import CONTROL_ROLE
+from autotune.study.verdict import BUDGET_SPENT, MACHINE_MOVED, NONE_CAN_WIN, WINNER, Confirmation, coverage
 
-SERVING_FIGURES = ("mix_tok_s", "aggregate_tok_s", "per_stream_tok_s", "per_stream_p10_tok_s")
 DEFAULT_BUDGET = "4"
-#: the one-sided level of each side of the control's test (the plain command against itself)
-CONTROL_ALPHA = 0.005
-#: how far above the counts' ceiling a lower bound may lie before it is called an artefact (step costs
-#: are measured with noise; a verify step is never cheaper than a plain one by more than this)
-CEILING_SLACK = 0.05
 #: what the race says of the pairing it chose
 PAIRING_NOTES = {
     "prompt": "race: every entrant's llama-server stays loaded; each prompt runs on all of them back to back, "
@@ -121,52 +116,112 @@ def race(engine: Engine, entrants: list[Entrant], mix: PromptMix, *, max_tokens:
     entrants = entrants + [Entrant(CONTROL_ROLE, None, e.config) for e in entrants if e.is_baseline]
     rounds = Rounds(engine, entrants, mix, max_tokens, command, figure, on_dropped, seed=seed)
     on_start(rounds.pairing)
-    ended, winners, levels, decided_round = BUDGET_SPENT, set(), {}, None
+    outcome = Outcome(BUDGET_SPENT, {})
+    last = None
     started = time.monotonic()
     with closing(rounds.looks()) as looks:
         for _ in looks:
-            moved = _machine_moved(rounds.entrants, figure, rounds.pairing)
-            if moved is not None:
-                ended = MACHINE_MOVED
+            if _void(rounds, mix, figure, outcome):
+                if len(outcome.voided) > MAX_VOID:
+                    outcome.ended, outcome.moved = MACHINE_MOVED, "the control moved in every replayed round"
+                    break
+                continue
+            outcome.moved = machine_moved(rounds.entrants, figure, rounds.pairing)
+            if outcome.moved is not None:
+                outcome.ended = MACHINE_MOVED
                 break
             for entrant in rounds.entrants:
-                artefact = _artefact(entrant, rounds.entrants, figure, rounds.pairing)
-                if artefact is not None:
-                    rounds.drop(entrant, artefact, failed=True)
-            decision = _look(rounds.entrants, figure, rounds.pairing)
-            levels = decision.levels or levels
-            for entrant in rounds.entrants:
-                if id(entrant) in decision.dropped:
-                    rounds.drop(entrant, decision.dropped[id(entrant)])
+                if (reason := artefact(entrant, rounds.entrants, figure, rounds.pairing)) is not None:
+                    rounds.drop(entrant, reason, failed=True)
+            last = look_at(rounds.entrants, mix, figure, rounds.pairing)
+            if last is not None:
+                _apply(last, rounds, outcome)
             elapsed = time.monotonic() - started
             on_look(rounds.status(budget.left_s(rounds.complete, elapsed)))
             if rounds.between_rounds:
                 _report(rounds.entrants, rounds.current, figure, rounds.pairing, on_measured)
-            if decision.decided:
-                ended, winners, decided_round = WINNER, decision.significant, rounds.current
+            if outcome.winner is not None:
+                outcome.ended, outcome.decided_round = WINNER, rounds.current
                 break
             if not candidates(rounds.entrants):
-                ended = NONE_CAN_WIN
+                outcome.ended = NONE_CAN_WIN
                 break
-            if budget.spent(rounds.complete, elapsed) and (rounds.between_rounds or budget.seconds is not None):
+            valid = rounds.complete - len(outcome.voided)
+            if budget.spent(valid, elapsed) and (rounds.between_rounds or budget.seconds is not None):
+                _leader_at_the_end(last, outcome, rounds.current)
                 break
     for entrant in rounds.entrants:
         if entrant.in_race and (inactive := rounds.inactive(entrant)) is not None:
             rounds.drop(entrant, inactive, failed=True)
-    after_decision = None
-    if ended == WINNER:
-        winner = max((e for e in rounds.entrants if id(e) in winners),
-                     key=lambda e: speedup_of(e, rounds.entrants, figure, rounds.pairing).ratio)
-        after_decision = rounds.confirm(winner)
-        moved = _machine_moved(rounds.entrants, figure, rounds.pairing)
-        if moved is not None:
-            ended, winners = MACHINE_MOVED, set()
-        elif not winner.in_race:  # its checks failed on the confirming round
-            ended, winners = NONE_CAN_WIN, set()
-        else:
-            winners = {id(winner)}
-    return _confirmation(engine, rounds, mix, command, figure, ended, winners, levels, decided_round, after_decision,
-                         moved)
+    if outcome.winner is not None and not outcome.winner.in_race:
+        outcome.ended, outcome.winner = NONE_CAN_WIN, None
+    if outcome.winner is not None:
+        _replicate(rounds, mix, figure, outcome)
+    return confirmation_of(engine, rounds, mix, command, figure, outcome)
+
+
+def _void(rounds: Rounds, mix: PromptMix, figure: str, outcome: Outcome) -> bool:
+    """Whether the round under way is void (its control moved: autotune.race.looks.round_is_void); at its
+    end its measurements are set aside, said in the verdict, and another round is played."""
+    if rounds.pairing != "prompt":
+        return False
+    reason = round_is_void(rounds.entrants, mix, figure, rounds.current)
+    if reason is not None and rounds.between_rounds:
+        rounds.void(rounds.current)
+        outcome.voided += (reason,)
+    return reason is not None
+
+
+def _apply(look: RaceLook, rounds: Rounds, outcome: Outcome) -> None:
+    """A look's decision on the race: each candidate's level and test, the drops, the winner."""
+    decision = look.decision
+    for index, entrant in enumerate(look.contenders):
+        outcome.judged[id(entrant)] = (look.level(entrant), look.by(entrant))
+        if decision.dropped[0, index] != STAYS:
+            rounds.drop(entrant, _why_dropped(look, index))
+    if decision.winner[0] >= 0:
+        outcome.winner = look.contenders[int(decision.winner[0])]
+
+
+def _why_dropped(look: RaceLook, index: int) -> str:
+    if look.decision.dropped[0, index] == SLOWER:
+        return "significantly slower than the leader"
+    ratio = float(look.look.evidence(look.look.reference).ratio[0, index])
+    return f"cannot reach the minimum effect ({ratio:.2f}x, its upper bound below {1 + MIN_EFFECT:.2f}x)"
+
+
+def _leader_at_the_end(look: RaceLook | None, outcome: Outcome, round_: int) -> None:
+    """The budget is spent: the proven leader, if any, is the pick, and the rivals still within reach are
+    named."""
+    if look is None or look.decision.leader[0] < 0:
+        return
+    leader = int(look.decision.leader[0])
+    if not look.decision.proven[0, leader]:
+        return
+    outcome.winner, outcome.decided_round = look.contenders[leader], round_
+    outcome.within_reach = tuple(e.label for i, e in enumerate(look.contenders)
+                                 if look.decision.within_reach[0, i] and e.in_race)
+
+
+def _replicate(rounds: Rounds, mix: PromptMix, figure: str, outcome: Outcome) -> None:
+    """The winner, its baseline and its control run one more round on fresh servers (again where its
+    control moved, within MAX_VOID); the guards are asked of it; a winner that fails them is no winner."""
+    winner = outcome.winner
+    while True:
+        outcome.after_decision = rounds.confirm(winner)
+        if not _void(rounds, mix, figure, outcome) or len(outcome.voided) > MAX_VOID:
+            break
+    after = slice(outcome.after_decision, outcome.after_decision + 1)
+    for reason in (artefact(winner, rounds.entrants, figure, rounds.pairing),
+                   artefact(winner, rounds.entrants, figure, rounds.pairing, after)):
+        if reason is not None:
+            rounds.drop(winner, reason, failed=True)
+    outcome.moved = machine_moved(rounds.entrants, figure, rounds.pairing)
+    if outcome.moved is not None or len(outcome.voided) > MAX_VOID:
+        outcome.ended, outcome.winner = MACHINE_MOVED, None
+        outcome.moved = outcome.moved or "the control moved in every replayed round"
+    elif not winner.in_race:  # its checks failed on the confirming round
+        outcome.ended, outcome.winner = NONE_CAN_WIN, None
 
 
 def measure_rounds(engine: Engine, entrants: list[Entrant], mix: PromptMix, *, max_tokens: int, rounds: int,
@@ -195,137 +250,27 @@ def _report(entrants: list[Entrant], round_: int, figure: str, pairing: str, on_
 
 
 def status_line(status: RaceStatus, levels_alpha: float = ALPHA) -> str:
-    """`race round 2, prompt 5/11, ~3 min left: ngram-mod …: 1.12x [1.03-1.22]; …`: the live line."""
+    """`race round 2, prompt 5/11, ~3 min left, 90% CI: ngram-mod …: 1.12x [1.03-1.22]; …`: the live line.
+    Its intervals are the plain paired bounds at `levels_alpha` each side (valid at every look), one level
+    for the line; the decision's own tests and levels are in the verdict."""
     left = "" if math.isnan(status.left_s) else f", ~{status.left_s / 60:.0f} min left"
     parts = []
     for label, speedup in status.standings:
         low, high = speedup.interval(levels_alpha)
         bounds = f" [{low:.2f}-{high:.2f}]" if math.isfinite(high) and high > 0 else ""
         parts.append(f"{label}: {speedup.ratio:.2f}x{bounds}")
-    return f"race round {status.round_ + 1}, prompt {status.prompts_done}/{status.prompts}{left}: " + "; ".join(parts)
+    return (f"race round {status.round_ + 1}, prompt {status.prompts_done}/{status.prompts}{left}, "
+            f"{coverage(levels_alpha)}: " + "; ".join(parts))
 
 
 def round_line(round_: int, entrant: Entrant, speedup: Speedup | None) -> str:
-    """`race round 2: ngram-mod …: 71.3 tok/s, 1.18x [1.09-1.27]`: what a race says of an entrant after a
-    round (its speedup so far over its baseline, paired; bounds each side at the race's 5 %)."""
+    """`race round 2: ngram-mod …: 71.3 tok/s, 1.18x [90% CI 1.09-1.27]`: what a race says of an entrant
+    after a round (its speedup so far over its baseline, paired; bounds each side at the race's 5 %)."""
     head = f"race round {round_ + 1}: {entrant.label}: "
     if entrant.failure is not None or len(entrant.rounds) <= round_:
         return head + f"FAILED ({entrant.failure or entrant.dropped})"
     line = head + f"{entrant.rounds[round_].mix_tok_s:.1f} tok/s"
     if speedup is not None and speedup.ratio > 0:
         low, high = speedup.interval(ALPHA)
-        line += f", {speedup.ratio:.2f}x" + (f" [{low:.2f}-{high:.2f}]" if math.isfinite(high) else "")
+        line += f", {speedup.ratio:.2f}x" + (f" [{coverage(ALPHA)} {low:.2f}-{high:.2f}]" if math.isfinite(high) else "")
     return line
-
-
-def _look(entrants: list[Entrant], figure: str, pairing: str) -> Decision:
-    """The sequential rule's look; entrants are keyed by id()."""
-    contenders = candidates(entrants)
-    vs_baseline = {id(e): speedup_of(e, entrants, figure, pairing) for e in contenders}
-    if not vs_baseline:
-        return Decision()
-    leader = max(contenders, key=lambda e: vs_baseline[id(e)].ratio)
-    vs_leader = {id(e): paired_speedup(entrant_units(leader, figure), entrant_units(e, figure),
-                                       pair_by_unit=pairing == "prompt")
-                 for e in contenders if e is not leader}
-    family = sum(1 for e in entrants if e.role in ("trial", SPEC_DEFAULT_ROLE) and e.failure is None)  # dropped too
-    return judge(vs_baseline, vs_leader, family=family)
-
-
-def _machine_moved(entrants: list[Entrant], figure: str, pairing: str) -> str | None:
-    """Why the race cannot be believed, where a control's bounds exclude 1: the plain command ran at two
-    speeds in the same race (None: the controls agree with their baselines)."""
-    for control in (e for e in entrants if e.role == CONTROL_ROLE and e.rounds and e.failure is None):
-        speedup = speedup_of(control, entrants, figure, pairing)
-        low, high = speedup.interval(CONTROL_ALPHA)
-        if low > 1.0 or high < 1.0:
-            return (f"the machine's speed moved during the race: the plain command against itself measured "
-                    f"{speedup.ratio:.3f}x [{low:.3f}-{high:.3f}], which rules out 1.00x")
-    return None
-
-
-def _artefact(entrant: Entrant, entrants: list[Entrant], figure: str, pairing: str) -> str | None:
-    """Why `entrant`'s speedup is a timing artefact (None: its server's own counts allow it): see the module
-    docstring. Only where it runs the baseline's runtime settings: other threads or batch sizes change
-    the cost of a step itself."""
-    if (entrant.role in (BASELINE_ROLE, CONTROL_ROLE) or not entrant.in_race or figure != "mix_tok_s"
-            or entrant.config.runtime != baseline_of(entrant, entrants).config.runtime):
-        return None
-    speedup = speedup_of(entrant, entrants, figure, pairing)
-    low = speedup.lower_bound(ALPHA)
-    ceiling = _ceiling(entrant, baseline_of(entrant, entrants))
-    if ceiling is None or low <= ceiling * (1 + CEILING_SLACK):
-        return None
-    return (f"a timing artefact: at least {low:.2f}x measured, while its server's own counts (accepted drafts per "
-            f"target step) allow at most {ceiling:.2f}x")
-
-
-def _ceiling(entrant: Entrant, baseline: Entrant) -> float | None:
-    """The fastest `entrant` can be over `baseline` on the prompts both ran, given its accepted drafts."""
-    spent = saved = 0.0
-    for own, base in zip(entrant.rounds, baseline.rounds):
-        for result, reference in zip(own.results, base.results):
-            if result.n_generated <= 1:
-                continue
-            steps = max(result.n_generated - result.n_accepted, 1)
-            spent += reference.decode_ms * steps / result.n_generated
-            saved += reference.decode_ms
-    return saved / spent if spent > 0 else None
-
-
-def _confirmation(engine: Engine, rounds: Rounds, mix: PromptMix, command: ServerCommand, figure: str,
-                  ended: str, winners: set, levels: dict, decided_round: int | None,
-                  after_decision: int | None, moved: str | None) -> Confirmation:
-    entrants, pairing = rounds.entrants, rounds.pairing
-    family = max(1, sum(1 for e in entrants if e.role in ("trial", SPEC_DEFAULT_ROLE)))
-
-    def row(entrant: Entrant) -> ConfirmedConfig:
-        measured_rounds = [m for m in entrant.rounds if m.results]
-        samples = [round(getattr(m, figure), 3) for m in measured_rounds]
-        measured = bool(measured_rounds) and entrant.failure is None
-        speedup = None if entrant.is_baseline or not measured else speedup_of(entrant, entrants, figure, pairing)
-        level = CONTROL_ALPHA if entrant.role == CONTROL_ROLE else levels.get(id(entrant), ALPHA / family)
-        printed = at_decision = speedup
-        if speedup is not None and id(entrant) in winners and after_decision is not None:
-            printed = speedup_of(entrant, entrants, figure, pairing, slice(after_decision, after_decision + 1))
-            at_decision = speedup_of(entrant, entrants, figure, pairing, slice(0, after_decision))
-        units = entrant_units(entrant, figure)
-        mean = float(np.mean(samples)) if samples else 0.0
-        return ConfirmedConfig(
-            label=entrant.label, role=entrant.role, trial=entrant.trial, target=str(entrant.config.target),
-            argv=command.argv(entrant.config), samples=samples, mean_tok_s=round(mean, 3),
-            ci95=(ci95(samples) or (mean, mean)) if samples else (0.0, 0.0),
-            p_value=None if speedup is None else round(speedup.p_faster(1 + MIN_EFFECT), 6),
-            speedup=None if printed is None or printed.ratio <= 0 else round(printed.ratio, 4),
-            failure=entrant.failure, dropped=entrant.dropped if measured else None,
-            figures={name: [round(getattr(m, name), 3) for m in measured_rounds] for name in SERVING_FIGURES},
-            concurrency=command.parallel,
-            speedup_ci=None if speedup is None else _rounded(speedup.interval(level)),
-            speedup_ci_level=round(1 - level, 6),
-            speedup_at_decision=None if printed is speedup or speedup is None else round(at_decision.ratio, 4),
-            significant=id(entrant) in winners, rounds=len(entrant.rounds),
-            prompts=len(mix), decode_ms=[list(r) for r in units.decode_ms], tokens=[list(r) for r in units.tokens],
-            family=entrant.family, ceiling=None if entrant.is_baseline else _rounded_or_none(
-                _ceiling(entrant, baseline_of(entrant, entrants))),
-        )
-
-    return Confirmation(
-        engine=engine.name, build=engine.build_info, repeats=len(rounds.orders),
-        date=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        baselines=[row(e) for e in entrants if e.is_baseline],
-        configs=[row(e) for e in entrants if e.role in ("trial", "preset")],
-        spec_defaults=[row(e) for e in entrants if e.role == SPEC_DEFAULT_ROLE],
-        controls=[row(e) for e in entrants if e.role == CONTROL_ROLE],
-        prompt_ids=[p.id for p in mix], categories=[p.category for p in mix], pairing=pairing, ended=ended,
-        orders=[list(o) for o in rounds.orders], decided_round=decided_round, after_decision_round=after_decision,
-        looks=sum(len(m.results) for m in entrants[0].rounds) if pairing == "prompt" else len(rounds.orders),
-        machine_moved=moved,
-    )
-
-
-def _rounded(interval: tuple[float, float]) -> tuple[float, float]:
-    return tuple(round(v, 4) if math.isfinite(v) else v for v in interval)
-
-
-def _rounded_or_none(value: float | None) -> float | None:
-    return None if value is None else round(value, 4)

@@ -18,6 +18,7 @@ from autotune.race.entrants import Entrant, candidates, speedup_of
 from autotune.spec.command import ServerCommand
 from autotune.study.records import BASELINE_ROLE, CONTROL_ROLE
 
+
 @dataclass(frozen=True)
 class RaceStatus:
     """Where a race stands at a look: for the live progress line."""
@@ -68,6 +69,13 @@ class Rounds:
         for _ in self._round(group, per_prompt=False):
             pass
         return self.current
+
+    def void(self, round_: int) -> None:
+        """Set round `round_`'s measurements aside (its control moved: autotune.race.race): each entrant keeps
+        an empty round in its place, so every round index still names the same round and order."""
+        for entrant in self.entrants:
+            if len(entrant.rounds) > round_:
+                entrant.rounds[round_] = Measurement([])
 
     def _round(self, alive: list[Entrant], per_prompt: bool) -> Iterator[None]:
         order = list(range(len(self.mix)))

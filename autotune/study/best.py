@@ -209,6 +209,7 @@ class BestResult:
             "looks": confirmation.looks, "decided_round": confirmation.decided_round,
             "after_decision_round": confirmation.after_decision_round, "machine_moved": confirmation.machine_moved,
             "control": confirmation.control.as_json() if confirmation.control else None,
+            "void_rounds": confirmation.void_rounds, "within_reach": confirmation.within_reach,
             "min_effect": confirmation.min_effect,
             "alpha": confirmation.alpha,
         }
@@ -283,7 +284,8 @@ def _fastest_speculative(complete: list[optuna.trial.FrozenTrial],
 
 
 def trial_rows(study: optuna.Study) -> list[dict]:
-    """One JSON-ready row per trial, in trial order."""
+    """One JSON-ready row per trial, in trial order; a prediction with the band its family's error gives
+    it (autotune.search.prediction_error), so a reader sees how far apart two predictions must be to differ."""
     rows = []
     confirmation = stored_confirmation(study)
     raced = {c.trial: c for c in (confirmation.configs if confirmation else []) if c.failure is None}
@@ -314,6 +316,8 @@ def trial_rows(study: optuna.Study) -> list[dict]:
                 "prompt_tok_s": record.figure("prompt_tok_s"),
                 "lossless": record.lossless,
                 "predicted_speedup": record.predicted.get("speedup"),
+                # where the raced speedup should fall, under the family's error sd (90 %, both sides)
+                "predicted_band": record.predicted.get("speedup_band"),
                 "prediction_error": _error(record.predicted.get("speedup"), measured["speedup"])
                 if record.predicted and record.role is None else None,
                 "family": family_of(record.spec_type),

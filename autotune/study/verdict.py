@@ -44,8 +44,10 @@ class ConfirmedConfig:
     figures: dict[str, list[float]] = field(default_factory=dict)
     concurrency: int = 1
     dropped: str | None = None  # why it left the race before the end
-    #: the speedup's anytime-valid bounds over every unit, each side at `speedup_ci_level`: the level the race
-    #: judged the entrant at (its Holm share of the 5 %), so a winner's lower bound is the one that decided
+    #: the speedup's anytime-valid bounds, each side at `speedup_ci_level`: a winner's from the test that
+    #: decided, at the look that decided and the level it decided at (`speedup_at_decision` is that test's
+    #: point); any other entrant's at the level its last look judged it at (autotune.race.record). Records
+    #: from before issue 50 held every unit's bounds at the entrant's Holm level
     speedup_ci: tuple[float, float] | None = None
     speedup_ci_level: float = 0.975  # one-sided; a record from before anytime bounds held a two-sided 95 % interval
     speedup_at_decision: float | None = None  # a winner's speedup at the look that decided
@@ -55,19 +57,29 @@ class ConfirmedConfig:
     decode_ms: list[list[float]] = field(default_factory=list)  # per round, per prompt run (the compared units)
     tokens: list[list[int]] = field(default_factory=list)  # the tokens each unit's time bought
     family: str | None = None  # the spec-type family it stood for (autotune.spec.types.family_of)
-    ceiling: float | None = None  # the most its accepted drafts allow over its baseline (autotune.race.race)
+    ceiling: float | None = None  # the most its accepted drafts allow over its baseline (autotune.race.guards)
+    #: which test gave `speedup_ci` ("per-prompt sequence" or "stratified rounds"; None: older records)
+    decided_by: str | None = None
+    #: a winner's 95 % interval of the round after the decision alone (a replication, fixed-sample)
+    replication_ci: tuple[float, float] | None = None
 
     @property
     def ci_coverage(self) -> float:
         """The two-sided coverage of `speedup_ci` (each side holds at `speedup_ci_level`): 0.95 for 0.975."""
         return 1 - 2 * (1 - self.speedup_ci_level)
 
+    @property
+    def ci_label(self) -> str:
+        """`98.3% CI`: the two-sided coverage of `speedup_ci`, as printed."""
+        return coverage(1 - self.speedup_ci_level)
+
     def as_json(self) -> dict:
         """What `best --json` says of an entrant."""
         return {"label": self.label, "role": self.role, "trial": self.trial, "family": self.family,
                 "speedup": self.speedup, "speedup_ci": None if self.speedup_ci is None else list(self.speedup_ci),
                 "speedup_ci_level": self.speedup_ci_level, "speedup_at_decision": self.speedup_at_decision,
-                "ceiling": self.ceiling,
+                "ceiling": self.ceiling, "decided_by": self.decided_by,
+                "replication_ci": None if self.replication_ci is None else list(self.replication_ci),
                 "p_value": self.p_value, "significant": self.significant, "rounds": self.rounds,
                 "prompts": self.prompts, "tok_s": self.mean_tok_s, "dropped": self.dropped, "failure": self.failure}
 
@@ -95,6 +107,8 @@ class Confirmation:
     machine_moved: str | None = None  # why the race was not believed (its control ruled out 1.00x)
     min_effect: float = MIN_EFFECT
     alpha: float = ALPHA
+    void_rounds: list[str] = field(default_factory=list)  # each round set aside because its control moved, and why
+    within_reach: list[str] = field(default_factory=list)  # where the budget ended first: rivals still within 2 %
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -104,8 +118,10 @@ class Confirmation:
         def config(row: dict) -> ConfirmedConfig:
             row = dict(row)
             interval = row.pop("speedup_ci95", None) or row.get("speedup_ci")  # speedup_ci95: before anytime bounds
+            replication = row.get("replication_ci")
             return ConfirmedConfig(**{**row, "ci95": tuple(row["ci95"]),
-                                      "speedup_ci": None if interval is None else tuple(interval)})
+                                      "speedup_ci": None if interval is None else tuple(interval),
+                                      "replication_ci": None if replication is None else tuple(replication)})
 
         data = {k: v for k, v in data.items() if k != "planned_rounds"}  # races before anytime bounds planned looks
         return cls(**{**data, "baselines": [config(c) for c in data["baselines"]],
@@ -194,6 +210,11 @@ class Confirmation:
     @property
     def preset(self) -> ConfirmedConfig | None:
         return next((c for c in self.configs if c.role == "preset" and c.failure is None), None)
+
+
+def coverage(one_sided: float) -> str:
+    """`98.3% CI`: the two-sided coverage of bounds that each hold at `one_sided`, as printed."""
+    return f"{1 - 2 * one_sided:.1%} CI".replace(".0%", "%")
 
 
 def _by_speedup(rows: list[ConfirmedConfig]) -> ConfirmedConfig | None:

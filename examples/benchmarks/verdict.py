@@ -10,7 +10,10 @@ neighbour.
    is judged on its own measurements only. They are saved to --recording, and a later run records only
    the races it lacks.
 2. Each race is judged as the race judges: a look after every prompt in the order it ran, the race's
-   own rule (autotune.measure.sequential.judge, Holm over 3 entrants), within the budget. The entrant is
+   own decision (autotune.measure.sequential.decide, Holm over 3 entrants, A' as the control that
+   estimates the instances' noise), within the budget; where the budget ends with the entrant proven,
+   it is the pick. (A recording from before the prompt ids were kept pairs prompts by position, which
+   leaves prompt effects in the stratified test's noise: conservative.) The entrant is
    A' (the truth is 1: the same command, so every difference is the machine's and the instances') or
    --spec-default (a real speculative configuration, whose speedup differs from prompt to prompt), its
    times divided by a known factor: 1.00 (A/A: a winner is a false one), 1.02 (the edge of the minimum
@@ -50,7 +53,8 @@ from scipy.stats import binomtest
 from autotune.engines.server import ServerEngine
 from autotune.measure.paired import Units, paired_speedup
 from autotune.measure.prompts import default_mix_path, load_prompt_mix
-from autotune.measure.sequential import judge
+from autotune.measure.sequential import Look, decide
+from autotune.measure.stratified import control_noise
 from autotune.race.entrants import Entrant
 from autotune.race.race import DEFAULT_BUDGET, measure_rounds
 from autotune.spec.command import ServerCommand
@@ -79,7 +83,8 @@ def record_races(path: Path, races: int, rounds: int, max_tokens: int) -> list[d
                            seed=len(recorded) + 1)
         recorded.append({"max_tokens": max_tokens, "seconds": time.perf_counter() - started, **{
             name: {"decode_ms": [[r.decode_ms for r in m.results] for m in e.rounds],
-                   "tokens": [[r.decode_tokens for r in m.results] for m in e.rounds]}
+                   "tokens": [[r.decode_tokens for r in m.results] for m in e.rounds],
+                   "prompt_ids": [[r.prompt_id for r in m.results] for m in e.rounds]}
             for name, e in zip(NAMES, entrants)}})
         path.write_text(json.dumps(recorded))
         print(f"  race {len(recorded)}: {recorded[-1]['seconds']:.0f} s, A " + ", ".join(
@@ -106,26 +111,40 @@ class Judged:
     printed: float = float("nan")  # the speedup of the round after the decision over the truth
 
 
+def _grid(runs: dict, looked: int, prompts: int, reference: dict, factor: float = 1.0) -> np.ndarray:
+    """(rounds, prompts) of a recorded entrant's ms by prompt (its ids, else its position), the first
+    `looked` prompts in the order they ran, scaled to the reference's tokens and divided by `factor`."""
+    ids = runs.get("prompt_ids")
+    columns = sorted({i for r in ids for i in r}) if ids else list(range(prompts))
+    rounds = -(-looked // prompts)
+    grid = np.full((rounds, prompts), np.nan)
+    for k in range(rounds):
+        for position in range(min(prompts, looked - k * prompts)):
+            column = columns.index(ids[k][position]) if ids else position
+            scale = reference["tokens"][k][position] / max(runs["tokens"][k][position], 1)
+            grid[k, column] = runs["decode_ms"][k][position] * scale / factor
+    return grid
+
+
 def judge_race(race: dict, entrant: str, factor: float, budget: int, truth: float = 1.0) -> Judged:
     """`race` judged as the race judges (module docstring), its `entrant` made `factor` times as fast as A
     (`truth`: the entrant's own speedup over A, divided out first)."""
     scale = factor / truth
     prompts = len(race["A"]["decode_ms"][0])
     for look in range(1, budget * prompts + 1):
-        full, part = divmod(look, prompts)
-        seen = full + (part > 0)
-
-        def cut(runs: dict) -> dict:  # the prompts run by this look: whole rounds, then the next one's first ones
-            return {key: [row if k < full else row[:part] for k, row in enumerate(runs[key][:seen])] for key in runs}
-
-        speedup = paired_speedup(_units(cut(race["A"]), slice(None)), _units(cut(race[entrant]), slice(None), scale),
-                                 pair_by_unit=True)
-        decision = judge({entrant: speedup}, {}, family=3)
-        if decision.decided:
+        reference = _grid(race["A"], look, prompts, race["A"])
+        own = _grid(race[entrant], look, prompts, race["A"], scale)
+        control = _grid(race["A2"], look, prompts, race["A"])
+        decision = decide(Look(reference[None, None], own[None, None], np.ones((1, 1), dtype=bool),
+                               control_noise(reference[None], control[None])), family=3)
+        spent = look == budget * prompts and decision.proven[0, 0]
+        if decision.winner[0] >= 0 or spent:
+            seen = -(-look // prompts)
             after = slice(seen, seen + 1)  # the round after the one the decision fell in
+            at_decision = np.nansum(reference) / np.nansum(own)
             printed = paired_speedup(_units(race["A"], after), _units(race[entrant], after, scale), pair_by_unit=True)
-            return Judged(True, look, speedup.ratio / factor, printed.ratio / factor)
-        if decision.dropped:
+            return Judged(True, look, at_decision / factor, printed.ratio / factor)
+        if decision.dropped.any():
             break
     return Judged(False)
 

@@ -13,7 +13,7 @@ from autotune.race.race import RaceBudget, race
 from autotune.spec.command import ServerCommand
 from autotune.spec.config import SpecConfig
 
-pytestmark = pytest.mark.usefixtures("no_server_left_behind")
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_server_left_behind")]
 
 MIX = PromptMix("checks", (Prompt("a", "code", "def add(a, b):\n    return"),
                            Prompt("b", "chat", "Name three colours of the rainbow.")))

@@ -2,7 +2,8 @@
 itself under another name) names no winner; a real, known difference (the plain command on two threads
 against one) is named within one round and printed from the round after the decision; a configuration
 as costly as the target leaves after the prompts that show it; whole rounds in-process. Figures are
-checked against the stored units, recomputed apart from the race's own bookkeeping."""
+checked against the stored units, recomputed apart from the race's own bookkeeping. (The decision's
+error rates are checked on synthetic rounds: tests/race/test_simulated.py.)"""
 
 from __future__ import annotations
 
@@ -92,8 +93,11 @@ def test_a_real_difference_is_named_within_a_round_and_printed_from_the_round_af
     assert winner.speedup == pytest.approx(stored_ratio(confirmation, winner.label, slice(after, after + 1)), rel=1e-3)
     assert winner.speedup_at_decision == pytest.approx(stored_ratio(confirmation, winner.label, slice(0, 1)), rel=1e-3)
     assert winner.speedup > 1.2 and winner.speedup_ci[0] > 1.02  # two threads against one on a 2-core box
+    low, high = winner.speedup_ci  # the interval that decided, its point inside, at the level that decided
+    assert low <= winner.speedup_at_decision <= high and winner.decided_by == "per-prompt sequence"
+    assert winner.speedup_ci_level == pytest.approx(1 - 0.05 / 4)  # a quarter of the 5 % for the per-prompt test
+    assert winner.replication_ci[0] < winner.speedup < winner.replication_ci[1]
     assert winner.ceiling is None or winner.ceiling >= 1.0  # no drafts: the counts bound nothing here
-    assert winner.speedup_ci_level >= 1 - 0.05
 
 
 @pytest.mark.slow
