@@ -22,7 +22,7 @@ from autotune.models.candidates import Candidates
 from autotune.models.files import ModelFiles, missing_hub_files
 from autotune.models.hub import HubFile, download_line, download_sizes, format_size, hub_cache_dir
 from autotune.search.plan import Pace, SearchBudget, Workload, budget_line, fit_budget, files_by_role, plan_line, plan_phases
-from autotune.search.predicted_space import BRUTE_FORCE_LIMIT, grid_size
+from autotune.search.predicted_space import replays_at_most
 from autotune.search.search import ConfirmOptions, SearchInputs, SearchOptions, check_inputs
 from autotune.settings import default_models_dir
 from autotune.spec.config import SpecConfig
@@ -78,8 +78,7 @@ def search_workload(inputs: SearchInputs, space: SearchSpace, race_options: Conf
                     max_tokens: int, predict_trials: int, *, missing: list[HubFile] = (),
                     sizes: dict[str, int] | None = None) -> Workload:
     """What a predicted search of `space` over `inputs`' files (and the hub files still `missing`) measures."""
-    grid = grid_size(space, inputs)
-    replayed = int(grid) if grid <= BRUTE_FORCE_LIMIT else predict_trials
+    replayed = replays_at_most(space, inputs, predict_trials)
     drafts = {t: [d for _, d in pairs] for t, pairs in inputs.candidates.pairs.items() if t in space.spec_types}
     for hub_file in missing:
         if hub_file.role.startswith("drafts."):

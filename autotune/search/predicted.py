@@ -2,12 +2,15 @@
 measured, predict every configuration of the space, then race the best few on llama-server.
 
 1. The arbiter (llama-server when one resolves, else the in-process engine) measures each target's
-   baseline: its output is the trajectory every lossless configuration follows.
+   baseline: its output is the trajectory every lossless configuration follows. With `--budget`, one
+   prompt of it first prices the plan, and a budget too small for a verdict is refused.
 2. In the worker process (autotune.engines.worker), where a crash of llama.cpp cannot take the search
-   with it: the baseline again (where its output parts from the arbiter's is recorded per prompt), the
-   cost curves of the target and of each draft, the draft models' greedy chains and the DFlash/DSpark
-   drafts' blocks along the trajectories (autotune.predict.target).
-3. Every configuration of the space is replayed (autotune.search.predicted_space).
+   with it: where the in-process greedy output would part from the trajectory (one prefill, no second
+   decode), the cost curves of the target and of each draft, the draft models' greedy chains and the
+   DFlash/DSpark drafts' blocks along the trajectories (autotune.predict.target). Each target's baseline
+   and model are kept until the answer is stored, so a stopped search resumes (autotune.search.targets).
+3. Every configuration of the space is replayed: each spec type's own grid in full, TPE across the product
+   types (autotune.search.predicted_space).
 4. The calibration's references, measured on the arbiter prompt by prompt, each for as many prompts as
    its fit needs (autotune.search.calibration): the baseline, `--spec-default` (a long n-gram draft) and,
    per target, one configuration of each family in the space, its best predicted under the baseline-only
@@ -15,8 +18,9 @@ measured, predict every configuration of the space, then race the best few on ll
    fitted to them (autotune.predict.predictor); that costs at most one mix per reference, 3 to 5 in all.
 5. The predicted study (engine part `predicted`) stores every configuration's prediction: a new run beside
    the earlier ones (autotune.study.runs), so a search stopped before its race ends deletes no verdict.
-6. The race (autotune.race.race) of the finalists (each family's best within its margin, then by rank)
-   with the references, and, for `nightly`, the preset in use; its verdict is the printed one. Each
+6. The race (autotune.race.race) of the finalists (each family's best within its margin, then one a region
+   by their chance of being the fastest: autotune.search.finalist_cover) with the references, and, for
+   `nightly`, the preset in use; its verdict is the printed one, within what `--budget` left it. Each
    finalist's predicted speedup is then compared with its raced one: the prediction's error, out of
    sample.
 
