@@ -2,16 +2,19 @@
 them for one (target, draft) pair along the target's trajectories, and replaying a configuration from
 them (linear cuts, or PCTree trees).
 
-Every `draft_n_max` the space allows is its own block size (a block is decoded non-causally, see
-autotune.predict.blocks), so a draft is recorded once per size, the target's layer inputs once for
-all; on a long mix at a sample of the positions (autotune.predict.block_sample). PCTree reads 256 candidates per block row (2 KiB): over a long mix and many sizes that is
+Every `draft_n_max` the space allows is its own block size, and a block is decoded non-causally (see
+autotune.predict.blocks): a block of n rows need not be the largest block cut to n. It nearly always is
+(examples/benchmarks/block_replay.py: 99.3-100 % of the positions on the fixtures), so a draft is
+recorded once, at its largest size, and each smaller size is checked at a sample of `CHECK_POSITIONS`
+positions: where its chains agree with the cut largest block's at `AGREEMENT` of them or more it is
+derived from that block, else recorded on its own. The target's layer inputs are decoded once for all. PCTree reads 256 candidates per block row (2 KiB): over a long mix and many sizes that is
 gigabytes, so candidates are kept for the smallest sizes that fit `CANDIDATE_BUDGET` (the most sizes)
 and the trees of the larger ones are said not predicted (a TrialFailure the predicted study skips).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from autotune.engines.dflash.contexts import DFlashPair
 from autotune.engines.dflash.pctree import MarkovHead
@@ -24,6 +27,10 @@ from autotune.spec.config import SpecConfig
 from autotune.spec.space import ParamRange, SearchSpace
 from autotune.spec.types import SPEC_TYPE_PARAMS
 
+#: positions each smaller block size is recorded at to check that the largest block, cut, stands for it
+CHECK_POSITIONS = 256
+#: the share of those positions whose chains must agree for the cut to stand for the size
+AGREEMENT = 0.99
 #: what PCTree candidates may take in memory, all pairs of a target together
 CANDIDATE_BUDGET = 2 * 1024 ** 3
 _CANDIDATE_ROW_BYTES = 256 * 8  # int32 ids and float32 logits of a row's leading 256 tokens
@@ -75,6 +82,8 @@ class BlockDraft:
     limit: int
     markov: MarkovHead | None  # DSpark's Markov head, for PCTree
     has_confidence_head: bool
+    #: the sizes derived from the largest block: n_max -> (the agreement checked, positions compared)
+    derived: dict[int, tuple[float, int]] = field(default_factory=dict)
 
     @classmethod
     def record(cls, pair: DFlashPair, plan: BlockPlan, trajectories: Trajectories, *,
@@ -99,11 +108,20 @@ class BlockDraft:
                 kept.append(n)
                 used += cost
         dspark = plan.spec_type == "draft-dspark"  # its p_min reads the confidence head, refused without one
-        blocks = DraftBlocks.record(pair, trajectories, spec_type=plan.spec_type, n_maxes=sizes,
-                                    p_min=plan.p_min and (pair.has_confidence_head or not dspark), confidence=dspark,
-                                    candidates=kept, fraction=fraction)
+
+        def recorded(n_maxes: list[int]) -> dict[int, DraftBlocks]:
+            return DraftBlocks.record(pair, trajectories, spec_type=plan.spec_type, n_maxes=n_maxes,
+                                      p_min=plan.p_min and (pair.has_confidence_head or not dspark), confidence=dspark,
+                                      candidates=[n for n in kept if n in n_maxes], fraction=fraction)
+
+        blocks = recorded(sizes[-1:])
+        derived = _derived(pair, plan.spec_type, trajectories, blocks[sizes[-1]],
+                           [n for n in sizes[:-1] if n not in kept or sizes[-1] in kept])
+        blocks.update({n: cut for n, (cut, _) in derived.items()})
+        blocks.update(recorded([n for n in sizes if n not in blocks]) if len(blocks) < len(sizes) else {})
         markov = pair.markov() if plan.pctree and pair.has_markov_head else None
-        return cls(plan.spec_type, blocks, limit, markov, pair.has_confidence_head), note
+        return cls(plan.spec_type, dict(sorted(blocks.items())), limit, markov, pair.has_confidence_head,
+                   {n: agreement for n, (_, agreement) in derived.items()}), note
 
     @property
     def draft_decodes(self) -> int:
@@ -139,3 +157,22 @@ class BlockDraft:
                 raise TrialFailure(f"{config.describe()}: PCTree candidates of this block size were not kept")
             return replay_tree(blocks, config, self.markov, trajectories)
         return replay_linear(blocks, config, trajectories)
+
+
+def _derived(pair: DFlashPair, spec_type: str, trajectories: Trajectories, largest: DraftBlocks,
+             smaller: list[int]) -> dict[int, tuple[DraftBlocks, tuple[float, int]]]:
+    """The sizes of `smaller` whose blocks at a sample of the positions agree with `largest` cut to them (module
+    docstring), each as that cut with its (agreement, positions compared); its check's decodes are its cost."""
+    if not smaller:
+        return {}
+    positions = sum(len(t.tokens) for t in trajectories.prompts)
+    checks = DraftBlocks.record(pair, trajectories, spec_type=spec_type, n_maxes=smaller,
+                                fraction=min(1.0, CHECK_POSITIONS / max(positions, 1)), seed=1)
+    found = {}
+    for n, check in checks.items():
+        share, compared = largest.head(n).agreement(check)
+        if share >= AGREEMENT:
+            cut = largest.head(n)
+            cut.draft_decodes = check.draft_decodes
+            found[n] = (cut, (share, compared))
+    return found

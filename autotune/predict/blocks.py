@@ -118,6 +118,24 @@ class DraftBlocks:
             self.draft_decodes += 2
         return blocks
 
+    def head(self, n_max: int) -> "DraftBlocks":
+        """These blocks cut to their first `n_max` rows read: what a block of that size would be if the rows
+        after did not change the ones before (they can: `agreement` measures it). Records nothing."""
+        cut = DraftBlocks(self.spec_type, n_max + self.first_row, self.first_row, self.limit, self.fraction,
+                          windows=dict(self.windows))
+        cut.blocks = {key: [None if b is None else _head(b, n_max) for b in blocks] for key, blocks in self.blocks.items()}
+        return cut
+
+    def agreement(self, other: "DraftBlocks") -> tuple[float, int]:
+        """The share of the positions both recorded whose greedy chains are the same, and how many there were."""
+        same = compared = 0
+        for key, blocks in other.blocks.items():
+            for mine, theirs in zip(self.blocks.get(key, ()), blocks):
+                if mine is not None and theirs is not None:
+                    compared += 1
+                    same += mine.chain == theirs.chain
+        return (same / compared if compared else 0.0), compared
+
     @property
     def has_candidates(self) -> bool:
         """Whether PCTree's candidates were kept (a tree can be built from these blocks)."""
@@ -126,6 +144,12 @@ class DraftBlocks:
 
     def cutter(self, config: SpecConfig) -> "BlockCut":
         return BlockCut(self, config)
+
+
+def _head(block: Block, n: int) -> Block:
+    return Block(block.chain[:n], None if block.top_probability is None else block.top_probability[:n],
+                 None if block.confidence is None else block.confidence[:n],
+                 None if block.candidates is None else block.candidates.head(n))
 
 
 def layer_inputs(pair: DFlashPair, tokens: Sequence[int]) -> np.ndarray:

@@ -153,9 +153,15 @@ def _record_block_draft(local: PythonEngine, config: SpecConfig, plan: BlockPlan
         pair = local.dflash_pair(config)
         block_draft, left_out = BlockDraft.record(pair, plan, trajectories)
         charge(decodes=block_draft.draft_decodes)
+    derived = ""
+    if block_draft.derived:
+        shares = [share for share, _ in block_draft.derived.values()]
+        derived = (f"; n_max {', '.join(map(str, block_draft.derived))} cut from n_max {max(block_draft.by_n_max)}'s "
+                   f"blocks, whose chains agreed with their own at {min(shares):.1%}-{max(shares):.1%} of "
+                   f"{min(c for _, c in block_draft.derived.values())}+ sampled positions")
     note(f"recorded {config.draft.name}'s {plan.spec_type} blocks along the trajectories "
          f"(n_max {', '.join(map(str, block_draft.by_n_max))}: {block_draft.draft_decodes} draft decodes, "
-         f"{block_draft.fraction:.0%} of the positions)")
+         f"{block_draft.fraction:.0%} of the positions{derived})")
     if left_out:
         note(left_out)
     name = config.draft.name

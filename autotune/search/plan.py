@@ -24,6 +24,10 @@ The plan is an upper bound of the search's `cost:` line: the race counts every e
 target's baseline, its control and `--spec-default`, the finalists priced at the slowest target) for
 every round of its budget, and the round run on fresh servers after the decision.
 
+A DFlash/DSpark draft records its largest block at every position and each smaller size at a sample
+that checks the cut largest block stands for it (autotune.predict.block_drafts): the plan prices that,
+the expected case; a size whose check fails is recorded on its own, past the plan, and the ETA says so.
+
 A file whose size is unknown (not on disk, the hub out of reach) is priced as large as the largest
 target, and its DFlash/DSpark block sizes as every n_max the space allows (the file would clamp them).
 
@@ -43,8 +47,8 @@ from autotune.engines.server_requests import WARMUP_TOKENS
 from autotune.errors import UsageError
 from autotune.gguf.info import read_gguf_info
 from autotune.measure.ledger import Ledger
-from autotune.predict.block_drafts import BlockPlan
-from autotune.predict.block_sample import SAMPLE_POSITIONS
+from autotune.predict.block_drafts import CHECK_POSITIONS, BlockPlan
+from autotune.predict.block_sample import SAMPLE_POSITIONS, WINDOW
 from autotune.predict.chains import chain_length
 from autotune.predict.cost import REPEATS, grid_sizes
 from autotune.predict.target import MAX_BATCH
@@ -205,7 +209,9 @@ def plan_phases(work: Workload, pace: Pace) -> list[PlannedPhase]:
         # each position decodes the chain's missing part: all of it where the draft parted from the trajectory
         phases.append(recording("chains", lambda t: [(mix * work.chain_length, ratio(d, t)) for d in work.draft_models]))
     if work.block_drafts:
-        phases.append(recording("blocks", lambda t: [(2 * positions * d.block_sizes, ratio(d, t))
+        # the largest block at every position, each smaller size at a sample that checks the cut stands for it
+        checked = min(positions, max(CHECK_POSITIONS, work.prompts * WINDOW))
+        phases.append(recording("blocks", lambda t: [(2 * (positions + checked * (d.block_sizes - 1)), ratio(d, t))
                                                      for d in work.block_drafts]))
     phases.append(PlannedPhase("replay", seconds=work.replayed * REPLAY_S_PER_CONFIGURATION, bound=True))
     phases.append(generating("calibration", 2 + work.families, bound=True))  # at most one mix each
@@ -264,11 +270,12 @@ def plan_line(phases: list[PlannedPhase]) -> str:
 
 def eta_line(phases: list[PlannedPhase], ledger: Ledger) -> str:
     """What is left of the plan once the ledger's phases ran: the planned time of the phases not yet run
-    (a phase that ran longer than planned says so)."""
+    (the phase that just ran says so where it took longer than planned)."""
     done = ledger.phases
     left = sum(p.seconds for p in phases if p.name not in done)
+    last = next(reversed(done), None)
     over = [f"{p.name} took {_minutes(done[p.name].seconds)} (planned {_minutes(p.seconds)})" for p in phases
-            if p.name in done and done[p.name].seconds > 1.5 * p.seconds + 5]
+            if p.name == last and done[p.name].seconds > 1.5 * p.seconds + 5]
     upcoming = next((p.name for p in phases if p.name not in done), None)
     head = f"ETA: {_minutes(left)} left" + (f", {upcoming} next" if upcoming else ", done")
     return head + (f" ({'; '.join(over)})" if over else "")
