@@ -9,21 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from autotune.testing import tiny_gguf
-from autotune.testing.ci import pytest_make_collect_report, pytest_runtest_makereport  # noqa: F401 (hooks)
-from autotune.testing.environment import leaking_variables, path_without_llama_server
-from autotune.testing.processes import our_llama_servers
+from autotune.testing.environment import scrub_environment
 
+# Before anything else of autotune (or llama_cpp, huggingface_hub, a test module) is imported: some of the
+# variables are read once, at import (autotune.testing.environment).
+scrub_environment(os.environ)
 
-@pytest.fixture(scope="session", autouse=True)
-def clean_environment():
-    """For the whole session (module-scoped fixtures included): none of the variables or PATH entries
-    that would change what the tests run (autotune.testing.environment)."""
-    with pytest.MonkeyPatch.context() as env:
-        for name in leaking_variables(os.environ):
-            env.delenv(name)
-        env.setenv("PATH", path_without_llama_server(os.environ.get("PATH", "")))
-        yield
+from autotune.testing import tiny_gguf  # noqa: E402
+from autotune.testing.ci import pytest_make_collect_report, pytest_runtest_makereport  # noqa: E402, F401 (hooks)
+from autotune.testing.processes import our_llama_servers  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

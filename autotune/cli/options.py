@@ -134,7 +134,7 @@ _MEASUREMENT_OPTIONS = [
                  help="Search-space file to use instead of the bundled one (repeat it for several --model: each "
                       "file serves the model its [model] name names)."),
     click.option("--seed", type=click.IntRange(min=0), help="Seed of the TPE sampler and of token sampling (default: TPE random, sampling seed 0)."),
-    click.option("--threads", type=click.IntRange(min=1), help="CPU threads (default: every core this process may use)."),
+    click.option("--threads", type=click.IntRange(min=1), help="CPU threads (default: llama-server's own, this machine's physical cores)."),
     objective_option,
     click.option("--repeats", type=click.IntRange(min=1), default=1, show_default=True,
                  help="Measurements of the mix per trial (2+ gives each trial a 95% interval)."),

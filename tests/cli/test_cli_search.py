@@ -38,6 +38,7 @@ def load(home: Path, model: str) -> optuna.Study:
     return optuna.load_study(study_name=f"{model}@{hardware_key()}:python", storage=storage)
 
 
+@pytest.mark.slow
 def test_tiny_search_stores_baseline_first_and_every_attr(tiny_space, models_dir, autotune_home):
     result = tiny_search(tiny_space, models_dir, "--trials", "5", "--seed", "3", "--no-pruning")
     argv = shlex.split(result.stdout.splitlines()[0])
@@ -65,6 +66,7 @@ def test_tiny_search_stores_baseline_first_and_every_attr(tiny_space, models_dir
         assert trial.user_attrs["speedup"] > 0
 
 
+@pytest.mark.slow
 def test_rerun_resumes_the_same_study(tiny_space, models_dir, autotune_home):
     tiny_search(tiny_space, models_dir, "--trials", "3")
     tiny_search(tiny_space, models_dir, "--trials", "3")
@@ -76,6 +78,7 @@ def test_rerun_resumes_the_same_study(tiny_space, models_dir, autotune_home):
     assert sum(t.user_attrs.get("role") == "spec-default" for t in trials) == 1
 
 
+@pytest.mark.slow
 def test_changed_measurement_settings_are_refused(tiny_space, models_dir):
     tiny_search(tiny_space, models_dir, "--trials", "2")
     result = run("search", "--strategy", "measure", "--model", "tiny", "--space", str(tiny_space), "--models-dir", str(models_dir),
@@ -83,6 +86,7 @@ def test_changed_measurement_settings_are_refused(tiny_space, models_dir):
     assert result.exit_code == 2 and "--max-tokens 12" in result.output
 
 
+@pytest.mark.slow
 def test_best_and_trials_read_the_study(tiny_space, models_dir, autotune_home, confirmed_pick):
     # no pruning: on a loaded machine every search trial could be pruned, and the baseline be the best
     tiny_search(tiny_space, models_dir, "--trials", "4", "--seed", "1", "--no-pruning")

@@ -28,7 +28,7 @@ from autotune.study.verdict import BUDGET_SPENT, NONE_CAN_WIN, WINNER, Confirmat
 from autotune.testing.races import raced_row, scaled
 from autotune.testing.tiny_gguf import TINY_SPACE
 
-pytestmark = pytest.mark.usefixtures("no_server_left_behind")
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_server_left_behind")]
 
 #: One prompt of each category is raced (--per-category 1, the default): the categories every
 #: per-category output must show.

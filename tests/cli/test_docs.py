@@ -1,8 +1,11 @@
 """Every command has help text with an example and a place in the manual (docs/); every option has help text,
-which the manual's CLI reference is generated from; README shows the commands CI runs."""
+which the manual's CLI reference is generated from; README shows the commands CI runs; cli.md's hand-written
+tables (the commands, search's options with their defaults, the exit codes) say what the code does; and no
+page names a path of a developer's machine."""
 
 import re
 import shlex
+import signal
 import sys
 from importlib import import_module
 from pathlib import Path
@@ -11,7 +14,10 @@ import click
 import pytest
 
 from autotune.cli.main import cli
+from autotune.errors import AutotuneError, LeaseHeld
+from autotune.interrupts import STOP_SIGNALS, Interrupted
 from autotune.measure.prompts import load_prompt_mix
+from autotune.presets.nightly import EXIT_CODES as NIGHTLY_EXIT_CODES
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -105,3 +111,78 @@ def test_readme_is_short_and_its_links_resolve():
 def test_example_prompt_files_load():
     for path in (ROOT / "examples").glob("*.jsonl"):
         assert len(load_prompt_mix(path)) > 0
+
+
+def table_under(page: str, heading: str) -> list[list[str]]:
+    """The rows (cells stripped) of the table in the section under `heading`, its header row left out."""
+    section = page.split(f"\n{heading}\n", 1)[1].split("\n#", 1)[0]
+    lines = [line.strip() for line in section.splitlines() if line.startswith("|")]
+    return [[cell.strip() for cell in line.strip("|").split(" | ")] for line in lines[2:]]
+
+
+def exit_codes_of_the_code() -> dict[int, set[str]]:
+    """Every code the command line can exit with, each with the words its row of the table must hold:
+    0; Click's usage error; each AutotuneError's; nightly's, by status; 128 + each stop signal, by its
+    name; and each literal `sys.exit(N)` of a command module, by the command."""
+    codes: dict[int, set[str]] = {0: set(), click.UsageError.exit_code: set()}
+    errors = [AutotuneError]
+    while errors:
+        error = errors.pop()
+        codes.setdefault(error.exit_code, set())
+        errors += error.__subclasses__()
+    codes[LeaseHeld.exit_code].add("--no-wait")
+    for status, code in NIGHTLY_EXIT_CODES.items():
+        codes.setdefault(code, set()).add(status)
+    for signum in STOP_SIGNALS:
+        codes.setdefault(Interrupted(signum).exit_code, set()).add(signal.Signals(signum).name)
+    for module in (ROOT / "autotune" / "cli").glob("*.py"):
+        for literal in re.findall(r"sys\.exit\((\d+)\)", module.read_text()):
+            codes.setdefault(int(literal), set()).add(f"`{module.stem}`")
+    return codes
+
+
+def test_the_exit_codes_table_holds_every_code_the_command_line_exits_with_and_no_other():
+    table = {int(code.strip("`")): meaning for code, meaning in table_under(PAGES[CLI_PAGE], "## Exit codes")}
+    codes = exit_codes_of_the_code()
+    assert set(table) == set(codes)
+    for code, words in codes.items():
+        assert all(word in table[code] for word in words), (code, words, table[code])
+    assert not [name for name, page in PAGES.items() if name != CLI_PAGE and re.search(r"^\| *code *\|", page, re.M)]
+
+
+def option_default_text(option: click.Option) -> str | None:
+    """An option's default as the hand-written tables spell it; None where it shows none."""
+    if isinstance(option.default, bool):
+        return "on" if option.default else "off"
+    if not option.show_default or option.default is None:
+        return None
+    if isinstance(option.default, float):
+        return f"{option.default:g}"
+    if isinstance(option.default, (tuple, list)):
+        return ",".join(str(v) for v in option.default)
+    return str(option.default)
+
+
+def test_the_options_table_of_search_names_every_option_and_its_default():
+    search = cli.commands["search"]
+    options = {flag: p for p in search.params if isinstance(p, click.Option) for flag in p.opts + p.secondary_opts}
+    named: set[str] = set()
+    for flags_cell, _, default_cell, _ in table_under(PAGES[CLI_PAGE], "## Options of search"):
+        flags = [flag for flag in re.findall(r"--[a-z][a-z0-9-]*", flags_cell) if not flag.startswith("--no-")]
+        assert set(flags) <= set(options), f"{flags_cell}: no such option of search"
+        named.update(flags)
+        shown = [option_default_text(options[flag]) for flag in flags]
+        if all(shown):
+            assert ", ".join(shown) == default_cell, flags_cell
+    assert [p.opts[0] for p in search.params if isinstance(p, click.Option) and not set(p.opts) & named] == []
+
+
+def test_the_commands_table_has_a_row_for_every_command():
+    rows = [command for command, _ in table_under(PAGES[CLI_PAGE], "## Commands")]
+    named = {re.match(r"`autotune (\w+)", command).group(1) for command in rows}
+    assert named == set(cli.commands)
+
+
+def test_no_page_names_a_path_of_a_developers_machine():
+    for name, text in {"README.md": README, **PAGES}.items():
+        assert not re.findall(r"(?:/root/|/home/\w|/Users/|/tmp/|/work/)\S*", text), name

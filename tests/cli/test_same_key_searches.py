@@ -51,7 +51,7 @@ def test_a_second_search_of_one_model_waits_for_the_first_then_runs(tiny_space, 
         assert refused.stderr.strip().splitlines()[-1].startswith(f"autotune: error: {held_by}")
         assert BASELINE not in refused.stderr
 
-        second, second_log = start(search_args(tiny_space, models_dir))
+        second, second_log = start(search_args(tiny_space, models_dir, "--again"))  # else it answers from the first
         waiting = second_log.wait_for("autotune: waiting: ", timeout_s=120)
         assert waiting and waiting[1].startswith(f"autotune: waiting: {held_by}"), second_log.text()
         assert first.wait(timeout=600) == 0, first_log.text()[-3000:]

@@ -22,6 +22,7 @@ def run(*args: str):
     return result
 
 
+@pytest.mark.slow
 def test_predict_then_race_prints_the_race_winner_with_its_prediction(tiny_space, models_dir, autotune_home,
                                                                      confirmed_pick):
     result = run("search", "--model", "tiny", "--space", str(tiny_space), "--models-dir", str(models_dir),
@@ -63,6 +64,7 @@ def test_predict_then_race_prints_the_race_winner_with_its_prediction(tiny_space
     assert all(line.split()[6] != "-" for line in raced_lines)  # and the prediction's error
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("precision, prompts", [(1.0, MIN_FIT_PROMPTS), (0.0, 11)],
                          ids=["every fit has enough at once", "no fit ever has enough"])
 def test_each_reference_is_measured_for_as_many_prompts_as_its_fit_needs(monkeypatch, tiny_space, models_dir,

@@ -190,6 +190,7 @@ def forced_sampler(model, output: list[int]) -> SamplerChain:
     return SamplerChain(model.vocab, model.n_vocab, [grammar, llama_cpp.llama_sampler_init_greedy()])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(CPP_TOTALS))
 def test_three_requests_count_what_llama_server_counts(engine, tiny_dir, name):
     """Three requests on one drafter, through the in-process engine's own generation (`_generate`: the
@@ -212,6 +213,7 @@ def test_three_requests_count_what_llama_server_counts(engine, tiny_dir, name):
     assert totals == CPP_TOTALS[name]
 
 
+@pytest.mark.slow
 def test_the_totals_are_what_this_llama_server_counts():
     """The literals above are still what the installed llama-server counts (else regenerate them)."""
     assert cpp_totals.all_server_totals() == CPP_TOTALS

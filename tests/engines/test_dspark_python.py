@@ -122,6 +122,7 @@ def test_engine_lists_draft_dspark_and_draft_dflash(engine):
 # -- linear DSpark and DFlash: the baseline's output and llama-server's counts, exactly ----------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "spec_type, draft, params",
     [
@@ -185,6 +186,7 @@ def test_n_max_clamps_to_the_trained_block_size(engine, models):
     assert all(r.n_drafted <= 4 * r.n_verify_steps for r in clamped.results)
 
 
+@pytest.mark.slow
 def test_p_min_applies_only_with_a_confidence_head(engine, server, models):
     with pytest.raises(TrialFailure, match="no confidence head"):
         engine.measure(dspark(models, draft_p_min=0.3), MIX, max_tokens=8)

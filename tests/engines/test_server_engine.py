@@ -120,6 +120,7 @@ def test_a_binary_that_cannot_run_is_a_usage_error(tmp_path):
 # -- measurements on tiny models ---------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_baseline_measure_reports_server_timings(engine, tiny, tiny_baseline):
     seen = []
     m = engine.measure(SpecConfig(tiny / "target.gguf"), TINY_MIX, max_tokens=24, on_prompt=lambda i, r: seen.append(i))
@@ -138,6 +139,7 @@ def test_baseline_measure_reports_server_timings(engine, tiny, tiny_baseline):
     assert engine.last_argv[engine.last_argv.index("-t") + 1] == "1"
 
 
+@pytest.mark.slow
 def test_server_and_python_engines_generate_from_the_same_prompt_tokens(tiny, tiny_baseline):
     with PythonEngine(context_size=512, threads=1) as python_engine:
         m = python_engine.measure(SpecConfig(tiny / "target.gguf"), TINY_MIX, max_tokens=40)
@@ -145,6 +147,7 @@ def test_server_and_python_engines_generate_from_the_same_prompt_tokens(tiny, ti
     assert [r.tokens for r in m.results] == [r.tokens for r in tiny_baseline.results]
 
 
+@pytest.mark.slow
 def test_dspark_drafts_and_generates_the_baseline_tokens(engine, tiny, tiny_baseline):
     config = SpecConfig(tiny / "target.gguf", "draft-dspark", tiny / "dspark.gguf", {"draft_n_max": 4})
     m = engine.measure(config, TINY_MIX, max_tokens=40)
@@ -155,6 +158,7 @@ def test_dspark_drafts_and_generates_the_baseline_tokens(engine, tiny, tiny_base
     assert "--spec-type" in engine.last_argv and "draft-dspark" in engine.last_argv
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "spec_type, params",
     [
@@ -169,6 +173,7 @@ def test_ngram_types_run_on_the_tiny_target(engine, tiny, tiny_baseline, spec_ty
     assert [r.tokens for r in m.results] == [r.tokens for r in tiny_baseline.results]
 
 
+@pytest.mark.slow
 def test_vocab_mismatched_draft_runs_without_speculation(engine, tiny):
     config = SpecConfig(tiny / "target.gguf", "draft-simple", tiny / "otherwords.gguf")
     m = engine.measure(config, TINY_MIX, max_tokens=16)
@@ -177,6 +182,7 @@ def test_vocab_mismatched_draft_runs_without_speculation(engine, tiny):
     assert [r.n_generated for r in m.results] == [16, 16]
 
 
+@pytest.mark.slow
 def test_tie_evidence_replays_a_divergence(engine, tiny, tiny_baseline):
     tokens = tiny_baseline.results[0].tokens
     other = next(t for t in range(5, 128) if t != tokens[5])
@@ -189,6 +195,7 @@ def test_tie_evidence_replays_a_divergence(engine, tiny, tiny_baseline):
 # -- failures ----------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_bad_flag_is_a_trial_failure_with_the_log_tail(tiny):
     with ServerEngine(context_size=512, base_flags=["--no-such-flag"]) as engine:
         with pytest.raises(ServerFailure, match="invalid argument: --no-such-flag") as caught:
@@ -198,6 +205,7 @@ def test_bad_flag_is_a_trial_failure_with_the_log_tail(tiny):
     assert engine.last_log_tail == caught.value.log_tail
 
 
+@pytest.mark.slow
 def test_target_the_server_cannot_load_is_a_trial_failure(tiny, tmp_path):
     broken = tmp_path / "three-blocks-declared.gguf"
     broken.write_bytes((tiny / "target.gguf").read_bytes())
@@ -211,12 +219,14 @@ def test_target_the_server_cannot_load_is_a_trial_failure(tiny, tmp_path):
     assert "exiting due to model loading error" in caught.value.log_tail
 
 
+@pytest.mark.slow
 def test_startup_timeout_is_a_trial_failure(tiny):
     with ServerEngine(context_size=512, startup_timeout_s=0.0) as engine:
         with pytest.raises(ServerFailure, match="not ready within 0 s"):
             engine.measure(SpecConfig(tiny / "target.gguf"), TINY_MIX, max_tokens=4)
 
 
+@pytest.mark.slow
 def test_ctrl_c_during_a_measurement_stops_the_server(engine, tiny):
     running = set()
 

@@ -19,7 +19,7 @@ from autotune.hardware import hardware_key
 from storage import resolve_storage_url
 from storage.presets import Preset, PresetStore
 
-pytestmark = pytest.mark.usefixtures("no_server_left_behind")
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_server_left_behind")]
 
 UNWINNABLE_SPACE = """
 [model]

@@ -452,6 +452,7 @@ def test_presets_export_cli_refuses_an_unwritable_preset_with_one_line(url, tmp_
     assert done.stderr.count("\n") == 1 and "cannot be written to an INI file" in done.stderr
 
 
+@pytest.mark.slow
 def test_llama_server_router_runs_the_ini_export(tmp_path, tiny_dir, monkeypatch):
     """llama-server itself reads the exported file (router mode), starts the preset's model with the
     preset's flags, and answers a completion through it."""

@@ -89,6 +89,7 @@ def test_each_stream_generates_the_whole_mix_from_its_own_prompt():
     assert stream_order(3, 1, 0) == [0, 1, 2]
 
 
+@pytest.mark.slow
 def test_two_streams_run_at_once_on_two_slots_with_the_context_per_slot(target):
     with ServerEngine(context_size=512, threads=1) as one:
         single = one.measure(SpecConfig(target), MIX, max_tokens=400)
@@ -174,6 +175,7 @@ def test_a_runtime_flag_also_in_base_flags_is_refused(tmp_path):
         load_space(runtime_space(tmp_path, "ubatch_size = [64, 512, 64]", '["-ub", "256"]'))
 
 
+@pytest.mark.slow
 def test_the_python_engine_applies_runtime_values_to_its_contexts(target):
     engine = PythonEngine(context_size=512, threads=1)
     try:
@@ -197,6 +199,7 @@ def test_a_runtime_flag_the_python_engine_cannot_apply_is_bad_input(tmp_path, mo
     assert_no_study(autotune_home)
 
 
+@pytest.mark.slow
 def test_a_joint_study_searches_runtime_and_spec_parameters(tmp_path, models_dir, autotune_home):
     space = runtime_space(tmp_path, 'ubatch_size = [64, 512, 64]\nflash_attn = ["on", "off"]')
     run("search", "--strategy", "measure", "--model", "tiny", "--space", str(space), "--models-dir", str(models_dir), "--trials", "4",
@@ -230,6 +233,7 @@ def test_concurrency_without_a_llama_server_is_bad_input(tiny_space, models_dir,
     assert_no_study(autotune_home)
 
 
+@pytest.mark.slow
 def test_search_at_two_streams_runs_on_the_server_and_reports_serving_figures(tiny_space, models_dir, autotune_home,
                                                                              tmp_path):
     result = run("search", "--strategy", "measure", "--model", "tiny", "--space", str(tiny_space), "--models-dir", str(models_dir),
@@ -261,6 +265,7 @@ def test_search_at_two_streams_runs_on_the_server_and_reports_serving_figures(ti
     assert "tok/s against concurrency" in page and ("Speculation pays" in page or "Speculation stops paying" in page)
 
 
+@pytest.mark.slow
 def test_min_stream_tok_s_is_a_constraint_never_a_score(tiny_space, models_dir, autotune_home):
     done = run("search", "--strategy", "measure", "--model", "tiny", "--space", str(tiny_space), "--models-dir", str(models_dir), "--trials", "3",
                "--max-tokens", "8", "--seed", "2", "--no-confirm", "--min-stream-tok-s", "1e12", "--baseline-every",
@@ -326,6 +331,7 @@ def test_the_sh_launcher_refuses_a_bad_concurrency(tmp_path):
     assert done.returncode == 2 and "--concurrency" in done.stderr and not done.stdout
 
 
+@pytest.mark.slow
 def test_nightly_tunes_each_load_into_its_own_preset(tiny_space, models_dir, autotune_home):
     common = ["nightly", "--model", "tiny", "--space", str(tiny_space), "--models-dir", str(models_dir), "--top", "1",
               "--race-budget", "2", "--max-tokens", "32", "--seed", "0", "--threads", "1"]

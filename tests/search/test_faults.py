@@ -79,6 +79,7 @@ def signal_a_server_run(argv, home: Path, models: Path, signum: int, window: str
 @pytest.mark.parametrize("signum, window", [(signal.SIGINT, "generation"), (signal.SIGTERM, "start-up"),
                                             (signal.SIGHUP, "generation")],
                          ids=["SIGINT-generation", "SIGTERM-start-up", "SIGHUP-generation"])
+@pytest.mark.slow
 def test_a_stop_signal_closes_the_running_trial_kills_the_server_and_the_study_resumes(
         tiny_space, models_dir, autotune_home, signum, window):
     argv = search_args(tiny_space, models_dir, "--engine", "server", "--trials", "5", "--max-tokens", "48",
@@ -101,6 +102,7 @@ def test_a_stop_signal_closes_the_running_trial_kills_the_server_and_the_study_r
     assert not llama_servers_for(models_dir)
 
 
+@pytest.mark.slow
 def test_autotune_killed_leaves_no_server_and_the_next_run_requeues_its_trial(tiny_space, models_dir, autotune_home):
     argv = search_args(tiny_space, models_dir, "--engine", "server", "--trials", "3", "--max-tokens", "48",
                        "--per-category", "4", "--no-pruning", "--baseline-every", "0", "--no-confirm")
@@ -124,6 +126,7 @@ def test_autotune_killed_leaves_no_server_and_the_next_run_requeues_its_trial(ti
     assert again.user_attrs["role"] == "spec-default"
 
 
+@pytest.mark.slow
 def test_two_workers_on_one_sqlite_file_lose_no_trial(tiny_space, models_dir, autotune_home):
     # no pruning: on the tiny models most trials are pruned, and one that completes is what this checks
     argv = search_argv(tiny_space, models_dir, "--trials", "10", "--max-tokens", "24", "--baseline-every", "0",
@@ -149,6 +152,7 @@ def test_two_workers_on_one_sqlite_file_lose_no_trial(tiny_space, models_dir, au
         assert trial.user_attrs["lossless"] is not None
 
 
+@pytest.mark.slow
 def test_repeats_give_intervals_and_drift_checks_are_recorded_not_counted(tiny_space, models_dir, autotune_home):
     result = CliRunner().invoke(cli, ["search", "--strategy", "measure", "--model", "tiny", "--space", str(tiny_space), "--models-dir",
                                       str(models_dir), "--trials", "5", "--repeats", "3", "--baseline-every", "2",

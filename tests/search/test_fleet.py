@@ -41,6 +41,7 @@ def trials_of(storage_url, hardware=None):
     return optuna.load_study(study_name=f"tiny@{hardware or hardware_key()}:python", storage=storage_url).trials
 
 
+@pytest.mark.slow
 def test_two_workers_share_one_study(tiny_space, models_dir, autotune_home, storage_url):
     if storage_url.startswith("postgresql"):
         import sqlalchemy
@@ -70,6 +71,7 @@ def test_two_workers_share_one_study(tiny_space, models_dir, autotune_home, stor
     assert study.user_attrs["confirmation"]["repeats"] >= 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("running_after, killed", [("[1/4]", "reference"), ("[2/4]", "search trial")])
 def test_a_killed_worker_trial_is_failed_by_the_heartbeat_and_requeued(tiny_space, models_dir, autotune_home,
                                                                        fresh_postgres, running_after, killed):
@@ -104,6 +106,7 @@ def test_a_killed_worker_trial_is_failed_by_the_heartbeat_and_requeued(tiny_spac
         assert sum(t.user_attrs.get("role") == role and t.state.name == "COMPLETE" for t in trials) == 1, role
 
 
+@pytest.mark.slow
 def test_each_hardware_has_its_own_study_and_presets_of_every_machine_are_listed(
         tiny_space, models_dir, autotune_home, tmp_path, fresh_postgres):
     fake_bin = tmp_path / "fake-gpu"

@@ -183,6 +183,7 @@ class _Notes:
     def trial_finished(self, trial) -> None: ...
 
 
+@pytest.mark.slow
 def test_an_engine_without_ngram_mod_says_once_that_the_study_has_no_spec_default(tiny_space, models_dir):
     options = SearchOptions(SearchSettings("tiny", trials=2, max_tokens=4, seed=0), engine_name="python",
                             models_dir=models_dir, space_file=tiny_space)

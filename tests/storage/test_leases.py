@@ -8,11 +8,11 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 
 import pytest
 
+import storage
 from autotune.errors import LeaseHeld, LeaseLost
 from storage.leases import MISSED_BEATS, LeaseKey, LeaseStore
 
@@ -84,27 +84,48 @@ def test_processes_opening_a_new_sqlite_file_at_the_same_instant_all_open_it(tmp
     assert [out.strip() for out, _ in said] == ["opened"] * 6, [err.strip().splitlines()[-1:] for _, err in said]
 
 
+#: a process that holds a new file's write lock until its stdin closes
 RESERVING = textwrap.dedent("""
-    import sqlite3, sys, time
+    import sqlite3, sys
     connection = sqlite3.connect(sys.argv[1], isolation_level=None)
     connection.execute("BEGIN IMMEDIATE")
     connection.execute("CREATE TABLE first_writer (x INTEGER)")
     print("reserved", flush=True)
-    time.sleep(1.5)
+    sys.stdin.read()
     connection.execute("COMMIT")
 """)
 
 
-def test_a_new_sqlite_file_another_process_is_writing_is_opened_once_it_is_done(tmp_path):
+class WriterDoneOnFirstRetry:
+    """`random` for storage's switch to WAL, which draws each retry's pause from it: the first retry
+    (the opener was refused, and waits) lets the writer finish."""
+
+    def __init__(self, writer: subprocess.Popen):
+        self.writer, self.retries = writer, 0
+
+    def uniform(self, low: float, high: float) -> float:
+        self.retries += 1
+        if self.retries == 1:
+            self.writer.stdin.close()
+        return low
+
+
+def test_a_new_sqlite_file_another_process_is_writing_is_opened_once_it_is_done(tmp_path, monkeypatch):
     """SQLite refuses the switch to WAL at once, without waiting, while another process holds the file's
     write lock (as one opening it a moment earlier does); the opener waits for it instead."""
     path = tmp_path / "new.db"
-    writer = subprocess.Popen([sys.executable, "-c", RESERVING, str(path)], stdout=subprocess.PIPE, text=True)
+    writer = subprocess.Popen([sys.executable, "-c", RESERVING, str(path)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    retrying = WriterDoneOnFirstRetry(writer)
+    monkeypatch.setattr(storage, "random", retrying)
     try:
         assert writer.stdout.readline().strip() == "reserved"
         LeaseStore(f"sqlite:///{path}").close()
     finally:
+        if not writer.stdin.closed:
+            writer.stdin.close()
         writer.wait(timeout=30)
+    assert retrying.retries >= 1  # refused while the writer held the file, then opened once it was done
     assert sqlite3.connect(path).execute("PRAGMA journal_mode").fetchone() == ("wal",)
 
 
@@ -126,13 +147,15 @@ def test_a_waiting_claim_says_whose_lease_once_and_gets_it_when_released(url):
     held = holder(url)
     assert held.stdout.readline().strip() == "won"
     heard = []
-    threading.Timer(3.0, held.stdin.close).start()
-    started = time.monotonic()
-    with LeaseStore(url).claim(KEY, beat_s=0.5, wait=True, on_wait=heard.append) as lease:
-        waited = time.monotonic() - started
+
+    def waiting(whose) -> None:  # the claim was refused and waits: now the holder lets go
+        heard.append(whose)
+        held.stdin.close()
+
+    with LeaseStore(url).claim(KEY, beat_s=0.5, wait=True, on_wait=waiting) as lease:
         assert lease.taken_from is None  # released, not taken over
     held.wait(timeout=30)
-    assert 2.5 < waited < 10
+    assert held.stdout.readline().strip() == "still mine"  # the holder's until it let go
     assert [h.pid for h in heard] == [held.pid]
 
 
