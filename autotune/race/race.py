@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import math
 import re
+import signal
 import time
 from contextlib import closing
 from dataclasses import dataclass
@@ -41,6 +42,7 @@ from typing import Callable
 
 from autotune.engines.base import Engine
 from autotune.errors import UsageError
+from autotune.interrupts import Interrupted
 from autotune.measure.paired import MIN_EFFECT, Speedup
 from autotune.measure.prompts import PromptMix
 from autotune.measure.sequential import ALPHA, SLOWER, STAYS
@@ -52,7 +54,9 @@ from autotune.race.record import Outcome, confirmation_of
 from autotune.race.rounds import RaceStatus, Rounds
 from autotune.spec.command import ServerCommand
 from autotune.study.records import CONTROL_ROLE
-from autotune.study.verdict import BUDGET_SPENT, MACHINE_MOVED, NONE_CAN_WIN, WINNER, Confirmation, coverage
+from autotune.study.verdict import (
+    BUDGET_SPENT, MACHINE_MOVED, NONE_CAN_WIN, STOPPED, WINNER, Confirmation, coverage,
+)
 
 DEFAULT_BUDGET = "4"
 #: what the race says of the pairing it chose
@@ -115,8 +119,35 @@ def race(engine: Engine, entrants: list[Entrant], mix: PromptMix, *, max_tokens:
     stands after each look."""
     entrants = entrants + [Entrant(CONTROL_ROLE, None, e.config) for e in entrants if e.is_baseline]
     rounds = Rounds(engine, entrants, mix, max_tokens, command, figure, on_dropped, seed=seed)
-    on_start(rounds.pairing)
     outcome = Outcome(BUDGET_SPENT, {})
+    try:
+        on_start(rounds.pairing)
+        _run(rounds, mix, figure, budget, outcome, on_measured, on_look)
+        for entrant in rounds.entrants:
+            if entrant.in_race and (inactive := rounds.inactive(entrant)) is not None:
+                rounds.drop(entrant, inactive, failed=True)
+        if outcome.winner is not None and not outcome.winner.in_race:
+            outcome.ended, outcome.winner = NONE_CAN_WIN, None
+        if outcome.winner is not None:
+            _replicate(rounds, mix, figure, outcome)
+    except KeyboardInterrupt as stop:  # the replication included: a winner not yet replicated is no verdict
+        outcome.ended, outcome.winner, outcome.within_reach = STOPPED, None, ()
+        raise RaceStopped(confirmation_of(engine, rounds, mix, command, figure, outcome), stop) from stop
+    return confirmation_of(engine, rounds, mix, command, figure, outcome)
+
+
+class RaceStopped(Interrupted):
+    """A stop signal arrived once the race had begun: `confirmation` is where it stood, undecided (STOPPED).
+    It is the stop itself to every other handler: the command still exits with 128 + the signal's number."""
+
+    def __init__(self, confirmation: Confirmation, stop: KeyboardInterrupt):
+        super().__init__(getattr(stop, "signum", signal.SIGINT))
+        self.confirmation = confirmation
+
+
+def _run(rounds: Rounds, mix: PromptMix, figure: str, budget: RaceBudget, outcome: Outcome,
+         on_measured: OnMeasured, on_look: OnLook) -> None:
+    """The race's looks until it is decided, no entrant can win, or the budget is spent (`outcome` says which)."""
     last = None
     started = time.monotonic()
     with closing(rounds.looks()) as looks:
@@ -150,14 +181,6 @@ def race(engine: Engine, entrants: list[Entrant], mix: PromptMix, *, max_tokens:
             if budget.spent(valid, elapsed) and (rounds.between_rounds or budget.seconds is not None):
                 _leader_at_the_end(last, outcome, rounds.current)
                 break
-    for entrant in rounds.entrants:
-        if entrant.in_race and (inactive := rounds.inactive(entrant)) is not None:
-            rounds.drop(entrant, inactive, failed=True)
-    if outcome.winner is not None and not outcome.winner.in_race:
-        outcome.ended, outcome.winner = NONE_CAN_WIN, None
-    if outcome.winner is not None:
-        _replicate(rounds, mix, figure, outcome)
-    return confirmation_of(engine, rounds, mix, command, figure, outcome)
 
 
 def _void(rounds: Rounds, mix: PromptMix, figure: str, outcome: Outcome) -> bool:
@@ -261,6 +284,16 @@ def status_line(status: RaceStatus, levels_alpha: float = ALPHA) -> str:
         parts.append(f"{label}: {speedup.ratio:.2f}x{bounds}")
     return (f"race round {status.round_ + 1}, prompt {status.prompts_done}/{status.prompts}{left}, "
             f"{coverage(levels_alpha)}: " + "; ".join(parts))
+
+
+def standing_line(confirmation: Confirmation, run: str) -> str:
+    """What a stopped race says before the command exits: where it stood, undecided, and where it is kept."""
+    leader = confirmation.fastest
+    standing = "no entrant ahead of the plain command" if leader is None or not leader.speedup_ci else (
+        f"the leader {leader.label} at {leader.speedup:.2f}x [{leader.ci_label} {leader.speedup_ci[0]:.2f}-"
+        f"{leader.speedup_ci[1]:.2f}]")
+    return (f"stopped in race round {confirmation.repeats}, undecided: {standing}; kept as {run}, "
+            "where `autotune best` shows it while no finished race of this model is newer")
 
 
 def round_line(round_: int, entrant: Entrant, speedup: Speedup | None) -> str:

@@ -23,6 +23,7 @@ from autotune.spec.space import SearchSpace
 from autotune.study.catalog import study_name
 from autotune.study.records import PREDICTED_ENGINE, StudyRecord
 from autotune.study.runs import newest_answer
+from autotune.study.verdict import STOPPED
 
 
 def space_digest(space: SearchSpace) -> str:
@@ -40,7 +41,8 @@ def finished_since(storage: optuna.storages.BaseStorage, inputs: SearchInputs, s
     except KeyError:
         return None
     record = StudyRecord.of(study)
-    if not record.confirmation or datetime.fromisoformat(record.confirmation["date"]) < since:
+    race = record.confirmation
+    if not race or race.get("ended") == STOPPED or datetime.fromisoformat(race["date"]) < since:
         return None
     measured = record.measurement
     same = (record.files == inputs.candidates.fingerprint() and record.space == space_digest(inputs.space)

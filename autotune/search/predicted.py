@@ -50,7 +50,7 @@ from autotune.measure.prompts import PromptMix
 from autotune.models.files import file_sha256
 from autotune.race.confirm import trial_entrant
 from autotune.race.entrants import Entrant, speedup_of
-from autotune.race.race import PAIRING_NOTES, race, round_line, status_line
+from autotune.race.race import PAIRING_NOTES, RaceStopped, race, round_line, standing_line, status_line
 from autotune.search.answered import finished_since, space_digest
 from autotune.search.calibration import as_predicted, calibrate, fit_inputs
 from autotune.search.leased import search_lease
@@ -306,13 +306,19 @@ def _race(study: optuna.Study, inputs: SearchInputs, settings: SearchSettings, a
                   f"{race_options.budget.describe()}: " + "; ".join(
                       f"{TrialRecord.of(t).label} ({family_of(TrialRecord.of(t).spec_type)}: {why}, predicted "
                       f"{t.value:.2f}x)" for t, why in picked))
-    with create_engine(arbiter, **engine_args) as engine:
-        confirmation = race(
-            engine, entrants, inputs.mix, max_tokens=settings.max_tokens, budget=race_options.budget, command=command,
-            on_measured=lambda r, entrant, speedup: reporter.note(round_line(r, entrant, speedup)),
-            on_dropped=lambda e: reporter.note(f"race: {e.label} leaves in round {e.dropped_after + 1}: {e.dropped}"),
-            on_start=lambda pairing: reporter.note(PAIRING_NOTES[pairing]),
-            on_look=lambda status: reporter.race_status(status_line(status)), seed=settings.seed or 0)
+    try:
+        with create_engine(arbiter, **engine_args) as engine:
+            confirmation = race(
+                engine, entrants, inputs.mix, max_tokens=settings.max_tokens, budget=race_options.budget,
+                command=command, on_measured=lambda r, entrant, speedup: reporter.note(round_line(r, entrant, speedup)),
+                on_dropped=lambda e: reporter.note(f"race: {e.label} leaves in round {e.dropped_after + 1}: {e.dropped}"),
+                on_start=lambda pairing: reporter.note(PAIRING_NOTES[pairing]),
+                on_look=lambda status: reporter.race_status(status_line(status)), seed=settings.seed or 0)
+    except RaceStopped as stopped:  # the standing result is kept, undecided, and the stop goes on
+        lease.check()
+        store_study(study, confirmation=stopped.confirmation.as_dict())
+        reporter.note(standing_line(stopped.confirmation, study.study_name))
+        raise
     lease.check()
     store_study(study, confirmation=confirmation.as_dict())
     by_number = {t.number: TrialRecord.of(t) for t in study.trials}

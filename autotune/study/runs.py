@@ -6,7 +6,8 @@ nightly versions always were. A predicted search writes a new run each time rath
 inside one study, because a run's trials, calibration and race belong together: `trials` and `report`
 show one run as it was, and `prune` drops whole runs with a plain `delete_study`. A run whose race
 finished holds its verdict (`confirmation`); one stopped before (SIGTERM, a dead machine) is left
-as it was and never answers while a finished one exists. Nothing here deletes a run another process may
+as it was, or with its race's standing result marked undecided where the race had begun, and never
+answers while a finished one exists. Nothing here deletes a run another process may
 still write: `prune` keeps every run newer than the newest kept verdict.
 """
 
@@ -16,6 +17,8 @@ from dataclasses import dataclass
 from datetime import datetime
 
 import optuna
+
+from autotune.study.verdict import STOPPED
 
 
 @dataclass(frozen=True)
@@ -38,7 +41,8 @@ def runs_of(storage: optuna.storages.BaseStorage, base: str) -> list[Run]:
     for summary in optuna.get_all_study_summaries(storage, include_best_trial=False):
         number = run_number(summary.study_name, base)
         if number is not None:
-            found.append(Run(summary.study_name, number, summary.user_attrs.get("confirmation") is not None,
+            race = summary.user_attrs.get("confirmation")
+            found.append(Run(summary.study_name, number, race is not None and race.get("ended") != STOPPED,
                              summary.datetime_start))
     return sorted(found, key=lambda run: run.number)
 

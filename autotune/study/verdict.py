@@ -19,6 +19,8 @@ from autotune.study.trials import baselines_of
 
 #: why a race ended
 WINNER, NONE_CAN_WIN, BUDGET_SPENT = "winner", "no entrant can reach the minimum effect", "budget spent"
+#: a stop signal (Ctrl-C, SIGTERM) once the race had begun: the standing result is kept, undecided
+STOPPED = "stopped before a verdict: undecided"
 MACHINE_MOVED = "the machine's speed moved"
 
 

@@ -98,3 +98,10 @@ class LineLog:
     def text(self) -> str:
         self._reader.join(timeout=30)
         return "\n".join(line for _, line in self.lines)
+
+
+def start_logged(args: list[str]) -> tuple[subprocess.Popen, LineLog]:
+    """`python -m autotune ARGS` as `start_autotune` starts it, unbuffered, with its stderr read line by line."""
+    process = start_autotune(args, env={**os.environ, "PYTHONUNBUFFERED": "1"}, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE)
+    return process, LineLog(process.stderr)

@@ -4,7 +4,6 @@ mid-race: real processes, the tiny models, a real llama-server."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import socket
 import subprocess
@@ -14,7 +13,7 @@ import optuna
 import pytest
 
 from autotune.hardware import hardware_key
-from autotune.testing.processes import LineLog, start_autotune
+from autotune.testing.processes import start_logged
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_server_left_behind")]
 
@@ -27,12 +26,6 @@ def search_args(space, models, *extra: str) -> list[str]:
             "--race-top", "2", "--race-budget", "3", "--heartbeat", "1", *extra]
 
 
-def start(args: list[str]) -> tuple[subprocess.Popen, LineLog]:
-    process = start_autotune(args, env={**os.environ, "PYTHONUNBUFFERED": "1"}, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE)
-    return process, LineLog(process.stderr)
-
-
 def runs(home) -> dict[str, dict]:
     """Each stored run of tiny's predicted study: its user attributes."""
     url = f"sqlite:///{home / 'autotune.db'}"
@@ -40,7 +33,7 @@ def runs(home) -> dict[str, dict]:
 
 
 def test_a_second_search_of_one_model_waits_for_the_first_then_runs(tiny_space, models_dir, autotune_home):
-    first, first_log = start(search_args(tiny_space, models_dir))
+    first, first_log = start_logged(search_args(tiny_space, models_dir))
     second = None
     try:
         assert first_log.wait_for(BASELINE, timeout_s=300), first_log.text()
@@ -51,7 +44,7 @@ def test_a_second_search_of_one_model_waits_for_the_first_then_runs(tiny_space, 
         assert refused.stderr.strip().splitlines()[-1].startswith(f"autotune: error: {held_by}")
         assert BASELINE not in refused.stderr
 
-        second, second_log = start(search_args(tiny_space, models_dir, "--again"))  # else it answers from the first
+        second, second_log = start_logged(search_args(tiny_space, models_dir, "--again"))  # else it answers from the first
         waiting = second_log.wait_for("autotune: waiting: ", timeout_s=120)
         assert waiting and waiting[1].startswith(f"autotune: waiting: {held_by}"), second_log.text()
         assert first.wait(timeout=600) == 0, first_log.text()[-3000:]
@@ -79,7 +72,7 @@ def test_a_search_stopped_mid_race_leaves_best_printing_the_previous_verdict(tin
     assert finished.returncode == 0, finished.stderr[-3000:]
     verdict = finished.stdout.splitlines()[0]  # the command line the race chose
 
-    stopped, log = start(search_args(tiny_space, models_dir))
+    stopped, log = start_logged(search_args(tiny_space, models_dir))
     try:
         assert log.wait_for(RACING, timeout_s=600), log.text()[-3000:]
         stopped.send_signal(signal.SIGTERM)
@@ -89,7 +82,8 @@ def test_a_search_stopped_mid_race_leaves_best_printing_the_previous_verdict(tin
             stopped.kill()
     base = f"tiny@{hardware_key()}:predicted"
     stored = runs(autotune_home)
-    assert stored[base].get("confirmation") and not stored[f"{base}/v2"].get("confirmation")
+    assert stored[base].get("confirmation")  # the stopped one kept its standing result, undecided
+    assert stored[f"{base}/v2"].get("confirmation", {}).get("ended") in (None, "stopped before a verdict: undecided")
 
     best = subprocess.run([sys.executable, "-m", "autotune", "best", "--model", "tiny"], capture_output=True,
                           text=True, timeout=120)

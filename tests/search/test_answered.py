@@ -4,14 +4,12 @@ one SQLite file (tests/cli/test_same_key_searches.py: with `--again` the second 
 
 from __future__ import annotations
 
-import os
-import subprocess
 
 import optuna
 import pytest
 
 from autotune.hardware import hardware_key
-from autotune.testing.processes import LineLog, start_autotune
+from autotune.testing.processes import start_logged
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_server_left_behind")]
 
@@ -23,12 +21,6 @@ def search_args(space, models, *extra: str) -> list[str]:
             "--race-top", "1", "--race-budget", "1", "--heartbeat", "1", *extra]
 
 
-def start(args: list[str]) -> tuple[subprocess.Popen, LineLog]:
-    process = start_autotune(args, env={**os.environ, "PYTHONUNBUFFERED": "1"}, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE)
-    return process, LineLog(process.stderr)
-
-
 def runs(home) -> list[str]:
     url = f"sqlite:///{home / 'autotune.db'}"
     return sorted(s.study_name for s in optuna.get_all_study_summaries(url, include_best_trial=False))
@@ -37,16 +29,16 @@ def runs(home) -> list[str]:
 def _waiting_pair(first_args: list[str], second_args: list[str]) -> tuple[str, str, str]:
     """Run two searches, the second started once the first measures (so it waits); their stdout's first lines
     and the second's log."""
-    first, first_log = start(first_args)
+    first, first_log = start_logged(first_args)
     second = None
     try:
         assert first_log.wait_for(BASELINE, timeout_s=300), first_log.text()
-        second, second_log = start(second_args)
+        second, second_log = start_logged(second_args)
         assert second_log.wait_for("autotune: waiting: ", timeout_s=120), second_log.text()
-        first_out, _ = first.communicate(timeout=600)
-        assert first.returncode == 0, first_log.text()[-3000:]
-        second_out, _ = second.communicate(timeout=600)
-        assert second.returncode == 0, second_log.text()[-3000:]
+        first_out = first.stdout.read()  # stderr is the line logs' to read
+        assert first.wait(timeout=600) == 0, first_log.text()[-3000:]
+        second_out = second.stdout.read()
+        assert second.wait(timeout=600) == 0, second_log.text()[-3000:]
     finally:
         for process in (first, second):
             if process is not None and process.poll() is None:

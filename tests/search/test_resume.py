@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 from dataclasses import replace
 
 import pytest
@@ -15,7 +16,7 @@ import pytest
 from autotune.search.resume import resume_key
 from autotune.search.search import SearchOptions, check_inputs
 from autotune.search.tuner import SearchSettings
-from autotune.testing.processes import LineLog, start_autotune
+from autotune.testing.processes import start_logged
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_server_left_behind")]
 
@@ -30,9 +31,7 @@ def search_args(space, models, *extra: str) -> list[str]:
 
 def run(args: list[str], *, stop_at: str | None = None) -> tuple[int, str]:
     """Run autotune; with `stop_at`, SIGTERM it once that line is logged. Its exit code and its log."""
-    process = start_autotune(args, env={**os.environ, "PYTHONUNBUFFERED": "1"}, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE)
-    log = LineLog(process.stderr)
+    process, log = start_logged(args)
     try:
         if stop_at is not None:
             assert log.wait_for(stop_at, timeout_s=600), log.text()[-3000:]
@@ -68,3 +67,16 @@ def test_what_a_search_keeps_is_keyed_by_what_shaped_it(tiny_space, models_dir):
     (models_dir / "tiny-draft.gguf").write_bytes((models_dir / "tiny-draft.gguf").read_bytes() + b"\0")
     redrafted = check_inputs(options, lambda line: None)
     assert key != resume_key(redrafted, options.settings, target, "b1")  # a draft's contents changed
+
+
+def test_a_search_stopped_in_its_race_keeps_the_standing_result_undecided(tiny_space, models_dir, autotune_home):
+    code, log = run(search_args(tiny_space, models_dir, "--race-budget", "4"),
+                    stop_at="race: every entrant's llama-server stays loaded")
+    assert code == 128 + signal.SIGTERM, log[-3000:]
+    assert "autotune: stopped in race round " in log and ", undecided: " in log, log[-3000:]
+    best = subprocess.run([sys.executable, "-m", "autotune", "best", "--model", "tiny"], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "AUTOTUNE_HOME": str(autotune_home)})
+    assert best.returncode == 0, best.stderr
+    lines = best.stdout.splitlines()
+    assert lines[1].startswith("# the plain command: no configuration was proven faster") and \
+        "stopped before a verdict: undecided" in lines[1], lines
