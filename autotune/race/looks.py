@@ -65,13 +65,14 @@ class RaceLook:
         return int(self.decision.decided_by[0, self.contenders.index(entrant)])
 
 
-def noise_of(entrants: list[Entrant], mix: PromptMix, figure: str) -> Noise:
-    """The race's noise from its (first) control; with none, the floor and the prior."""
+def noise_of(entrants: list[Entrant], mix: PromptMix, figure: str, rounds: slice = slice(None)) -> Noise:
+    """The race's noise from its (first) control on `rounds` (the ones a figure is drawn from: the interval
+    that decided knows only the control's rounds before the decision); with none, the floor and the prior."""
     control = next((e for e in entrants if e.role == CONTROL_ROLE and e.failure is None and e.rounds), None)
     if control is None:
         return Noise(np.array([TAU_FLOOR ** 2]), np.array([PRIOR_PAIR_SD ** 2]))
     reference, own = grid(control, baseline_of(control, entrants), mix, figure)
-    return control_noise(reference[None], own[None])
+    return control_noise(reference[rounds][None], own[rounds][None])
 
 
 def round_is_void(entrants: list[Entrant], mix: PromptMix, figure: str, round_: int) -> str | None:
@@ -119,7 +120,7 @@ def printed(entrant: Entrant, entrants: list[Entrant], mix: PromptMix, figure: s
     decided, or for an entrant not proven where it has its MIN_ROUNDS complete rounds) at its share of
     `level`."""
     reference, own = grid(entrant, baseline_of(entrant, entrants), mix, figure)
-    evidence = Evidence(reference[rounds][None], own[rounds][None], noise_of(entrants, mix, figure),
+    evidence = Evidence(reference[rounds][None], own[rounds][None], noise_of(entrants, mix, figure, rounds),
                         per_prompt=pairing == "prompt" and figure != "aggregate_tok_s")
     stratified = evidence.per_prompt and (by == BY_ROUNDS or (by == 0 and int(evidence.rounds[0]) >= MIN_ROUNDS))
     if stratified:
