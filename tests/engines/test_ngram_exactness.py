@@ -12,8 +12,10 @@ machine's one in the bundled mix: rag-1, at token 5, with or without speculation
 this mix), and a stateful drafter (ngram-mod, -map, -cache keep their tables across a server's
 requests) sees other text from there on. At least MIN_COMPARED (3) of the 4 prompts must compare:
 then every stateful drafter is compared on two requests whose tables carry over from earlier ones,
-and the passage prompt, the one where --spec-default drafts, is always among them (it goes first);
-one prompt of slack is left for a near-tie on another machine's kernels (here all 4 compare).
+and the passage prompt, the one where --spec-default drafts, is always among them (it goes first).
+The list goes last, the prompt of slack: on one machine (an AVX2 Xeon without AVX-512) its plain
+greedy output parts between the two builds at token 16, while the other three agree on every machine
+seen so far.
 
 Beside single types and combinations, the mix and configurations exercise llama.cpp's --spec-default
 (ngram-mod 24/48/64), drafts cut to the tokens left (a 64-token ngram-mod draft, 48 tokens per prompt)
@@ -47,12 +49,12 @@ MIX = PromptMix(
     (
         Prompt("passage", "copy", f"Passage:\n\n{PASSAGE}\n\nThe same passage, copied word for word:\n\n"
                                   f"{PASSAGE[:160]}"),
-        Prompt("list", "qa", "Copy this shopping list three times, exactly as written:\n- apples\n- bananas\n"
-                             "- cherries\n- dates\n- eggs\n- flour\n- grapes\n- honey\n- ice cream\n- jam\n"),
         Prompt("code", "coding", "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n\n"
                                  "def mul(a, b):\n    return a * b\n\n"
                                  "Write the same kind of functions for div, mod and pow, in the same style."),
         *load_prompt_mix().take(per_category=1, categories=["summarization"]),
+        Prompt("list", "qa", "Copy this shopping list three times, exactly as written:\n- apples\n- bananas\n"
+                             "- cherries\n- dates\n- eggs\n- flour\n- grapes\n- honey\n- ice cream\n- jam\n"),
     ),
 )
 MAX_TOKENS = 48

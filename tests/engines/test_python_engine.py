@@ -66,10 +66,12 @@ def check_greedy_output(reference: ReferenceGreedy, prompt: list[int], tokens: l
     """"same" when `tokens` are the reference's greedy output; "tie" when they part where the reference
     itself shows a genuine tie; else the assertion fails.
 
-    A tie, shown by the reference alone: where the outputs part, the engine's token is the reference's
-    runner-up, and its margin behind the reference's token is smaller than the spread by which decoding
-    prompt + output so far as one batch (as a verifier does) instead of one token at a time shifts the
-    leading logits against each other at that very position; batching alone can then flip the argmax."""
+    A tie, shown by the reference alone: where the outputs part, the engine's token is among the
+    reference's leading ones, and its margin behind the reference's token is smaller than the spread by
+    which decoding prompt + output so far as one batch (as a verifier does) instead of one token at a time
+    shifts the leading logits against each other at that very position; batching alone can then flip the
+    argmax. (Not only to the runner-up: on an AVX2 Xeon without AVX-512 the rag prompt parts at token 9 to
+    the reference's third, 0.438 behind, where batching shifts the leading logits by up to 0.689.)"""
     expected, rows = reference.generate(prompt, max_tokens)
     at = next((i for i, (a, b) in enumerate(zip(expected, tokens)) if a != b), None)
     if at is None:
@@ -82,7 +84,7 @@ def check_greedy_output(reference: ReferenceGreedy, prompt: list[int], tokens: l
     margin = float(one_by_one[expected[at]] - one_by_one[tokens[at]])
     evidence = (f"parted at {at}: reference {expected[at]}, engine {tokens[at]}, margin {margin:.4f}, "
                 f"batching shifts the leading logits by up to {shift.max() - shift.min():.4f}")
-    assert int(leading[-2]) == tokens[at], evidence + " (the engine's token is not the reference's runner-up)"
+    assert tokens[at] in leading.tolist(), evidence + " (the engine's token is not among the reference's leading ones)"
     assert margin < shift.max() - shift.min(), evidence
     return "tie"
 
@@ -173,8 +175,8 @@ def test_gemma_ngram_and_self_draft_are_lossless_and_draft(gemma_path):
             baseline = engine.measure(SpecConfig(gemma_path), mix, max_tokens=24)
             assert baseline.mix_tok_s > 0
             prompts = [engine.prompt_tokens(gemma_path, prompt, 24) for prompt in mix]
-            for tokens, result in zip(prompts, baseline.results):
-                assert check_greedy_output(reference, tokens, result.tokens, 24) == "same", result.prompt_id
+            for tokens, result in zip(prompts, baseline.results):  # its prompt batches as the engine's do not
+                assert check_greedy_output(reference, tokens, result.tokens, 24) in ("same", "tie"), result.prompt_id
             for config in (
                 SpecConfig(gemma_path, "ngram-simple", params={"ngram_simple_size_n": 2, "ngram_simple_size_m": 8}),
                 SpecConfig(gemma_path, "draft-simple", gemma_path, {"draft_n_max": 3}),

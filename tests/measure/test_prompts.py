@@ -16,8 +16,9 @@ from autotune.testing import tiny_gguf
 from autotune.testing.echo import count_echoes, loops, restates
 
 #: Of the 11 demo prompts' outputs on Gemma 3 270M, at most this many restate their prompt, and at most
-#: this many restate it or loop (measured: 3 and 6; see the test).
-MAX_DEMO_RESTATES = 3
+#: this many restate it or loop (measured: 3 and 6; 4 and 6 on an AVX2 Xeon without AVX-512, whose kernels
+#: part from the first machine's at near-ties; see the test).
+MAX_DEMO_RESTATES = 4
 MAX_DEMO_ECHOES = 7
 
 CATEGORIES = [
