@@ -17,7 +17,8 @@ OURS = ("autotune", "storage", "search_spaces")
 
 #: Lowest first: a package may import its own modules and those of packages before it, never after.
 LAYERS = (
-    ("autotune", "autotune.errors", "autotune.interrupts", "autotune.settings", "autotune.hardware"),  # the ground: import nothing of ours
+    ("autotune", "autotune.errors", "autotune.interrupts", "autotune.settings", "autotune.hardware",
+     "autotune.duration"),  # the ground: import nothing of ours
     ("autotune.install",),  # plain standard library: it runs before autotune's dependencies are installed
     ("autotune.llamacpp",),
     ("autotune.spec",),

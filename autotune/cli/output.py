@@ -148,8 +148,11 @@ def _winner_lines(confirmation: Confirmation, pick: ConfirmedConfig, engine: str
     if pick.speedup_at_decision is not None:
         replication = (f" [{coverage(0.025)} {pick.replication_ci[0]:.2f}-{pick.replication_ci[1]:.2f}]"
                        if pick.replication_ci else "")
+        after = confirmation.after_decision_round
+        ran = len(pick.decode_ms[after]) if after is not None and after < len(pick.decode_ms) else pick.prompts
+        part = f", {ran} of its {pick.prompts} prompts (one a category, as the budget asked)" if ran < pick.prompts else ""
         lines.append(f"# replicated on fresh servers after the decision: {pick.speedup:.2f}x{replication}, that round "
-                     "alone (a race stops where its estimate is high; this is the figure to expect)")
+                     f"alone{part} (a race stops where its estimate is high; this is the figure to expect)")
     if confirmation.within_reach:
         lines.append(f"# the budget ended before every rival was ruled out: {', '.join(confirmation.within_reach)} "
                      f"may still be within {confirmation.min_effect:.0%} of it; `--race-budget N` races longer")

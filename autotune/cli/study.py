@@ -42,9 +42,10 @@ PREDICTED_ONLY_FLAGS = {"predict_trials": "--predict-trials", "plan": "--plan", 
               help="[predict] Configurations the predicted study samples (TPE) where the grid is larger than it "
                    "can replay point by point.")
 @click.option("--budget", default=None,
-              help="[predict] The most the whole search may take, its downloads aside (15m, 1h, 900s): the race "
-                   "gets what the phases before it leave, and a budget too small for one race round is refused "
-                   "with the smallest that works. Default: no cap (the race stops at --race-budget).")
+              help="[predict] The most the whole search may take, its downloads aside (15m, 1h, 900s; none: no cap): "
+                   "the prediction runs on fewer prompts and tokens where it would take over half of it, the race "
+                   "gets the rest, and a budget too small for a verdict is refused with the smallest that works. "
+                   "Default: the search space's budget_per_target a target (none stated: no cap).")
 @click.option("--again", is_flag=True,
               help="[predict] Measure anew even where this search waited on another of the same model, files, space, "
                    "prompts and length, which just finished (by default it answers from that one).")
@@ -81,7 +82,7 @@ def search(options, queue, server_bin, strategy, confirm_enabled, race_top, race
     from autotune.cli.progress import TerminalReporter
     from autotune.engines import choose_engine
     from autotune.errors import UsageError
-    from autotune.search.plan import SearchBudget
+    from autotune.search.budget import SearchBudget
     from autotune.search.predicted import cannot_predict, run_predicted_search
     from autotune.race.race import RaceBudget
     from autotune.study.records import PREDICTED_ENGINE
@@ -98,7 +99,8 @@ def search(options, queue, server_bin, strategy, confirm_enabled, race_top, race
         queue = tuple(replace(o, measured_only=(*o.measured_only, "--no-confirm")) for o in queue)
     race_options = ConfirmOptions(confirm_enabled, race_top, RaceBudget.parse(race_budget))
     queue = tuple(replace(o, again=again) for o in queue)
-    search_budget = None if budget is None else SearchBudget.parse(budget)
+    if budget is not None:
+        SearchBudget.parse(budget)  # a bad --budget is refused before anything runs
     if plan_tok_s is not None and not plan:
         raise UsageError("--plan-tok-s prices a plan: add --plan")
     if plan:
@@ -106,7 +108,7 @@ def search(options, queue, server_bin, strategy, confirm_enabled, race_top, race
 
         for model_options in queue:
             for line in plan_search(model_options, race_options, server_bin=server_bin, note=TerminalReporter().note,
-                                    assume_tok_s=plan_tok_s, predict_trials=predict_trials, budget=search_budget):
+                                    assume_tok_s=plan_tok_s, predict_trials=predict_trials, budget=budget):
                 click.echo(line)
         return
 
@@ -114,7 +116,7 @@ def search(options, queue, server_bin, strategy, confirm_enabled, race_top, race
         if strategy == "predict":
             return run_predicted_search(options, reporter=TerminalReporter(), server_bin=server_bin,
                                         race_options=race_options, predict_trials=predict_trials, lease=lease,
-                                        budget=search_budget)
+                                        budget=budget)
         return run_search(options, reporter=TerminalReporter(), server_bin=server_bin, confirm_options=race_options,
                           lease=lease)
 

@@ -75,8 +75,8 @@ class Engine(ABC):
         """How strongly the target prefers token a over b after `prompt` + `generated`, decoded one token
         at a time (as the baseline ran) and in one batch (as a verifier runs)."""
 
-    def holds_at_once(self, configs: Sequence[SpecConfig]) -> bool:
-        """Whether `live` can keep all of `configs` loaded at once (the server engine, memory allowing)."""
+    def holds_at_once(self, configs: Sequence[SpecConfig], mix: PromptMix, *, max_tokens: int) -> bool:
+        """Whether `live` can keep all of `configs` loaded at once for `mix` (the server engine, memory allowing)."""
         return False
 
     def live(self, configs: Sequence[SpecConfig], mix: PromptMix, *, max_tokens: int):

@@ -58,6 +58,10 @@ __all__ = ["ServerEngine", "ServerFailure"]
 
 MARGIN_TOP_N = 64  # top log-probabilities asked for per step when replaying a divergence
 NOISE_TOP_K = 32  # leading tokens of each path compared to estimate numeric noise (as the python engine)
+#: a live server's context is the mix's longest prompt and output, plus the most a draft runs past them, rounded
+#: up to a step
+DRAFT_OVERSHOOT = 64
+LIVE_CONTEXT_STEP = 256
 
 
 class ServerEngine(Engine):
@@ -116,10 +120,11 @@ class ServerEngine(Engine):
     def supports_runtime(self, param: SpecParam) -> bool:
         return self.capabilities.has_flag(param.flag)
 
-    def argv(self, config: SpecConfig) -> list[str]:
-        """What is launched for `config`, without `--host/--port` (added at start)."""
-        argv = server_argv(config, context_size=self.context_size, base_flags=self.base_flags, binary=self.binary,
-                           threads=self.threads, sampling=self.sampling, parallel=self.concurrency)
+    def argv(self, config: SpecConfig, context_size: int | None = None) -> list[str]:
+        """What is launched for `config`, without `--host/--port` (added at start), at the search space's
+        context size or `context_size`."""
+        argv = server_argv(config, context_size=context_size or self.context_size, base_flags=self.base_flags,
+                           binary=self.binary, threads=self.threads, sampling=self.sampling, parallel=self.concurrency)
         return argv + [flag for flag in ("--metrics", "--no-webui") if self.capabilities.has_flag(flag)]
 
     def prepare(self, config: SpecConfig, mix: PromptMix, *, max_tokens: int) -> None:
@@ -162,9 +167,19 @@ class ServerEngine(Engine):
         measurement.log_errors = tuple(self.last_log_errors)
         return measurement
 
-    def holds_at_once(self, configs: Sequence[SpecConfig]) -> bool:
-        """Whether one server per configuration fits the machine's memory at once (autotune.engines.live)."""
-        return self.concurrency == 1 and fits_at_once(configs, context_size=self.context_size)
+    def holds_at_once(self, configs: Sequence[SpecConfig], mix: PromptMix, *, max_tokens: int) -> bool:
+        """Whether one server per configuration fits the machine's memory at once (autotune.engines.live), each
+        with the context `live` gives it."""
+        return self.concurrency == 1 and fits_at_once(configs, context_size=self.live_context(configs, mix, max_tokens))
+
+    def live_context(self, configs: Sequence[SpecConfig], mix: PromptMix, max_tokens: int) -> int:
+        """The context of `live`'s servers: the mix's longest prompt, its output and a draft's overshoot, rounded
+        up to LIVE_CONTEXT_STEP, at most the search space's context_size. Each server holds the KV cache of
+        its whole context, and a race's servers need only what the mix asks; decode speed is the same
+        (llama.cpp attends over the cells in use, not the context), so the printed command keeps the space's."""
+        longest = max((len(self._prompts.tokens(c.target, p, max_tokens)) for c in configs for p in mix), default=0)
+        needed = longest + max_tokens + DRAFT_OVERSHOOT
+        return min(self.context_size, -(-needed // LIVE_CONTEXT_STEP) * LIVE_CONTEXT_STEP)
 
     @contextmanager
     def live(self, configs: Sequence[SpecConfig], mix: PromptMix, *, max_tokens: int) -> Iterator[LiveServers]:
@@ -173,10 +188,11 @@ class ServerEngine(Engine):
         self._stop_margin_server()
         prompts = {config.target: [self._prompts.tokens(config.target, p, max_tokens) for p in mix]
                    for config in configs}
+        context = self.live_context(configs, mix, max_tokens)
         with ExitStack() as stack:
             servers: list[ServerProcess | None] = []
             for config in configs:
-                server = stack.enter_context(self._launch(self.argv(config)))
+                server = stack.enter_context(self._launch(self.argv(config, context)))
                 complete(server, prompts[config.target][0], min(WARMUP_TOKENS, max_tokens), what="the warm-up request",
                           sampling=self.sampling)
                 servers.append(server)

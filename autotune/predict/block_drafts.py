@@ -10,6 +10,12 @@ positions: where its chains agree with the cut largest block's at `AGREEMENT` of
 derived from that block, else recorded on its own. The target's layer inputs are decoded once for all. PCTree reads 256 candidates per block row (2 KiB): over a long mix and many sizes that is
 gigabytes, so candidates are kept for the smallest sizes that fit `CANDIDATE_BUDGET` (the most sizes)
 and the trees of the larger ones are said not predicted (a TrialFailure the predicted study skips).
+
+A draft's quant changes mostly its cost, not what it drafts (llama.cpp #27383): a second quant of a draft
+already recorded (`other_quant`: the same header but for its file type) takes the first one's blocks where
+its own largest block, at the same sample of CHECK_POSITIONS positions, agrees with them at AGREEMENT or
+more (`BlockDraft.shared`); its cost is always its own step curve. Where it does not agree, it is
+recorded on its own.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from dataclasses import dataclass, field
 from autotune.engines.dflash.contexts import DFlashPair
 from autotune.engines.dflash.pctree import MarkovHead
 from autotune.errors import TrialFailure
+from autotune.gguf.info import GGUFInfo
 from autotune.predict.block_sample import SAMPLE_POSITIONS, sample_fraction
 from autotune.predict.blocks import DraftBlocks, replay_linear, replay_tree
 from autotune.predict.replay import Replay
@@ -84,6 +91,9 @@ class BlockDraft:
     has_confidence_head: bool
     #: the sizes derived from the largest block: n_max -> (the agreement checked, positions compared)
     derived: dict[int, tuple[float, int]] = field(default_factory=dict)
+    #: where these blocks are another quant's: (that draft's file name, the agreement checked, positions compared)
+    shared_from: tuple[str, float, int] | None = None
+    draft_decodes_own: int | None = None  # what this draft decoded itself, where it shares another's blocks
 
     @classmethod
     def record(cls, pair: DFlashPair, plan: BlockPlan, trajectories: Trajectories, *,
@@ -123,8 +133,30 @@ class BlockDraft:
         return cls(plan.spec_type, dict(sorted(blocks.items())), limit, markov, pair.has_confidence_head,
                    {n: agreement for n, (_, agreement) in derived.items()}), note
 
+    @classmethod
+    def shared(cls, pair: DFlashPair, plan: BlockPlan, trajectories: Trajectories, source: "BlockDraft",
+               source_name: str) -> "BlockDraft | None":
+        """`source`'s blocks (another quant of this draft, recorded along the same trajectories) for `pair`,
+        where its own largest block agrees with them at a sample of the positions (module docstring); None
+        where it does not, or it drafts another block size."""
+        if pair.n_draft_max(plan.spec_type) != source.limit:
+            return None
+        largest = max(source.by_n_max)
+        dspark = plan.spec_type == "draft-dspark"
+        positions = sum(len(t.tokens) for t in trajectories.prompts)
+        check = DraftBlocks.record(pair, trajectories, spec_type=plan.spec_type, n_maxes=[largest], seed=1,
+                                   fraction=min(1.0, CHECK_POSITIONS / max(positions, 1)))[largest]
+        share, compared = source.by_n_max[largest].agreement(check)
+        if share < AGREEMENT or (dspark and pair.has_confidence_head != source.has_confidence_head):
+            return None
+        markov = pair.markov() if source.markov is not None and pair.has_markov_head else None
+        return cls(plan.spec_type, dict(source.by_n_max), source.limit, markov, pair.has_confidence_head,
+                   dict(source.derived), (source_name, share, compared), check.draft_decodes)
+
     @property
     def draft_decodes(self) -> int:
+        if self.draft_decodes_own is not None:
+            return self.draft_decodes_own
         return sum(b.draft_decodes for b in self.by_n_max.values())
 
     @property
@@ -157,6 +189,13 @@ class BlockDraft:
                 raise TrialFailure(f"{config.describe()}: PCTree candidates of this block size were not kept")
             return replay_tree(blocks, config, self.markov, trajectories)
         return replay_linear(blocks, config, trajectories)
+
+
+def other_quant(a: GGUFInfo, b: GGUFInfo) -> bool:
+    """Whether `a` and `b` are one draft in two quants: every header fact alike but the file type."""
+    return a.quant != b.quant and all(getattr(a, f) == getattr(b, f) for f in (
+        "architecture", "n_embd", "n_layers", "n_vocab", "token_text_hashes", "target_layers", "block_size",
+        "has_markov_head"))
 
 
 def _derived(pair: DFlashPair, spec_type: str, trajectories: Trajectories, largest: DraftBlocks,

@@ -13,11 +13,12 @@ from typing import Callable
 from autotune.engines.dflash.drafter import DFLASH_TYPES
 from autotune.engines.drafters.build import build_drafter
 from autotune.engines.python import PythonEngine
+from autotune.gguf.info import read_gguf_info
 from autotune.measure.ledger import Ledger, charge
 from autotune.measure.measurement import Measurement
 from autotune.measure.prompts import PromptMix
 from autotune.predict.block_cost import measure_block_costs
-from autotune.predict.block_drafts import BlockDraft, BlockPlan
+from autotune.predict.block_drafts import BlockDraft, BlockPlan, other_quant
 from autotune.predict.chains import DraftChains
 from autotune.predict.cost import CostModel, fill_tokens, measure_curve, measure_sampler
 from autotune.predict.predictor import Calibration, DraftCharge, Prediction, fit_calibration, predict
@@ -117,9 +118,12 @@ def measure_target(local: PythonEngine, target: Path, baseline: Measurement, mix
              "draft decodes)")
     recorded = {}
     for plan, draft in block_drafts:
+        other = next(((d, recorded[(plan.spec_type, d.name)]) for _, d in block_drafts
+                      if (plan.spec_type, d.name) in recorded and recorded[(plan.spec_type, d.name)].shared_from is None
+                      and other_quant(read_gguf_info(d), read_gguf_info(draft))), None)
         recorded[(plan.spec_type, draft.name)] = _record_block_draft(local, SpecConfig(target, plan.spec_type, draft),
                                                                       plan, trajectories, cost, fill, depths, note,
-                                                                      ledger)
+                                                                      ledger, other)
     found = TargetModel(SpecConfig(target), trajectories, cost, baseline, chains, recorded, ledger=ledger)
     found.calibrate([(SpecConfig(target), [r.decode_ms for r in baseline.results])])
     note(f"cost model of {target.name}: spread {cost.target.spread:.0%} over repeats")
@@ -145,13 +149,17 @@ def greedy_divergence(context, trajectory: Trajectory, is_eog: Callable[[int], b
 
 def _record_block_draft(local: PythonEngine, config: SpecConfig, plan: BlockPlan, trajectories: Trajectories,
                         cost: CostModel, fill: list[int], depths: list[int], note: Callable[[str], None],
-                        ledger: Ledger) -> BlockDraft:
-    """A DFlash/DSpark draft's blocks along the trajectories (the ledger's "blocks" phase), and (once per
+                        ledger: Ledger, other: tuple[Path, BlockDraft] | None) -> BlockDraft:
+    """A DFlash/DSpark draft's blocks along the trajectories (the ledger's "blocks" phase): `other`'s (another
+    quant of it, already recorded) where they agree with its own at a sample, else its own; and (once per
     draft file) its step costs."""
     with ledger.phase("blocks"):
         local.load(config)
         pair = local.dflash_pair(config)
-        block_draft, left_out = BlockDraft.record(pair, plan, trajectories)
+        block_draft = BlockDraft.shared(pair, plan, trajectories, other[1], other[0].name) if other else None
+        left_out = None
+        if block_draft is None:
+            block_draft, left_out = BlockDraft.record(pair, plan, trajectories)
         charge(decodes=block_draft.draft_decodes)
     derived = ""
     if block_draft.derived:
@@ -159,9 +167,15 @@ def _record_block_draft(local: PythonEngine, config: SpecConfig, plan: BlockPlan
         derived = (f"; n_max {', '.join(map(str, block_draft.derived))} cut from n_max {max(block_draft.by_n_max)}'s "
                    f"blocks, whose chains agreed with their own at {min(shares):.1%}-{max(shares):.1%} of "
                    f"{min(c for _, c in block_draft.derived.values())}+ sampled positions")
-    note(f"recorded {config.draft.name}'s {plan.spec_type} blocks along the trajectories "
-         f"(n_max {', '.join(map(str, block_draft.by_n_max))}: {block_draft.draft_decodes} draft decodes, "
-         f"{block_draft.fraction:.0%} of the positions{derived})")
+    if block_draft.shared_from is not None:
+        name, share, compared = block_draft.shared_from
+        note(f"{config.draft.name}'s {plan.spec_type} blocks are {name}'s (another quant of it): its own largest "
+             f"block agreed with them at {share:.1%} of {compared} sampled positions ({block_draft.draft_decodes} "
+             "draft decodes); its cost is its own")
+    else:
+        note(f"recorded {config.draft.name}'s {plan.spec_type} blocks along the trajectories "
+             f"(n_max {', '.join(map(str, block_draft.by_n_max))}: {block_draft.draft_decodes} draft decodes, "
+             f"{block_draft.fraction:.0%} of the positions{derived})")
     if left_out:
         note(left_out)
     name = config.draft.name

@@ -155,11 +155,13 @@ def p_value(entrant: Entrant, entrants: list[Entrant], mix: PromptMix, figure: s
 
 def replication_interval(entrant: Entrant, entrants: list[Entrant], mix: PromptMix, figure: str,
                          round_: int) -> tuple[float, float] | None:
-    """The 95 % interval of round `round_` alone (a round planned before it ran, so a fixed-sample one): its
-    log ratio +- 1.96 sd, the sd the stratified test's (tau^2 + sigma^2 sum w^2); None where the round is
-    not complete or a round is not timed prompt by prompt."""
+    """The 95 % interval of round `round_` alone (a round planned before it ran, so a fixed-sample one) over the
+    prompts it ran (the whole mix, or one a category where a budget asked): its log ratio +- 1.96 sd, the sd
+    the stratified test's (tau^2 + sigma^2 sum w^2); None where it ran no prompt or a round is not timed
+    prompt by prompt."""
     reference, own = grid(entrant, baseline_of(entrant, entrants), mix, figure)
-    evidence = Evidence(reference[round_:round_ + 1][None], own[round_:round_ + 1][None],
+    ran = np.isfinite(reference[round_]) & np.isfinite(own[round_])
+    evidence = Evidence(reference[round_:round_ + 1, ran][None], own[round_:round_ + 1, ran][None],
                         noise_of(entrants, mix, figure))
     if figure == "aggregate_tok_s" or int(evidence.rounds[0]) != 1:
         return None

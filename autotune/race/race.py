@@ -38,7 +38,7 @@ import signal
 import time
 from contextlib import closing
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Sequence
 
 from autotune.engines.base import Engine
 from autotune.errors import UsageError
@@ -100,7 +100,7 @@ class RaceBudget:
         return max(0.0, (self.rounds - rounds) * pace) if rounds else math.nan
 
     def describe(self) -> str:
-        return f"{self.rounds} rounds" if self.rounds is not None else f"{self.seconds / 60:g} min"
+        return f"{self.rounds} rounds" if self.rounds is not None else f"{self.seconds / 60:.3g} min"
 
 
 OnMeasured = Callable[[int, "Entrant", "Speedup | None"], None]
@@ -108,7 +108,7 @@ OnLook = Callable[[RaceStatus], None]
 
 
 def race(engine: Engine, entrants: list[Entrant], mix: PromptMix, *, max_tokens: int, budget: RaceBudget,
-         command: ServerCommand, figure: str = "mix_tok_s", seed: int = 0,
+         command: ServerCommand, figure: str = "mix_tok_s", seed: int = 0, replicate_on: Sequence[int] | None = None,
          on_measured: OnMeasured = lambda round_, entrant, speedup: None,
          on_dropped: Callable[[Entrant], None] = lambda entrant: None,
          on_start: Callable[[str], None] = lambda pairing: None,
@@ -116,7 +116,8 @@ def race(engine: Engine, entrants: list[Entrant], mix: PromptMix, *, max_tokens:
     """Run the race (see the module docstring); a control is added for each baseline. `on_measured` hears
     each entrant after each round with its speedup so far (None for a baseline), `on_dropped` each
     entrant that leaves, `on_start` the pairing chosen ("prompt" or "round"), `on_look` where the race
-    stands after each look."""
+    stands after each look. `replicate_on`: the mix's prompts the round after the decision runs (None: all of
+    them; a budget may ask for one a category)."""
     entrants = entrants + [Entrant(CONTROL_ROLE, None, e.config) for e in entrants if e.is_baseline]
     rounds = Rounds(engine, entrants, mix, max_tokens, command, figure, on_dropped, seed=seed)
     outcome = Outcome(BUDGET_SPENT, {})
@@ -129,7 +130,7 @@ def race(engine: Engine, entrants: list[Entrant], mix: PromptMix, *, max_tokens:
         if outcome.winner is not None and not outcome.winner.in_race:
             outcome.ended, outcome.winner = NONE_CAN_WIN, None
         if outcome.winner is not None:
-            _replicate(rounds, mix, figure, outcome)
+            _replicate(rounds, mix, figure, outcome, replicate_on)
     except KeyboardInterrupt as stop:  # the replication included: a winner not yet replicated is no verdict
         outcome.ended, outcome.winner, outcome.within_reach = STOPPED, None, ()
         raise RaceStopped(confirmation_of(engine, rounds, mix, command, figure, outcome), stop) from stop
@@ -226,12 +227,13 @@ def _leader_at_the_end(look: RaceLook | None, outcome: Outcome, round_: int) -> 
                                  if look.decision.within_reach[0, i] and e.in_race)
 
 
-def _replicate(rounds: Rounds, mix: PromptMix, figure: str, outcome: Outcome) -> None:
-    """The winner, its baseline and its control run one more round on fresh servers (again where its
-    control moved, within MAX_VOID); the guards are asked of it; a winner that fails them is no winner."""
+def _replicate(rounds: Rounds, mix: PromptMix, figure: str, outcome: Outcome, prompts: Sequence[int] | None) -> None:
+    """The winner, its baseline and its control run one more round on fresh servers, over `prompts` of the mix
+    (None: all of it), again where its control moved, within MAX_VOID; the guards are asked of it; a winner
+    that fails them is no winner."""
     winner = outcome.winner
     while True:
-        outcome.after_decision = rounds.confirm(winner)
+        outcome.after_decision = rounds.confirm(winner, prompts)
         if not _void(rounds, mix, figure, outcome) or len(outcome.voided) > MAX_VOID:
             break
     after = slice(outcome.after_decision, outcome.after_decision + 1)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Sequence
 
 from autotune.engines.base import Engine
 from autotune.errors import TrialFailure
@@ -35,7 +35,13 @@ class Rounds:
     (a failure or a wrong output drops its entrant; the baseline may not go). Prompt by prompt, every
     entrant's server starts afresh each round: llama-server's n-gram drafters keep what they saw across
     requests, so a server kept for a second round would draft from the mix it has already generated,
-    which no user's server does (and the prediction, one pass of the mix, does not model)."""
+    which no user's server does (and the prediction, one pass of the mix, does not model).
+
+    Where every entrant's server does not fit in memory at once but each target's do (each llama-server
+    holds its own weights: two 8B targets' references and finalists overflow an 80 GB card), a round runs
+    one target's entrants at a time, each on the round's prompts in the same order: every entrant is
+    compared with its own target's baseline, which ran each prompt seconds apart from it, so the pairing
+    is still by prompt."""
 
     def __init__(self, engine: Engine, entrants: list[Entrant], mix: PromptMix, max_tokens: int,
                  command: ServerCommand, figure: str, on_dropped: Callable[[Entrant], None], *,
@@ -43,13 +49,25 @@ class Rounds:
         self.engine, self.mix, self.max_tokens, self.on_dropped = engine, mix, max_tokens, on_dropped
         self.entrants = sorted(entrants, key=lambda e: not e.is_baseline)  # baselines first: the check keeps theirs
         self.check = MeasurementCheck.for_command(engine, mix, command)
-        by_prompt = (by_prompt and figure == "mix_tok_s" and command.parallel == 1
-                     and engine.holds_at_once([e.config for e in self.entrants]))
-        self.pairing = "prompt" if by_prompt else "round"
+        by_prompt = by_prompt and figure == "mix_tok_s" and command.parallel == 1
+        self._groups = self._loaded_together(engine) if by_prompt else None
+        self.pairing = "prompt" if self._groups is not None else "round"
         self.orders: list[list[int]] = []  # each round's prompt order (mix indices)
         self.complete = 0  # rounds played to their end
         self.between_rounds = True
         self._random = random.Random(seed)
+
+    def _loaded_together(self, engine: Engine) -> list[set[str]] | None:
+        """The targets whose entrants' servers are loaded together: all of them, else one target at a time
+        where each target's fit; None where even those do not (one configuration at a time)."""
+        targets = list(dict.fromkeys(str(e.config.target) for e in self.entrants))
+        if engine.holds_at_once([e.config for e in self.entrants], self.mix, max_tokens=self.max_tokens):
+            return [set(targets)]
+        groups = [{t} for t in targets]
+        fits = len(groups) > 1 and all(
+            engine.holds_at_once([e.config for e in self.entrants if str(e.config.target) in group], self.mix,
+                                 max_tokens=self.max_tokens) for group in groups)
+        return groups if fits else None
 
     @property
     def current(self) -> int:
@@ -61,12 +79,12 @@ class Rounds:
         while True:
             yield from self._round([e for e in self.entrants if e.in_race], per_prompt)
 
-    def confirm(self, winner: Entrant) -> int:
-        """One more round on fresh servers of `winner`, its baseline and its control, after the decision;
-        returns that round's index."""
+    def confirm(self, winner: Entrant, prompts: Sequence[int] | None = None) -> int:
+        """One more round on fresh servers of `winner`, its baseline and its control, after the decision, over
+        the mix or the prompts at `prompts` of it; returns that round's index."""
         group = [e for e in self.entrants if e.config.target == winner.config.target
                  and (e is winner or e.role in (BASELINE_ROLE, CONTROL_ROLE)) and e.in_race]
-        for _ in self._round(group, per_prompt=False):
+        for _ in self._round(group, per_prompt=False, prompts=prompts):
             pass
         return self.current
 
@@ -77,8 +95,8 @@ class Rounds:
             if len(entrant.rounds) > round_:
                 entrant.rounds[round_] = Measurement([])
 
-    def _round(self, alive: list[Entrant], per_prompt: bool) -> Iterator[None]:
-        order = list(range(len(self.mix)))
+    def _round(self, alive: list[Entrant], per_prompt: bool, prompts: Sequence[int] | None = None) -> Iterator[None]:
+        order = list(range(len(self.mix))) if prompts is None else list(prompts)
         if self.pairing == "prompt":
             self._random.shuffle(order)
         self.orders.append(order)
@@ -87,15 +105,21 @@ class Rounds:
             entrant.rounds.append(Measurement([]))
         round_ = self.current
         if self.pairing == "prompt":
-            with self.engine.live([e.config for e in alive], self.mix, max_tokens=self.max_tokens) as servers:
-                for position, prompt_index in enumerate(order):
-                    self._prompt(servers, alive, round_, position, prompt_index)
-                    if position == len(order) - 1:
-                        self._end_round(alive, {id(e): servers.error_lines(i) for i, e in enumerate(alive)})
-                    if per_prompt or position == len(order) - 1:
-                        yield
+            groups = [g for g in ([e for e in alive if str(e.config.target) in targets] for targets in self._groups) if g]
+            errors: dict[int, tuple[str, ...]] = {}
+            for number, group in enumerate(groups, start=1):
+                with self.engine.live([e.config for e in group], self.mix, max_tokens=self.max_tokens) as servers:
+                    for position, prompt_index in enumerate(order):
+                        self._prompt(servers, group, round_, position, prompt_index)
+                        last = number == len(groups) and position == len(order) - 1
+                        if position == len(order) - 1:
+                            errors.update({id(e): servers.error_lines(i) for i, e in enumerate(group)})
+                        if last:
+                            self._end_round(alive, errors)
+                        if per_prompt or last:
+                            yield
         else:
-            self._whole_mix_round(alive, round_)
+            self._whole_mix_round(alive, round_, PromptMix(self.mix.source, tuple(self.mix.prompts[i] for i in order)))
             self._end_round(alive, {})
             yield
 
@@ -117,13 +141,14 @@ class Rounds:
             if reason is not None:
                 self.drop(entrant, reason, failed=True)
 
-    def _whole_mix_round(self, alive: list[Entrant], round_: int) -> None:
-        """Each entrant runs the whole mix with one configuration loaded at a time, the order rotated."""
+    def _whole_mix_round(self, alive: list[Entrant], round_: int, mix: PromptMix) -> None:
+        """Each entrant runs `mix` (the whole mix, or the round's part of it) with one configuration loaded at a
+        time, the order rotated."""
         shift = round_ % len(alive)
         for entrant in alive[shift:] + alive[:shift]:
             try:
                 with device_lock():
-                    entrant.rounds[-1] = self.engine.measure(entrant.config, self.mix, max_tokens=self.max_tokens)
+                    entrant.rounds[-1] = self.engine.measure(entrant.config, mix, max_tokens=self.max_tokens)
             except TrialFailure as exc:
                 self.drop(entrant, str(exc), failed=True)
                 continue
@@ -169,6 +194,9 @@ class Rounds:
 
     def status(self, left_s: float) -> RaceStatus:
         shown = [e for e in self.entrants if e.in_race and (e.role == CONTROL_ROLE or e in candidates(self.entrants))]
-        done = len(self.entrants[0].rounds[-1].results) if self.entrants[0].rounds else 0
-        return RaceStatus(self.current, done, len(self.mix), left_s,
+        groups = self._groups or [set()]  # the prompts of a round: each group's baseline runs every one
+        firsts = [next((e for e in self.entrants if e.is_baseline and str(e.config.target) in g), self.entrants[0])
+                  for g in groups]
+        done = sum(len(e.rounds[-1].results) for e in firsts if e.rounds)
+        return RaceStatus(self.current, done, len(self.mix) * len(groups), left_s,
                           tuple((e.label, speedup_of(e, self.entrants, "mix_tok_s", self.pairing)) for e in shown))

@@ -4,18 +4,22 @@ fitted to, measured on the arbiter for as many prompts as their fit needs, not f
 The references (the baseline, `--spec-default`, one configuration per family) run prompt by prompt in
 one shuffled order, back to back on servers loaded together, as the race runs (autotune.race.rounds).
 What the fit takes from a reference is its level against the in-process prediction: each prompt's
-measured decode time over its predicted one (under the baseline-only calibration). A reference leaves
-once the mean log of that ratio is known to `FIT_PRECISION` (standard error) over at least
-`MIN_FIT_PROMPTS` prompts, and the baseline once every other reference has left; where none gets there,
-the round ends with the mix. A reference whose ratio is steady (a self-draft at 0.07x costs the same per
-token on every prompt) so leaves after 3 prompts instead of costing a whole mix at its pace; one whose
-ratio moves with the prompt, or with a busy neighbour, is measured on more. Where the servers do not fit
-together, every reference runs the whole mix once, one at a time.
+measured decode time over its predicted one (under the baseline-only calibration). A reference leaves,
+after at least `MIN_FIT_PROMPTS` prompts, once the mean log of that ratio is known to `FIT_PRECISION`
+(standard error), once it is proven slower than the plain command (its speedup's upper bound below 1 at
+the race's level: a slow reference costs the most time a prompt, and its family's fit is already
+pinned), or at the latest after `MAX_FIT_PROMPTS` prompts; the baseline once every other reference has
+left. A reference whose ratio is steady (a self-draft at 0.07x costs the same per token on every
+prompt) so leaves after 3 prompts instead of costing a whole mix at its pace; one whose ratio moves with
+the prompt, or with a busy neighbour, is measured on more, never on more than MAX_FIT_PROMPTS: the round
+is at most that many prompts of the mix, spread over its categories (`calibration_prompts`). Where the
+servers do not fit together, every reference runs those prompts once, one at a time.
 """
 
 from __future__ import annotations
 
 import math
+import random
 from contextlib import closing
 from typing import Callable
 
@@ -24,6 +28,7 @@ import numpy as np
 from autotune.engines import Engine
 from autotune.llamacpp.runnable import CommandCheck
 from autotune.measure.prompts import PromptMix
+from autotune.measure.sequential import ALPHA
 from autotune.race.entrants import Entrant, speedup_of
 from autotune.race.rounds import Rounds
 from autotune.search.predicted_space import Replayed, family_references
@@ -35,8 +40,9 @@ from autotune.study.records import BASELINE_ROLE, SPEC_DEFAULT_ROLE
 
 #: the standard error of a reference's mean log(measured / predicted) at which its fit has what it needs
 FIT_PRECISION = 0.02
-#: the fewest prompts a reference leaves after (a standard error of fewer is not worth trusting)
+#: the fewest prompts a reference leaves after (a standard error of fewer is not worth trusting), and the most
 MIN_FIT_PROMPTS = 3
+MAX_FIT_PROMPTS = 8
 
 
 def calibrate(targets: dict, replayed: list[Replayed], engine: Engine, mix: PromptMix, *, max_tokens: int,
@@ -99,12 +105,13 @@ def _measure_references(engine: Engine, entrants: list[Entrant], targets: dict, 
     """One round of the references, each leaving once its fit has enough (module docstring); the pairing."""
     predicted = {id(e): targets[e.config.target].prediction(e.config).decode_ms for e in entrants if not e.is_baseline}
     index = {p.id: i for i, p in enumerate(mix)}
-    rounds = Rounds(engine, entrants, mix, max_tokens, command, "mix_tok_s", lambda e: None, seed=seed)
+    rounds = Rounds(engine, entrants, calibration_prompts(mix, seed), max_tokens, command, "mix_tok_s",
+                    lambda e: None, seed=seed)
     with closing(rounds.looks()) as looks:
         for _ in looks:
             for entrant in rounds.entrants:
                 if entrant.in_race and not entrant.is_baseline:
-                    enough = _fit_has_enough(entrant, predicted[id(entrant)], index)
+                    enough = _fit_has_enough(entrant, predicted[id(entrant)], index, rounds)
                     if enough is not None:
                         rounds.drop(entrant, enough)
             if rounds.complete or all(e.is_baseline for e in rounds.entrants if e.in_race):
@@ -112,17 +119,37 @@ def _measure_references(engine: Engine, entrants: list[Entrant], targets: dict, 
     return rounds.pairing
 
 
-def _fit_has_enough(entrant: Entrant, predicted_ms: tuple[float, ...], index: dict[str, int]) -> str | None:
-    """Why `entrant`'s measurements pin its level against the prediction (None: not yet)."""
+def _fit_has_enough(entrant: Entrant, predicted_ms: tuple[float, ...], index: dict[str, int],
+                    rounds: Rounds) -> str | None:
+    """Why `entrant`'s measurements are all its fit needs (None: not yet; module docstring)."""
     logs = [math.log(r.decode_ms / predicted_ms[index[r.prompt_id]]) for m in entrant.rounds for r in m.results
             if r.decode_ms > 0 and predicted_ms[index[r.prompt_id]] > 0]
     if len(logs) < MIN_FIT_PROMPTS:
         return None
     error = float(np.std(logs, ddof=1) / math.sqrt(len(logs)))
-    if error > FIT_PRECISION:
-        return None
-    return (f"enough for its fit (measured {math.exp(float(np.mean(logs))):.2f}x its in-process prediction's time, "
-            f"±{error:.1%})")
+    level = f"measured {math.exp(float(np.mean(logs))):.2f}x its in-process prediction's time, ±{error:.1%}"
+    if error <= FIT_PRECISION:
+        return f"enough for its fit ({level})"
+    upper = speedup_of(entrant, rounds.entrants, "mix_tok_s", rounds.pairing).upper_bound(ALPHA)
+    if upper < 1.0:
+        return f"proven slower than the plain command (at most {upper:.2f}x) after {len(logs)} prompts ({level})"
+    if len(logs) >= MAX_FIT_PROMPTS:
+        return f"measured on {len(logs)} prompts, the most a reference takes ({level})"
+    return None
+
+
+def calibration_prompts(mix: PromptMix, seed: int) -> PromptMix:
+    """At most MAX_FIT_PROMPTS prompts of `mix`, spread over its categories: each category's first prompt
+    before any category's second, the categories and prompts in an order shuffled from `seed`."""
+    order = list(mix)
+    random.Random(seed).shuffle(order)
+    seen: dict[str, int] = {}
+    ranks = []
+    for prompt in order:  # the how-manieth of its category
+        ranks.append(seen.get(prompt.category, 0))
+        seen[prompt.category] = ranks[-1] + 1
+    chosen = [p for _, p in sorted(zip(ranks, order), key=lambda pair: pair[0])][:MAX_FIT_PROMPTS]
+    return PromptMix(mix.source, tuple(chosen))
 
 
 def _prompts_measured(entrant: Entrant) -> int:

@@ -13,7 +13,8 @@ autotune.measure.ledger counts the same phases once they ran) and prices it at o
 * a recording decode (a draft model's token, a DFlash/DSpark block, a feature injection) or a cost-curve
   batch at one step of the model that runs it: the target's step times the draft's file size over the
   target's. A GPU decodes a batch of a few dozen rows in about the time of one row (it is memory-bound);
-  a CPU does not, so on a CPU the in-process phases are lower bounds.
+  a CPU does not, so on a CPU the in-process phases are lower bounds. Where the pace is stated and this
+  machine has prices (autotune.search.prices), a DFlash/DSpark block or injection costs `Pace.block_s`.
 
 Each target runs at its own pace: measured where the search measured its baseline, else the measured
 target's pace scaled by the two files' sizes (a decode step reads every weight once), never faster. A
@@ -25,26 +26,25 @@ target's baseline, its control and `--spec-default`, the finalists priced at the
 every round of its budget, and the round run on fresh servers after the decision.
 
 A DFlash/DSpark draft records its largest block at every position and each smaller size at a sample
-that checks the cut largest block stands for it (autotune.predict.block_drafts): the plan prices that,
-the expected case; a size whose check fails is recorded on its own, past the plan, and the ETA says so.
+that checks the cut largest block stands for it (autotune.predict.block_drafts), and a second quant of a
+draft (the same [drafts.<type>] table, another {quant}) only its largest block at that sample, to check
+that it drafts as the first: the plan prices that, the expected case; a size or quant whose check fails
+is recorded on its own, past the plan, and the ETA says so.
 
 A file whose size is unknown (not on disk, the hub out of reach) is priced as large as the largest
 target, and its DFlash/DSpark block sizes as every n_max the space allows (the file would clamp them).
 
-`--budget` (`SearchBudget`) caps the whole search: `fit_budget` gives the race what the phases before it
-leave, and refuses a budget too small for one round of every entrant with the smallest that would do.
+A search's budget is sized to these phases by autotune.search.budget.
 """
 
 from __future__ import annotations
 
-import math
-import re
 from dataclasses import dataclass, field, replace
+from fnmatch import fnmatch
 from pathlib import Path
 
 from autotune.engines.dflash.drafter import DFLASH_TYPES
 from autotune.engines.server_requests import WARMUP_TOKENS
-from autotune.errors import UsageError
 from autotune.gguf.info import read_gguf_info
 from autotune.measure.ledger import Ledger
 from autotune.predict.block_drafts import CHECK_POSITIONS, BlockPlan
@@ -53,6 +53,7 @@ from autotune.predict.chains import chain_length
 from autotune.predict.cost import REPEATS, grid_sizes
 from autotune.predict.target import MAX_BATCH
 from autotune.race.race import RaceBudget
+from autotune.search.calibration import MAX_FIT_PROMPTS
 from autotune.spec.space import SearchSpace
 from autotune.spec.types import DRAFT_MODEL_TYPES, family_of
 
@@ -74,11 +75,38 @@ class PlannedFile:
     name: str
     size_bytes: int | None = None
     block_sizes: int = 0  # a DFlash/DSpark draft: the block sizes recorded
+    other_quant: bool = False  # a DFlash/DSpark draft whose blocks are another quant's (checked at a sample)
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A run of the mix: its prompts and tokens a prompt."""
+
+    prompts: int
+    tokens: int
+
+    @property
+    def mix_tokens(self) -> int:
+        return self.prompts * self.tokens
+
+    @property
+    def run_tokens(self) -> int:
+        """The most one run of the mix generates: the mix and the engine's warm-up request before it."""
+        return self.mix_tokens + min(WARMUP_TOKENS, self.tokens)
+
+    def run_s(self, pace: "Pace", step_s: float) -> float:
+        """One entrant's run of the mix at `step_s` a token."""
+        return self.mix_tokens * step_s + self.prompts * pace.request_s
+
+    def describe(self) -> str:
+        return f"{self.prompts} prompts x {self.tokens} tokens"
 
 
 @dataclass(frozen=True)
 class Workload:
-    """What a predicted search measures: the mix, the targets, their drafts, the race."""
+    """What a predicted search measures: the mix, the targets, their drafts, the race. `prompts` and
+    `max_tokens` are the race's (the user's); the prediction runs on as many, or on fewer where a budget
+    shortened it (`predict_prompts`, `predict_tokens`: one prompt a category, fewer tokens a prompt)."""
 
     prompts: int
     max_tokens: int
@@ -91,20 +119,29 @@ class Workload:
     server_arbiter: bool = True
     replayed: int = 0  # configurations the replay predicts at most
     chain_length: int = 1  # the draft-simple chains' length (autotune.predict.chains.chain_length)
+    categories: int = 0  # the mix's categories: the fewest prompts a prediction runs on
+    predict_prompts: int = 0  # 0: the race's
+    predict_tokens: int = 0  # 0: the race's
+    replicate_per_category: bool = False  # the round after the decision runs one prompt a category, not the mix
 
     @property
-    def mix_tokens(self) -> int:
-        return self.prompts * self.max_tokens
+    def predicted(self) -> Shape:
+        """The prediction's prompts and tokens a prompt."""
+        return Shape(self.predict_prompts or self.prompts, self.predict_tokens or self.max_tokens)
 
     @property
-    def run_tokens(self) -> int:
-        """The most one run of the mix generates: the mix and the engine's warm-up request before it."""
-        return self.mix_tokens + min(WARMUP_TOKENS, self.max_tokens)
+    def raced(self) -> Shape:
+        return Shape(self.prompts, self.max_tokens)
+
+    def predicting(self, shape: Shape) -> "Workload":
+        """This workload with its prediction on `shape` (the race's own: as long as the race)."""
+        same = shape == self.raced
+        return replace(self, predict_prompts=0 if same else shape.prompts, predict_tokens=0 if same else shape.tokens)
 
     @classmethod
     def of(cls, space: SearchSpace, files: dict[str, list[Path | str]], *, prompts: int, max_tokens: int,
            race_top: int, race_budget: RaceBudget, server_arbiter: bool,
-           sizes: dict[str, int] | None = None, replayed: int = 0) -> "Workload":
+           sizes: dict[str, int] | None = None, replayed: int = 0, categories: int = 0) -> "Workload":
         """The workload of `space`'s predicted search over `files` (by role: "target", or a spec type:
         its draft files; a path on disk gives its size and block size, a bare name takes `sizes`)."""
         sizes = sizes or {}
@@ -118,7 +155,8 @@ class Workload:
                 plan = BlockPlan.of(space, spec_type)
                 limit = _block_limit(path, spec_type) if on_disk else None
                 blocks = len({min(n, limit) if limit else n for n in plan.n_maxes})
-            return PlannedFile(path.name, size, blocks)
+            return PlannedFile(path.name, size, blocks,
+                               spec_type is not None and path.name in _other_quants(space, spec_type, files[spec_type]))
 
         types = [t for t in space.spec_types if t in files]
         families = {family_of(t) for t in space.spec_types}
@@ -127,7 +165,21 @@ class Workload:
                    tuple(planned(d) for d in chained.values()),  # a draft's chains serve every type it drafts for
                    tuple(planned(d, t) for t in types if t in DFLASH_TYPES for d in files[t]),
                    families=max(1, len(families)), race_top=race_top, race_budget=race_budget,
-                   server_arbiter=server_arbiter, replayed=replayed, chain_length=chain_length(space))
+                   server_arbiter=server_arbiter, replayed=replayed, chain_length=chain_length(space),
+                   categories=categories)
+
+
+def _other_quants(space: SearchSpace, spec_type: str, drafts: list[Path | str]) -> set[str]:
+    """The names among `drafts` that are another quant of one before them: a name of the same [drafts.<type>]
+    table's pattern with another {quant}."""
+    seen, found = set(), set()
+    for name in (Path(d).name for d in drafts):
+        table = next((i for i, pattern in enumerate(space.draft_files(spec_type))
+                      if any(q is not None and fnmatch(name, glob) for q, glob in pattern.patterns())), None)
+        if table is not None and table in seen:
+            found.add(name)
+        seen.add(table)
+    return found
 
 
 def _block_limit(path: Path, spec_type: str) -> int | None:
@@ -148,6 +200,7 @@ class Pace:
     measured_on: str | None = None  # the target file `decode_tok_s` is of (None: every target's)
     per_target: tuple[tuple[str, float], ...] = ()  # (target file, decode tok/s) where each was measured
     prefill_tok_s: float | None = None  # the baseline's prompt processing, tokens a second (None: not measured)
+    block_s: float | None = None  # a DFlash/DSpark block or injection at its most rows, as priced (None: by size)
 
     def step_s(self, target: PlannedFile, targets: tuple[PlannedFile, ...]) -> float:
         """The seconds of one decode step of `target` (module docstring)."""
@@ -171,7 +224,7 @@ class PlannedPhase:
     bound: bool = False  # an upper bound (speculative entrants are faster; the race stops once decided)
 
     def describe(self) -> str:
-        return f"{self.name} {'≤ ' if self.bound else ''}{_minutes(self.seconds)}"
+        return f"{self.name} {'≤ ' if self.bound else ''}{minutes(self.seconds)}"
 
 
 def plan_phases(work: Workload, pace: Pace) -> list[PlannedPhase]:
@@ -184,13 +237,17 @@ def plan_phases(work: Workload, pace: Pace) -> list[PlannedPhase]:
         size = sizes.get(target) or largest
         return min(1.0, (draft.size_bytes or size) / size) if size else 1.0
 
-    targets, mix, server = len(work.targets), work.mix_tokens, int(work.server_arbiter)
+    def block_ratio(draft: PlannedFile, target: str) -> float:  # a DFlash/DSpark block's, its price where known
+        return pace.block_s / steps[target] if pace.block_s else ratio(draft, target)
 
-    def generating(name: str, runs_per_target: int, bound: bool = False) -> PlannedPhase:
+    shape = work.predicted
+    targets, mix, server = len(work.targets), shape.mix_tokens, int(work.server_arbiter)
+
+    def generating(name: str, runs_per_target: int, bound: bool = False, of: Shape = shape) -> PlannedPhase:
         runs = runs_per_target * targets
         started = runs * server
-        seconds = sum(runs_per_target * _run_s(work, pace, s) for s in steps.values())
-        return PlannedPhase(name, tokens=runs * work.run_tokens, server_starts=started,
+        seconds = sum(runs_per_target * of.run_s(pace, s) for s in steps.values())
+        return PlannedPhase(name, tokens=runs * of.run_tokens, server_starts=started,
                             seconds=seconds + started * pace.server_start_s, bound=bound)
 
     def recording(name: str, decodes_of) -> PlannedPhase:  # decodes_of(target) -> [(decodes, draft's step ratio)]
@@ -198,23 +255,26 @@ def plan_phases(work: Workload, pace: Pace) -> list[PlannedPhase]:
         return PlannedPhase(name, decodes=round(sum(n for w in work_of.values() for n, _ in w)),
                             seconds=sum(steps[t] * n * r for t, w in work_of.items() for n, r in w))
 
-    curve = len(grid_sizes(max(2, min(MAX_BATCH, work.max_tokens)))) * _CURVE_DEPTHS * (REPEATS + 1)
+    curve = len(grid_sizes(max(2, min(MAX_BATCH, shape.tokens)))) * _CURVE_DEPTHS * (REPEATS + 1)
     positions = mix if SAMPLE_POSITIONS is None else min(mix, SAMPLE_POSITIONS)
     phases = [generating("baseline", 1)]
     if work.server_arbiter:  # a prefill of each prompt and its output, in chunks: no decode
-        phases.append(PlannedPhase("trajectory", seconds=sum(_prefill_s(work, pace, s) for s in steps.values())))
+        phases.append(PlannedPhase("trajectory", seconds=sum(_prefill_s(shape, pace, s) for s in steps.values())))
     phases.append(recording("step costs", lambda t: [(curve, 1.0)] + [(curve, ratio(d, t)) for d in work.draft_models]
-                            + [(2 * _block_curve(work, d), ratio(d, t)) for d in work.block_drafts]))
+                            + [(2 * _block_curve(work, d), block_ratio(d, t)) for d in work.block_drafts]))
     if work.draft_models:
         # each position decodes the chain's missing part: all of it where the draft parted from the trajectory
         phases.append(recording("chains", lambda t: [(mix * work.chain_length, ratio(d, t)) for d in work.draft_models]))
     if work.block_drafts:
-        # the largest block at every position, each smaller size at a sample that checks the cut stands for it
-        checked = min(positions, max(CHECK_POSITIONS, work.prompts * WINDOW))
-        phases.append(recording("blocks", lambda t: [(2 * (positions + checked * (d.block_sizes - 1)), ratio(d, t))
-                                                     for d in work.block_drafts]))
+        # the largest block at every position, each smaller size at a sample that checks the cut stands for it;
+        # another quant of a draft: its largest block at that sample
+        checked = min(positions, max(CHECK_POSITIONS, shape.prompts * WINDOW))
+        phases.append(recording("blocks", lambda t: [
+            (2 * (checked if d.other_quant else positions + checked * (d.block_sizes - 1)), block_ratio(d, t))
+            for d in work.block_drafts]))
     phases.append(PlannedPhase("replay", seconds=work.replayed * REPLAY_S_PER_CONFIGURATION, bound=True))
-    phases.append(generating("calibration", 2 + work.families, bound=True))  # at most one mix each
+    calibration = Shape(min(shape.prompts, MAX_FIT_PROMPTS), shape.tokens)  # at most that many prompts each
+    phases.append(generating("calibration", 2 + work.families, bound=True, of=calibration))
     phases.append(race_phase(work, pace))
     return phases
 
@@ -223,37 +283,44 @@ def race_phase(work: Workload, pace: Pace, budget: RaceBudget | None = None) -> 
     """The race at its most (module docstring): every round of `budget` (the workload's) with every entrant,
     then the round after the decision."""
     budget = budget or work.race_budget
-    steps = [pace.step_s(t, work.targets) for t in work.targets] or [1.0 / pace.decode_tok_s]
-    per_target = 2 + int(work.server_arbiter)  # the baseline, its control, --spec-default on llama-server
-    entrants = per_target * len(steps) + work.race_top
-    round_s = sum(per_target * _run_s(work, pace, s) for s in steps) + work.race_top * _run_s(work, pace, max(steps))
-    starts_per_round = entrants * int(work.server_arbiter)
-    after = _after_decision_s(work, pace)
+    after = after_decision_s(work, pace)
     if budget.rounds is None:
         return PlannedPhase("race", seconds=budget.seconds + after, bound=True)
+    entrants = _race_entrants(work)
+    starts_per_round = entrants * int(work.server_arbiter)
     runs = budget.rounds * entrants + _AFTER_DECISION_ENTRANTS
-    return PlannedPhase("race", tokens=runs * work.run_tokens,
+    return PlannedPhase("race", tokens=runs * work.raced.run_tokens,
                         server_starts=budget.rounds * starts_per_round + _AFTER_DECISION_ENTRANTS * work.server_arbiter,
-                        seconds=budget.rounds * (round_s + starts_per_round * pace.server_start_s) + after, bound=True)
+                        seconds=budget.rounds * race_round_s(work, pace, work.raced) + after, bound=True)
 
 
-def _after_decision_s(work: Workload, pace: Pace) -> float:
+def _race_entrants(work: Workload) -> int:
+    """Every entrant of the race: each target's baseline, its control and (on llama-server) --spec-default, and
+    the finalists."""
+    return (2 + int(work.server_arbiter)) * max(1, len(work.targets)) + work.race_top
+
+
+def race_round_s(work: Workload, pace: Pace, shape: Shape) -> float:
+    """A race round of every entrant over `shape` on fresh servers, the finalists at the slowest target's pace."""
+    steps = [pace.step_s(t, work.targets) for t in work.targets] or [1.0 / pace.decode_tok_s]
+    per_target = 2 + int(work.server_arbiter)
+    return (sum(per_target * shape.run_s(pace, s) for s in steps) + work.race_top * shape.run_s(pace, max(steps))
+            + _race_entrants(work) * work.server_arbiter * pace.server_start_s)
+
+
+def after_decision_s(work: Workload, pace: Pace) -> float:
     """The round after the decision: the winner, its baseline and its control on fresh servers, at the slowest
-    target's pace."""
+    target's pace, over the mix or one prompt a category."""
     slowest = max((pace.step_s(t, work.targets) for t in work.targets), default=1.0 / pace.decode_tok_s)
-    return _AFTER_DECISION_ENTRANTS * (_run_s(work, pace, slowest) + work.server_arbiter * pace.server_start_s)
+    shape = Shape(work.categories, work.max_tokens) if work.replicate_per_category else work.raced
+    return _AFTER_DECISION_ENTRANTS * (shape.run_s(pace, slowest) + work.server_arbiter * pace.server_start_s)
 
 
-def _prefill_s(work: Workload, pace: Pace, step_s: float) -> float:
+def _prefill_s(shape: Shape, pace: Pace, step_s: float) -> float:
     """A prefill of the mix's prompts and outputs at a target's `step_s`: its prompts as the baseline processed
     them, its outputs at the prompt-processing pace (`Pace.prefill_tok_s`), never slower than decoding."""
     per_token = min(step_s, PREFILL_CHUNK_FACTOR / pace.prefill_tok_s) if pace.prefill_tok_s else step_s
-    return work.mix_tokens * per_token + work.prompts * pace.request_s
-
-
-def _run_s(work: Workload, pace: Pace, step_s: float) -> float:
-    """One entrant's run of the whole mix at `step_s` a token."""
-    return work.mix_tokens * step_s + work.prompts * pace.request_s
+    return shape.mix_tokens * per_token + shape.prompts * pace.request_s
 
 
 def _block_curve(work: Workload, draft: PlannedFile) -> int:
@@ -265,7 +332,7 @@ def plan_line(phases: list[PlannedPhase]) -> str:
     """One line: the total, then each phase's minutes."""
     total = sum(p.seconds for p in phases)
     bound = "up to " if any(p.bound for p in phases) else ""
-    return f"plan: {bound}{_minutes(total)} on this machine: " + "; ".join(p.describe() for p in phases)
+    return f"plan: {bound}{minutes(total)} on this machine: " + "; ".join(p.describe() for p in phases)
 
 
 def eta_line(phases: list[PlannedPhase], ledger: Ledger) -> str:
@@ -274,66 +341,17 @@ def eta_line(phases: list[PlannedPhase], ledger: Ledger) -> str:
     done = ledger.phases
     left = sum(p.seconds for p in phases if p.name not in done)
     last = next(reversed(done), None)
-    over = [f"{p.name} took {_minutes(done[p.name].seconds)} (planned {_minutes(p.seconds)})" for p in phases
+    over = [f"{p.name} took {minutes(done[p.name].seconds)} (planned {minutes(p.seconds)})" for p in phases
             if p.name == last and done[p.name].seconds > 1.5 * p.seconds + 5]
     upcoming = next((p.name for p in phases if p.name not in done), None)
-    head = f"ETA: {_minutes(left)} left" + (f", {upcoming} next" if upcoming else ", done")
+    head = f"ETA: {minutes(left)} left" + (f", {upcoming} next" if upcoming else ", done")
     return head + (f" ({'; '.join(over)})" if over else "")
 
 
-def _minutes(seconds: float) -> str:
+def minutes(seconds: float) -> str:
     return f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.0f} s"
 
 
 def files_by_role(targets, drafts: dict) -> dict[str, list]:
     """The `files` of `Workload.of`: the targets, then each spec type's draft files (each once)."""
     return {"target": list(dict.fromkeys(targets)), **{t: list(dict.fromkeys(found)) for t, found in drafts.items()}}
-
-
-@dataclass(frozen=True)
-class SearchBudget:
-    """`--budget`: the most a whole search may take, its downloads aside (`15m`, `1h`, `900s`)."""
-
-    seconds: float
-
-    @classmethod
-    def parse(cls, text: str) -> "SearchBudget":
-        match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(s|m|min|h)\s*", str(text))
-        if not match or float(match.group(1)) <= 0:
-            raise UsageError(f"--budget {text}: give a duration (15m, 1h, 900s)")
-        return cls(float(match.group(1)) * {"s": 1, "m": 60, "min": 60, "h": 3600}[match.group(2)])
-
-    def describe(self) -> str:
-        return _minutes(self.seconds)
-
-
-def fit_budget(work: Workload, pace: Pace, budget: SearchBudget) -> Workload:
-    """`work` with a race that fits `budget` (module docstring): the race's own budget where its plan fits
-    what the phases before it leave, else those seconds (less the round after the decision). A budget
-    that leaves less than one round of every entrant is refused, naming the smallest that would do."""
-    phases = plan_phases(work, pace)
-    before = sum(p.seconds for p in phases if p.name != "race")
-    one_round = race_phase(work, pace, RaceBudget(rounds=1)).seconds
-    if before + one_round > budget.seconds:
-        smallest = math.ceil((before + one_round) / 60)
-        raise UsageError(f"--budget {budget.describe()} is too small for a verdict here: the phases before the race "
-                         f"take up to {_minutes(before)} and one race round {_minutes(one_round)}; give at least "
-                         f"--budget {smallest}m (or fewer prompts or tokens: --per-category, --max-tokens)")
-    if before + phases[-1].seconds <= budget.seconds:
-        return work
-    return replace(work, race_budget=RaceBudget(seconds=budget.seconds - before - _after_decision_s(work, pace)))
-
-
-def budget_line(budget: SearchBudget, work: Workload) -> str:
-    """`budget: 15.0 min, the race up to 4 rounds`: how a search spends its --budget."""
-    return f"budget: {budget.describe()} (downloads aside), the race up to {work.race_budget.describe()}"
-
-
-def race_budget_left(work: Workload, pace: Pace, left_s: float) -> RaceBudget:
-    """The race's budget once the phases before it ran, `left_s` seconds of the search's budget left: its
-    planned budget where that still fits, else the seconds left less the round after the decision (one
-    round's worth at least: a race that cannot finish a round still gives its standing result)."""
-    planned = race_phase(work, pace)
-    if planned.seconds <= left_s:
-        return work.race_budget
-    return RaceBudget(seconds=max(left_s - _after_decision_s(work, pace), 1.0))

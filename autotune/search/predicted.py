@@ -9,13 +9,15 @@ measured, predict every configuration of the space, then race the best few on ll
    decode), the cost curves of the target and of each draft, the draft models' greedy chains and the
    DFlash/DSpark drafts' blocks along the trajectories (autotune.predict.target). Each target's baseline
    and model are kept until the answer is stored, so a stopped search resumes (autotune.search.targets).
+   Steps 1-4 run on the mix and --max-tokens, or on a shorter prediction where the budget asks
+   (autotune.search.budget.fit_budget: one prompt a category, fewer tokens); the race never does.
 3. Every configuration of the space is replayed: each spec type's own grid in full, TPE across the product
    types (autotune.search.predicted_space).
 4. The calibration's references, measured on the arbiter prompt by prompt, each for as many prompts as
    its fit needs (autotune.search.calibration): the baseline, `--spec-default` (a long n-gram draft) and,
    per target, one configuration of each family in the space, its best predicted under the baseline-only
    calibration (a short n-gram draft, a draft model, a block draft). Each target's cost factors are
-   fitted to them (autotune.predict.predictor); that costs at most one mix per reference, 3 to 5 in all.
+   fitted to them (autotune.predict.predictor); that costs at most 8 prompts a reference, 3 to 5 of them.
 5. The predicted study (engine part `predicted`) stores every configuration's prediction: a new run beside
    the earlier ones (autotune.study.runs), so a search stopped before its race ends deletes no verdict.
 6. The race (autotune.race.race) of the finalists (each family's best within its margin, then one a region
@@ -54,9 +56,8 @@ from autotune.race.race import PAIRING_NOTES, RaceStopped, race, round_line, sta
 from autotune.search.answered import finished_since, space_digest
 from autotune.search.calibration import as_predicted, calibrate, fit_inputs
 from autotune.search.leased import search_lease
-from autotune.search.plan import (
-    Pace, SearchBudget, Workload, budget_line, eta_line, fit_budget, plan_line, plan_phases, race_budget_left,
-)
+from autotune.search.budget import SearchBudget, budget_line, fit_budget, race_budget_left, search_budget
+from autotune.search.plan import Pace, Shape, Workload, eta_line, plan_line, plan_phases
 from autotune.search.plan_run import measure_pace, search_workload
 from autotune.search.predicted_space import finalists, replay_space, store_predictions
 from autotune.search.references import measures_spec_default
@@ -113,11 +114,12 @@ def replayable(spec_type: str) -> bool:
 def run_predicted_search(options: SearchOptions, *, reporter: SearchReporter, server_bin: str | None,
                          race_options: ConfirmOptions = ConfirmOptions(),
                          predict_trials: int = PREDICT_TRIALS, lease: Lease | None = None,
-                         budget: SearchBudget | None = None) -> BestResult:
+                         budget: str | None = None) -> BestResult:
     """Predict, then race (see the module docstring) under the lease of this search's key (`lease`, or one
     claimed here: waiting for another search of the key, or LeaseHeld with --no-wait); returns the run's
-    best (the race's pick). A search that cannot be predicted (`cannot_predict`) is measured instead
-    (`run_search`), said in one line."""
+    best (the race's pick). `budget` is --budget's text (None: the space's default,
+    autotune.search.budget.search_budget). A search that cannot be predicted (`cannot_predict`) is measured
+    instead (`run_search`), said in one line."""
     inputs = check_inputs(options, reporter.note)
     reason = cannot_predict(options.settings, inputs.space)
     if reason is not None:
@@ -136,36 +138,43 @@ def run_predicted_search(options: SearchOptions, *, reporter: SearchReporter, se
             reporter.note(f"answering from {answered.study_name}, the search of the same files, space, prompts and "
                           "length that just finished while this one waited (--again measures anew)")
             return best_result(answered, check=command_check(server_bin))
-        if budget is not None:  # refused or fitted before anything but its pace is measured
-            race_options = _fit_budget(options, inputs, race_options, server_bin, predict_trials, budget, reporter)
+        capped = search_budget(budget, inputs.space, len(inputs.candidates.targets))
+        prediction = None
+        if capped is not None:  # refused or fitted before anything but its pace is measured
+            race_options, prediction, capped = _fit_budget(options, inputs, race_options, server_bin, predict_trials,
+                                                           capped, reporter)
         study = predict_and_race(inputs, options.settings, storage_url=options.storage_url, server_bin=server_bin,
                                  race_options=race_options, predict_trials=predict_trials, reporter=reporter,
-                                 lease=held, budget=budget)
+                                 lease=held, budget=capped, prediction=prediction)
     return best_result(study, check=command_check(server_bin))
 
 
 def _fit_budget(options: SearchOptions, inputs: SearchInputs, race_options: ConfirmOptions, server_bin: str | None,
-                predict_trials: int, budget: SearchBudget, reporter: SearchReporter) -> ConfirmOptions:
-    """The race's options within `budget`, from the pace of one prompt of the baseline (as `--plan` measures
-    it); UsageError where the budget is too small for a verdict."""
+                predict_trials: int, budget: SearchBudget,
+                reporter: SearchReporter) -> tuple[ConfirmOptions, Shape, SearchBudget]:
+    """The race's options within `budget`, the prediction's prompts and tokens, and the budget they fit (a default
+    raised where too small), from the pace of one prompt of the baseline (as `--plan` measures it);
+    UsageError where a given budget is too small for a verdict."""
     arbiter = choose_engine(None, server_bin=server_bin)
     pace, how = measure_pace(options, inputs, arbiter, server_bin, None, reporter.note)
-    work = fit_budget(search_workload(inputs, inputs.space, race_options, arbiter, options.settings.max_tokens,
-                                      predict_trials), pace, budget)
+    work, budget = fit_budget(search_workload(inputs, inputs.space, race_options, arbiter, options.settings.max_tokens,
+                                              predict_trials), pace, budget)
     reporter.note(f"{budget_line(budget, work)}; pace: {how}")
-    return replace(race_options, budget=work.race_budget)
+    return (replace(race_options, budget=work.race_budget, replicate_per_category=work.replicate_per_category),
+            work.predicted, budget)
 
 
 def predict_and_race(inputs: SearchInputs, settings: SearchSettings, *, storage_url: str | None,
                      server_bin: str | None, race_options: ConfirmOptions, predict_trials: int,
                      reporter: SearchReporter, lease: Lease, preset: SpecConfig | None = None,
                      study_attrs: dict | None = None, new_files: frozenset[str] = frozenset(),
-                     budget: SearchBudget | None = None) -> optuna.Study:
+                     budget: SearchBudget | None = None, prediction: Shape | None = None) -> optuna.Study:
     """Steps 1-6 of the module docstring on checked inputs, under `lease` (this search's key) and the device
     lock from the baseline to the race's last prompt; `preset` (the configuration in use) races beside the
     finalists, and the best predicted with each of `new_files` (a night's new release) among them. Returns
     the new run (autotune.study.runs), its race stored with it; earlier runs stay as they were. With `budget`,
-    the race gets what the phases before it left of it (the clock starts once the device is ours)."""
+    the race gets what the phases before it left of it (the clock starts once the device is ours); with
+    `prediction`, steps 1-4 run on that many prompts (one a category where fewer) and tokens a prompt."""
     storage = open_storage(resolve_storage_url(storage_url))  # a bad storage is found before any measurement
     for note in inputs.notes:
         reporter.note(note)
@@ -173,14 +182,21 @@ def predict_and_race(inputs: SearchInputs, settings: SearchSettings, *, storage_
         deadline = None if budget is None else time.monotonic() + budget.seconds
         return _predict_and_race(inputs, settings, storage, server_bin=server_bin, race_options=race_options,
                                  predict_trials=predict_trials, reporter=reporter, lease=lease, preset=preset,
-                                 study_attrs=study_attrs, new_files=new_files, deadline=deadline)
+                                 study_attrs=study_attrs, new_files=new_files, deadline=deadline,
+                                 prediction=prediction)
 
 
 def _predict_and_race(inputs: SearchInputs, settings: SearchSettings, storage: optuna.storages.BaseStorage, *,
                       server_bin: str | None, race_options: ConfirmOptions, predict_trials: int,
                       reporter: SearchReporter, lease: Lease, preset: SpecConfig | None, study_attrs: dict | None,
-                      new_files: frozenset[str], deadline: float | None) -> optuna.Study:
+                      new_files: frozenset[str], deadline: float | None, prediction: Shape | None) -> optuna.Study:
     model = inputs.space.model
+    raced_inputs, raced_settings = inputs, settings
+    if prediction is not None and prediction != Shape(len(inputs.mix), settings.max_tokens):
+        shorter = inputs.mix.take(per_category=1) if prediction.prompts < len(inputs.mix) else inputs.mix
+        inputs, settings = replace(inputs, mix=shorter), replace(settings, max_tokens=prediction.tokens)
+        reporter.note(f"predicting on {len(shorter)} prompts x {prediction.tokens} tokens, within the budget; the "
+                      f"race runs {len(raced_inputs.mix)} x {raced_settings.max_tokens}")
     arbiter = choose_engine(None, server_bin=server_bin)
     binary, missing = command_binary(server_bin)
     if missing:
@@ -202,6 +218,10 @@ def _predict_and_race(inputs: SearchInputs, settings: SearchSettings, storage: o
         baselines = measured.baselines(engine, arbiter)
         build = engine.build_info
     work, pace = _plan(inputs, space, settings, race_options, arbiter, baselines, predict_trials)
+    work = replace(work, prompts=len(raced_inputs.mix), max_tokens=raced_settings.max_tokens,
+                   categories=len({p.category for p in raced_inputs.mix}),
+                   replicate_per_category=race_options.replicate_per_category).predicting(
+        Shape(len(inputs.mix), settings.max_tokens))
     phases = plan_phases(work, pace)
     reporter.note(plan_line(phases))
     ledger.on_phase_end = lambda: reporter.note(eta_line(phases, ledger))
@@ -216,8 +236,9 @@ def _predict_and_race(inputs: SearchInputs, settings: SearchSettings, storage: o
     name = next_run(storage, study_name(settings.model, hardware_key(), PREDICTED_ENGINE))
     study = optuna.create_study(storage=storage, study_name=name, direction="maximize")
     store_study(study, model=settings.model, hardware=hardware_key(), engine=PREDICTED_ENGINE, objective="decode",
-                measurement={"prompts": [p.id for p in inputs.mix], "prompt_source": inputs.mix.source,
-                             "max_tokens": settings.max_tokens, "repeats": 1, "sampling": settings.sampling.as_dict()},
+                measurement={"prompts": [p.id for p in raced_inputs.mix], "prompt_source": raced_inputs.mix.source,
+                             "max_tokens": raced_settings.max_tokens, "repeats": 1,
+                             "sampling": settings.sampling.as_dict()},
                 files=inputs.candidates.fingerprint(), llama_server=command.as_dict(), space=space_digest(inputs.space),
                 **(study_attrs or {}))
     baseline_numbers = _add_references(study, targets, references, command, arbiter, build,
@@ -230,13 +251,15 @@ def _predict_and_race(inputs: SearchInputs, settings: SearchSettings, storage: o
                                                                             if e.config.target == t]}
                         for t, m in targets.items()},
         "predicted_configurations": len(replayed), "grid": grid,
+        "measured_on": {"prompts": [p.id for p in inputs.mix], "max_tokens": settings.max_tokens},
     })
     if deadline is not None:
         race_options = replace(race_options, budget=race_budget_left(work, pace, deadline - time.monotonic()))
     with ledger.phase("race"):
-        entrants = _race(study, inputs, settings, arbiter, engine_args, arbiter_command, race_options, reporter, check,
-                         preset, new_files, lease)
-    _refit(study, targets, entrants, inputs.mix)
+        entrants = _race(study, raced_inputs, raced_settings, arbiter, engine_args, arbiter_command, race_options,
+                         reporter, check, preset, new_files, lease)
+    if inputs is raced_inputs and settings is raced_settings:  # a refit needs the race's prompts and length
+        _refit(study, targets, entrants, inputs.mix)
     store_study(study, cost=ledger.as_dict())
     measured.forget()
     reporter.note(ledger.line())
@@ -313,7 +336,8 @@ def _race(study: optuna.Study, inputs: SearchInputs, settings: SearchSettings, a
                 command=command, on_measured=lambda r, entrant, speedup: reporter.note(round_line(r, entrant, speedup)),
                 on_dropped=lambda e: reporter.note(f"race: {e.label} leaves in round {e.dropped_after + 1}: {e.dropped}"),
                 on_start=lambda pairing: reporter.note(PAIRING_NOTES[pairing]),
-                on_look=lambda status: reporter.race_status(status_line(status)), seed=settings.seed or 0)
+                on_look=lambda status: reporter.race_status(status_line(status)), seed=settings.seed or 0,
+                replicate_on=_first_of_each_category(inputs.mix) if race_options.replicate_per_category else None)
     except RaceStopped as stopped:  # the standing result is kept, undecided, and the stop goes on
         lease.check()
         store_study(study, confirmation=stopped.confirmation.as_dict())
@@ -328,6 +352,14 @@ def _race(study: optuna.Study, inputs: SearchInputs, settings: SearchSettings, a
             reporter.note(f"{row.label}: predicted {predicted:.2f}x, raced {row.speedup:.2f}x "
                           f"({predicted / row.speedup - 1:+.0%}): more than {SURPRISE:.0%} off")
     return entrants
+
+
+def _first_of_each_category(mix: PromptMix) -> list[int]:
+    """The index in `mix` of each category's first prompt."""
+    first: dict[str, int] = {}
+    for index, prompt in enumerate(mix):
+        first.setdefault(prompt.category, index)
+    return list(first.values())
 
 
 def _refit(study: optuna.Study, targets: dict, entrants: list[Entrant], mix: PromptMix) -> None:

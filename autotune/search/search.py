@@ -101,6 +101,7 @@ class ConfirmOptions:
     enabled: bool = True
     top: int = 4
     budget: RaceBudget = RaceBudget.parse(DEFAULT_BUDGET)
+    replicate_per_category: bool = False  # the round after the decision on one prompt a category (a budget's)
 
 
 def check_inputs(options: SearchOptions, note: Callable[[str], None]) -> SearchInputs:

@@ -13,6 +13,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Callable
 
+from autotune.duration import duration_s
 from autotune.errors import SearchSpaceError, UnknownModelError
 from autotune.spec.params import SpecParam
 from autotune.spec.runtime_flags import DRAFT_NGL_WORDS, RUNTIME_PARAMS
@@ -94,6 +95,8 @@ class ModelSection:
     #: the first target's plain decode tok/s on the hardware the space was written for: the pace `search --plan`
     #: prices at where no target is on disk to measure yet
     plan_tok_s: float | None = None
+    #: what a search of this space may take a target where the user gives no --budget (`15m`; None: no cap)
+    budget_per_target: str | None = None
 
     @property
     def targets(self) -> FilePattern:
@@ -144,6 +147,7 @@ _MODEL_KEYS: dict[str, type | tuple[type, ...]] = {
     "hf": str,
     "revision": str,
     "plan_tok_s": (int, float),
+    "budget_per_target": str,
 }
 #: Keys of a [drafts.<type>] table.
 _DRAFT_KEYS = ("file", "quants", "hf", "revision")
@@ -314,6 +318,8 @@ class _SpaceParser:
         for key in ("context_size", "plan_tok_s"):
             if table.get(key, 1) <= 0:
                 raise self.fail(f"model.{key}", "must be positive")
+        if "budget_per_target" in table and duration_s(table["budget_per_target"]) is None:
+            raise self.fail("model.budget_per_target", "expected a duration such as \"15m\", \"1h\" or \"900s\"")
         flags = table.get("base_flags", [])
         if not all(isinstance(f, str) for f in flags):
             raise self.fail("model.base_flags", "expected a list of strings")

@@ -261,7 +261,8 @@ def _add_attn_ffn_layer(w: gguf.GGUFWriter, rnd: _Weights, i: int, *, n_embd: in
 
 
 def _add_common_hparams(w: gguf.GGUFWriter, *, ctx: int, n_embd: int, n_layers: int, n_ff: int,
-                        n_head: int, n_head_kv: int, head_dim: int) -> None:
+                        n_head: int, n_head_kv: int, head_dim: int,
+                        file_type: gguf.LlamaFileType = gguf.LlamaFileType.ALL_F32) -> None:
     w.add_context_length(ctx)
     w.add_embedding_length(n_embd)
     w.add_block_count(n_layers)
@@ -272,7 +273,7 @@ def _add_common_hparams(w: gguf.GGUFWriter, *, ctx: int, n_embd: int, n_layers: 
     w.add_value_length(head_dim)
     w.add_rope_freq_base(_ROPE_FREQ_BASE)
     w.add_layer_norm_rms_eps(_RMS_EPS)
-    w.add_file_type(int(gguf.LlamaFileType.ALL_F32))
+    w.add_file_type(int(file_type))
 
 
 def _finish(w: gguf.GGUFWriter) -> None:
@@ -355,6 +356,7 @@ def write_dspark_draft(
     sample_from_anchor: bool | None = None,
     causal: bool | None = None,
     seed: int = 0,
+    f16: bool = False,
 ) -> Path:
     """Write a tiny DSpark draft (``dflash`` architecture with a Markov head), or with
     ``markov_rank=0`` a plain DFlash draft (no Markov head: llama.cpp's ``draft-dflash``).
@@ -410,9 +412,13 @@ def write_dspark_draft(
 
     rnd = _Weights(seed)
     w = gguf.GGUFWriter(str(path), "dflash")
+    if f16:  # another quant of the same draft: its matrices in F16, its vectors F32 as llama.cpp keeps them
+        add = w.add_tensor
+        w.add_tensor = lambda name, array: add(name, array.astype(np.float16) if array.ndim == 2 else array)
     w.add_name(f"tiny-dspark-s{seed}")
     _add_common_hparams(w, ctx=ctx, n_embd=n_embd, n_layers=n_layers, n_ff=n_ff,
-                        n_head=n_head, n_head_kv=n_head_kv, head_dim=head_dim)
+                        n_head=n_head, n_head_kv=n_head_kv, head_dim=head_dim,
+                        file_type=gguf.LlamaFileType.MOSTLY_F16 if f16 else gguf.LlamaFileType.ALL_F32)
     w.add_array("dflash.target_layers", target_layers)  # INT32 array
     w.add_uint32("dflash.block_size", block_size)
     w.add_bool("dflash.has_confidence_head", confidence_head)

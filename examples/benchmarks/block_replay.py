@@ -15,6 +15,11 @@ of the positions (autotune.predict.block_sample) against the full recording: per
 configuration's tokens per step with its stated sampling error, and its predicted speedup against the
 full recording's (the cost model measured once, by measure_target).
 
+Last, per quant (issue 49): each DSpark/DFlash draft written again with its matrices in F16 (another quant
+of the same draft), every block size recorded in full for both quants along the same trajectories: per
+size, the share of positions whose greedy chains are the same in both (where it is 99 % or more, a search
+takes the first quant's blocks for the second after checking a sample: autotune.predict.block_drafts).
+
 This is a benchmark that prints figures, not a test. Times depend on load: run it on a quiet machine.
 
 Run: python examples/benchmarks/block_replay.py [--max-tokens 32] [--vocab 151936] [--sample-tokens 256]
@@ -146,6 +151,23 @@ def sampled_against_full(files: dict[str, Path], max_tokens: int) -> None:
                       f"{ours.speedup / theirs.speedup - 1:+13.2%}")
 
 
+def quants_against_full(target: Path, drafts: dict[str, tuple[str, Path, Path]], max_tokens: int) -> None:
+    """Per draft and block size, how often an F16 copy's chain equals the F32 draft's, both recorded in full."""
+    with PythonEngine(context_size=1024, threads=2) as engine:
+        baseline = engine.measure(SpecConfig(target), LONG_MIX, max_tokens=max_tokens)
+        trajectories = Trajectories.from_measurement(
+            str(target), "python", baseline, [engine.prompt_tokens(target, p, max_tokens) for p in LONG_MIX],
+            max_tokens, engine.model(target).is_eog)
+        print(f"\nper quant: {len(LONG_MIX)} prompts x {max_tokens} tokens, F16 against F32, every position")
+        for name, (spec_type, f32, f16) in drafts.items():
+            sizes = [1, 2, 3, 4] if spec_type == "draft-dspark" else [1, 2, 3]
+            recorded = [DraftBlocks.record(engine.dflash_pair(SpecConfig(target, spec_type, path)), trajectories,
+                                           spec_type=spec_type, n_maxes=sizes) for path in (f32, f16)]
+            for n in sorted(recorded[0]):
+                share, compared = recorded[0][n].agreement(recorded[1][n])
+                print(f"  {name} n_max {n}: F16 chain = F32 chain at {share:.1%} of {compared} positions")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--max-tokens", type=int, default=32)
@@ -164,6 +186,14 @@ def main() -> None:
         run("tiny target with the bigram DSpark draft (it predicts its target)",
             {"target": target, "dspark": bigram, "dflash": dflash}, args.max_tokens)
         sampled_against_full({"target": target, "dspark": bigram}, args.sample_tokens)
+        quants_against_full(target, {
+            "bigram DSpark": ("draft-dspark", bigram, write_bigram_dspark_draft(
+                root / "bigram-f16.gguf", target, successors, f16=True)),
+            "random DSpark": ("draft-dspark", tiny_gguf.write_dspark_draft(root / "dspark.gguf", target_path=target),
+                              tiny_gguf.write_dspark_draft(root / "dspark-f16.gguf", target_path=target, f16=True)),
+            "random DFlash": ("draft-dflash", dflash, tiny_gguf.write_dspark_draft(
+                root / "dflash-f16.gguf", target_path=target, markov_rank=0, seed=5, f16=True)),
+        }, args.sample_tokens)
 
 
 if __name__ == "__main__":

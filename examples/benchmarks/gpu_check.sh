@@ -5,7 +5,13 @@
 # server tok/s, host share of step time and device memory in use), the blocks' predicted counts against
 # the measured ones, a 6-trial `autotune search` with its race and command, and two `autotune search
 # --plan` (issue 40): qwen3-8b's space priced at 95 tok/s (the device reaches no hub) and Gemma's
-# measured on one prompt there (seconds each).
+# measured on one prompt there (seconds each). Before all that, the prices step (issue 49, at most 5 minutes:
+# `timeout 300`): examples/benchmarks/gpu_prices.py writes random-weight models at Qwen3-8B's shapes (4096
+# wide, 151,936 tokens, 2 layers) and measures a target step and prefill per layer, a DSpark block of 1-16
+# rows with its logits split out, an injection, a draft-simple token and a llama-server start, each printed
+# (`prices: ...`), into the prices file of $AUTOTUNE_HOME, where qwen3-8b's plan then reads them (its pace
+# line names the file), and into $OUT/prices/ when $OUT is set. A failed or timed-out step is reported
+# (`prices: exit N`) and the check goes on. `--cpu` measures it at 256 wide and 4,096 tokens (20 s here).
 #
 #   gpu_check.sh --stage            here: fill .gpu-check/ (ignored; network for pip downloads)
 #   gpu_check.sh --build [--wait]   on the device: build llama.cpp with CUDA in the background
@@ -13,8 +19,8 @@
 #   gpu_check.sh [OPTIONS]          on the device: the check (waits for the build, sets up Python)
 #   gpu_check.sh --cpu [OPTIONS]    anywhere: the same check on the installed CPU builds (CI, tests), with
 #                                   $PYTHON (default: python)
-#   OPTIONS: --quick (the first minute only) --max-tokens N (32) --prompts N (4) --trials N (6)
-#            --vocab N (151936) --search-args "..."
+#   OPTIONS: --quick (the first minute only, no prices) --max-tokens N (32) --prompts N (4) --trials N (6)
+#            --vocab N (151936) --search-args "..." --no-prices (skip the prices step)
 #
 # Build there, not here: this box has nvcc but no cuBLAS (ggml-cuda includes cublas_v2.h), 2 cores
 # shared by several sessions (one ggml-cuda file took 35-86 s here at sm_90, and ggml-cuda has ~190),
@@ -33,13 +39,15 @@
 #      about a minute of the build, exit 1 (`--quick` runs that part alone).
 # Expected: build 5-7 min (overlapping calls 2-5), then the check: 1 min 45 s to 2 min 18 s with `--cpu`
 # on this box's 2 cores (its quick part 10 s), not yet timed on a GPU; about 9-10 minutes of device time
-# in all, which leaves time to rerun the check.
+# in all, which leaves time to rerun the check. The prices step adds up to 5 minutes (not yet timed on a GPU:
+# writing its 13 GB of models takes most of it); `--no-prices` leaves it out of a rerun.
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/../.." && pwd)"
 stage="${GPU_CHECK_STAGE:-$repo/.gpu-check}"
 mode=check
 cpu=0
 wait_build=0
+prices=1
 args=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -47,7 +55,8 @@ while [ $# -gt 0 ]; do
     --build) mode=build ;;
     --wait) wait_build=1 ;;
     --cpu) cpu=1 ;;
-    --quick) args+=("--quick") ;;
+    --quick) args+=("--quick"); prices=0 ;;
+    --no-prices) prices=0 ;;
     --max-tokens|--prompts|--trials|--vocab|--search-args) args+=("$1=$2"); shift ;;
     *) echo "gpu_check.sh: unknown option $1" >&2; exit 2 ;;
   esac
@@ -135,4 +144,12 @@ else
   nvidia-smi --query-gpu=name,memory.total,memory.used,clocks.sm --format=csv,noheader
 fi
 cd "$repo"
+if [ "$prices" = 1 ]; then  # this machine's prices, where the plans below read them
+  shapes=()
+  [ "$cpu" = 1 ] && shapes=(--n-embd 256 --vocab 4096 --threads 1)  # 20 s; two threads on 2 shared cores: minutes
+  status=0
+  timeout -k 30 300 "$python" examples/benchmarks/gpu_prices.py "${shapes[@]}" || status=$?
+  [ "$status" = 0 ] || echo "prices: exit $status$([ "$status" = 124 ] && echo ': past its 5 minutes' || true)"
+  if [ -n "${OUT:-}" ] && [ -d "$AUTOTUNE_HOME/prices" ]; then cp -r "$AUTOTUNE_HOME/prices" "$OUT/"; fi
+fi
 exec "$python" examples/benchmarks/gpu_check.py --gemma "$gemma" "${args[@]}"

@@ -15,7 +15,8 @@ import pytest
 from autotune.engines.python import PythonEngine
 from autotune.errors import TrialFailure
 from autotune.predict.block_cost import block_rows, sample_trees
-from autotune.predict.block_drafts import BlockDraft, BlockPlan
+from autotune.gguf.info import read_gguf_info
+from autotune.predict.block_drafts import BlockDraft, BlockPlan, other_quant
 from autotune.predict.blocks import DraftBlocks, layer_inputs, replay_linear, replay_tree
 from autotune.predict.target import measure_target
 from autotune.predict.trajectory import Trajectories
@@ -181,3 +182,36 @@ def test_sampled_trees_are_real_trees_of_every_grid_size(engine, models):
     sizes = [len(t) for t in trees]
     assert sizes == sorted(set(sizes)) and sizes[-1] == 17
     assert max(len(t.sequences()[0]) for t in trees) > 1  # more than one leaf: a tree, not a chain
+
+
+def test_another_quant_of_a_draft_takes_its_blocks_where_they_agree_and_is_recorded_where_they_do_not(
+        engine, models, trajectories, tmp_path):
+    """The same DSpark draft in F16 is another quant of the F32 one: it takes the F32 blocks after a check at a
+    sample, and its replayed counts are still what the engine measures with the F16 file; a draft of other
+    weights whose header is alike but for its quant fails the check and is recorded on its own. Each keeps
+    its own step costs."""
+    target = models["target"]
+    f32 = models["dspark"]
+    f16 = tiny_gguf.write_dspark_draft(tmp_path / "dspark-f16.gguf", target_path=target, f16=True)
+    stranger = tiny_gguf.write_dspark_draft(tmp_path / "stranger-f16.gguf", target_path=target, f16=True, seed=9)
+    assert read_gguf_info(f16).quant != read_gguf_info(f32).quant
+    assert other_quant(read_gguf_info(f32), read_gguf_info(f16)) and other_quant(read_gguf_info(f32), read_gguf_info(stranger))
+    baseline = engine.measure(SpecConfig(target), MIX, max_tokens=MAX_TOKENS)
+    plan = BlockPlan("draft-dspark", n_maxes=(2, 3), pctree=False, p_min=False)
+    notes: list[str] = []
+    model = measure_target(engine, target, baseline, MIX, arbiter="python", max_tokens=MAX_TOKENS, drafts=[],
+                           chain_length=3, block_drafts=[(plan, f32), (plan, f16), (plan, stranger)],
+                           note=notes.append)
+    shared = model.block_drafts[("draft-dspark", f16.name)]
+    assert shared.shared_from is not None and shared.shared_from[0] == f32.name and shared.shared_from[1] >= 0.99
+    assert any(n.startswith(f"{f16.name}'s draft-dspark blocks are {f32.name}'s (another quant of it)") for n in notes)
+    own = model.block_drafts[("draft-dspark", stranger.name)]
+    assert own.shared_from is None and any(n.startswith(f"recorded {stranger.name}'s draft-dspark blocks") for n in notes)
+    assert shared.draft_decodes < model.block_drafts[("draft-dspark", f32.name)].draft_decodes  # a sample only
+    for draft in (f16, stranger):
+        for n_max in plan.n_maxes:
+            config = SpecConfig(target, "draft-dspark", draft, {"draft_n_max": n_max})
+            predicted = model.prediction(config).replay
+            assert (predicted.drafted, predicted.accepted, predicted.verify_steps) \
+                == _counts(engine.measure(config, MIX, max_tokens=MAX_TOKENS)), (draft.name, n_max)
+    assert {f32.name, f16.name, stranger.name} <= set(model.cost.blocks)  # each quant's cost is its own

@@ -46,7 +46,7 @@ def test_plan_of_a_hub_space_with_nothing_on_disk_prices_the_download_at_the_spa
     empty = tmp_path / "empty"
     empty.mkdir()
     args = ["search", "--model", "qwen3-8b", "--models-dir", str(empty), "--plan", "--offline", "--max-tokens", "512",
-            "--per-category", "4"]
+            "--per-category", "4", "--budget", "none"]  # no cap: the prediction as long as the race
     lines = run(*args).stdout.splitlines()  # nothing to measure: the space states a pace (model.plan_tok_s)
     assert lines[0].startswith("downloading 8 files from the hub (size unknown")  # offline: no sizes
     assert lines[1].startswith("workload: 2 target(s), 44 prompts x 512 tokens; 2 draft model(s) (chains), "
@@ -58,7 +58,7 @@ def test_plan_of_a_hub_space_with_nothing_on_disk_prices_the_download_at_the_spa
     assert given[2].startswith("pace: 40 tok/s as given (--plan-tok-s)")
 
 
-def test_a_budget_too_small_for_one_race_round_is_refused_with_the_smallest_that_works(tmp_path, autotune_home):
+def test_a_budget_too_small_for_a_verdict_is_refused_with_the_smallest_that_works(tmp_path, autotune_home):
     empty = tmp_path / "empty"
     empty.mkdir()
     args = ["search", "--model", "qwen3-8b", "--models-dir", str(empty), "--plan", "--offline", "--max-tokens", "512",
@@ -67,7 +67,8 @@ def test_a_budget_too_small_for_one_race_round_is_refused_with_the_smallest_that
     assert refused.exit_code == 2 and "--budget 15.0 min is too small for a verdict here" in refused.output, refused.output
     smallest = int(refused.output.split("give at least --budget ")[1].split("m")[0])
     lines = run(*args, "--budget", f"{smallest}m").stdout.splitlines()
-    assert lines[3].startswith(f"budget: {smallest:.1f} min (downloads aside), the race up to "), lines[3]
+    assert lines[3].startswith(f"budget: {smallest:.1f} min (--budget; downloads aside): the prediction on 11 "
+                               "prompts x "), lines[3]
     total = lines[-1].split("plan: up to ")[1].split(" min")[0]
     assert float(total) <= smallest  # the plan fits the budget it was given
     bad = CliRunner().invoke(cli, [*args, "--budget", "15"])

@@ -18,6 +18,7 @@ from autotune.search.tuner import SearchSettings, Tuner
 from autotune.study.best import best_result
 from autotune.study.verdict import Confirmation, ConfirmedConfig
 from autotune.testing.races import raced_row, scaled
+from autotune.testing.reporter import KeptNotes
 from storage import open_storage, resolve_storage_url
 
 #: llama.cpp's --spec-default (common/arg.cpp): ngram-mod, n-match 24, n-max 64, n-min 48, spelled out
@@ -169,25 +170,11 @@ class _EngineWithoutNgramMod(PythonEngine):
         return super().runnable_spec_types - {"ngram-mod"}
 
 
-class _Notes:
-    def __init__(self):
-        self.lines: list[str] = []
-
-    def note(self, text: str) -> None:
-        self.lines.append(text)
-
-    def trial_started(self, *args) -> None: ...
-
-    def prompt_done(self, *args) -> None: ...
-
-    def trial_finished(self, trial) -> None: ...
-
-
 @pytest.mark.slow
 def test_an_engine_without_ngram_mod_says_once_that_the_study_has_no_spec_default(tiny_space, models_dir):
     options = SearchOptions(SearchSettings("tiny", trials=2, max_tokens=4, seed=0), engine_name="python",
                             models_dir=models_dir, space_file=tiny_space)
-    notes = _Notes()
+    notes = KeptNotes()
     inputs = check_inputs(options, notes.note)
     storage = open_storage(resolve_storage_url(None))
     with _EngineWithoutNgramMod(context_size=512) as engine:

@@ -1,0 +1,68 @@
+"""A race whose servers do not all fit at once still races prompt by prompt: one target's entrants at a time,
+each on the round's prompts in the same order, on servers whose context is what the mix asks, not the
+search space's. The engine is the real llama-server engine with room for fewer servers than the race
+(a GPU smaller than the race); the servers alive at each look are counted from /proc."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from autotune.engines.server import ServerEngine
+from autotune.measure.prompts import Prompt, PromptMix
+from autotune.race.entrants import Entrant
+from autotune.race.race import RaceBudget, race
+from autotune.spec.command import ServerCommand
+from autotune.spec.config import SpecConfig
+from autotune.testing.processes import our_llama_servers
+
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_server_left_behind")]
+
+CONTEXT = 512
+MIX = PromptMix("groups", (Prompt("a", "code", "def add(a, b):\n    return"),
+                           Prompt("b", "chat", "Name three colours of the rainbow."),
+                           Prompt("c", "chat", "Write a haiku about the sea.")))
+
+
+class RoomFor(ServerEngine):
+    """llama-server with room for `room` servers at once, whatever the machine's memory."""
+
+    def __init__(self, room: int, **kwargs):
+        super().__init__(**kwargs)
+        self.room = room
+
+    def holds_at_once(self, configs, mix, *, max_tokens) -> bool:
+        return len(configs) <= self.room
+
+
+def _argv(pid: int) -> list[str]:
+    return Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+
+
+def test_one_target_at_a_time_where_the_race_does_not_fit_and_each_server_sized_to_the_mix(tiny_dir, tmp_path):
+    first = tiny_dir / "tiny-target.gguf"
+    second = Path(shutil.copy(first, tmp_path / "tiny-target-b.gguf"))  # a second target: its own references
+    entrants = [Entrant("baseline", None, SpecConfig(first)), Entrant("baseline", None, SpecConfig(second)),
+                Entrant("trial", 1, SpecConfig(first, "draft-simple", tiny_dir / "tiny-draft.gguf", {"draft_n_max": 2})),
+                Entrant("trial", 2, SpecConfig(second, "draft-simple", tiny_dir / "tiny-draft.gguf", {"draft_n_max": 3}))]
+    loaded: list[set[str]] = []  # at each look, the targets of the servers running
+    contexts: set[int] = set()
+
+    def look(status) -> None:
+        argvs = [_argv(pid) for pid in our_llama_servers()]
+        loaded.append({argv[argv.index("-m") + 1] for argv in argvs})
+        contexts.update(int(argv[argv.index("-c") + 1]) for argv in argvs)
+        assert len(argvs) <= 3
+
+    with RoomFor(3, context_size=CONTEXT) as engine:  # a target's baseline, control and finalist: 3, not 6
+        confirmation = race(engine, entrants, MIX, max_tokens=16, budget=RaceBudget(rounds=1),
+                            command=ServerCommand(CONTEXT), on_look=look)
+    assert confirmation.pairing == "prompt"  # not whole mixes one configuration at a time
+    assert all(len(targets) == 1 for targets in loaded)  # one target's servers at a time ...
+    assert {t for targets in loaded for t in targets} == {str(first), str(second)}  # ... and each in turn
+    assert contexts and max(contexts) < CONTEXT  # the mix's longest prompt and output, not the space's context
+    assert {str(r.target) for r in confirmation.controls} == {str(first), str(second)}  # a control each
+    for row in confirmation.baselines + confirmation.controls:  # every prompt of the round, its target's turn
+        assert [len(round_) for round_ in row.decode_ms][:1] == [len(MIX)]
