@@ -21,7 +21,9 @@ What keeps a verdict honest beyond the statistics (autotune.race.guards, autotun
   over the race exclude 1 the machine's speed moved under the race: it ends there and names no winner;
 - the server's own counts: a speedup whose lower bound is above what the entrant's accepted drafts
   allow is a timing artefact, and its entrant fails with that reason, at every look and on the round
-  after the decision;
+  after the decision; unless the control shows the plain command itself faster than its baseline beyond
+  that slack (autotune.race.guards.baseline_slowed): then the baseline's server ran slow, and the race
+  ends there, the machine's speed moved;
 - the printed figure is what decided, and the peak where the race stopped is not all it says: a
   winner, its baseline and the control run one more round on fresh servers after the decision, printed
   apart as a replication, and stored as the winner's speedup (autotune.race.record);
@@ -47,7 +49,7 @@ from autotune.measure.paired import MIN_EFFECT, Speedup
 from autotune.measure.prompts import PromptMix
 from autotune.measure.sequential import ALPHA, SLOWER, STAYS
 from autotune.race.entrants import Entrant, candidates, speedup_of
-from autotune.race.guards import artefact, machine_moved
+from autotune.race.guards import artefact, baseline_slowed, machine_moved
 from autotune.measure.stratified import MAX_VOID
 from autotune.race.looks import RaceLook, look_at, round_is_void
 from autotune.race.record import Outcome, confirmation_of
@@ -162,9 +164,13 @@ def _run(rounds: Rounds, mix: PromptMix, figure: str, budget: RaceBudget, outcom
             if outcome.moved is not None:
                 outcome.ended = MACHINE_MOVED
                 break
-            for entrant in rounds.entrants:
-                if (reason := artefact(entrant, rounds.entrants, figure, rounds.pairing)) is not None:
-                    rounds.drop(entrant, reason, failed=True)
+            artefacts = [(e, reason) for e in rounds.entrants
+                         if (reason := artefact(e, rounds.entrants, figure, rounds.pairing)) is not None]
+            if artefacts and (moved := baseline_slowed(rounds.entrants, figure, rounds.pairing)) is not None:
+                outcome.ended, outcome.moved = MACHINE_MOVED, moved  # the baseline's doing, not the entrants'
+                break
+            for entrant, reason in artefacts:
+                rounds.drop(entrant, reason, failed=True)
             last = look_at(rounds.entrants, mix, figure, rounds.pairing)
             if last is not None:
                 _apply(last, rounds, outcome)

@@ -59,19 +59,37 @@ def demo_mix(gemma_path):
     return load_prompt_mix(default_mix_path([gemma_path])[0]).take(per_category=1)
 
 
+#: each side of the control's interval: the level it states (1 % a race), written here apart from the code's
+#: constant so that a loosened level fails the A/A test below
+CONTROL_ONE_SIDED = 0.005
+
+
 @pytest.mark.slow
 @pytest.mark.usefixtures("no_server_left_behind")
 def test_an_aa_race_names_no_winner(gemma_copy, demo_mix):
+    """An A/A race ends without a winner; it may end because the machine's speed moved only with the
+    evidence: the control's interval, recomputed from its stored units at the stated level, rules out
+    1.00x. And where that interval rules it out, the race did end there. (A race ended by more than
+    MAX_VOID void rounds keeps none of their units, so it cannot show the evidence and fails here.)"""
     same = Entrant("trial", 1, SpecConfig(gemma_copy))  # the plain command under another name
     with ServerEngine(context_size=2048) as engine:
         confirmation = race(engine, [Entrant("baseline", 0, SpecConfig(gemma_copy)), same], demo_mix, max_tokens=32,
                             budget=RaceBudget(rounds=2), command=ServerCommand(2048))
     assert confirmation.pairing == "prompt" and confirmation.winner is None
-    assert confirmation.ended in (NONE_CAN_WIN, BUDGET_SPENT, MACHINE_MOVED)  # a busy box may move the clock
+    assert confirmation.ended in (NONE_CAN_WIN, BUDGET_SPENT, MACHINE_MOVED)
     assert confirmation.pick.role == "baseline"
     low, high = confirmation.configs[0].speedup_ci
     assert low < 1.02  # the same command is never proven faster, however loaded the box
-    assert confirmation.controls and confirmation.controls[0].role == "control"
+    restored = Confirmation.from_dict(confirmation.as_dict())
+    (control,) = restored.controls
+    base = restored.baseline_of(control)
+    assert control.role == "control" and control.failure is None
+    evidence = paired_speedup(Units.of(base.decode_ms, base.tokens), Units.of(control.decode_ms, control.tokens),
+                              pair_by_unit=True).interval(CONTROL_ONE_SIDED)
+    ended, moved = confirmation.ended, evidence[0] > 1.0 or evidence[1] < 1.0
+    assert (ended == MACHINE_MOVED) == moved, (evidence, confirmation.void_rounds)
+    assert control.speedup_ci_level == 1 - CONTROL_ONE_SIDED
+    assert control.speedup_ci == pytest.approx(evidence, abs=1e-3)  # what is stored is this interval
 
 
 @pytest.mark.slow
