@@ -130,9 +130,9 @@ def budget_line(budget: SearchBudget, work: Workload) -> str:
 
 def race_budget_left(work: Workload, pace: Pace, left_s: float) -> RaceBudget:
     """The race's budget once the phases before it ran, `left_s` seconds of the search's budget left: its
-    planned budget where that still fits, else the seconds left less the round after the decision (one
-    round's worth at least: a race that cannot finish a round still gives its standing result)."""
-    planned = race_phase(work, pace)
-    if planned.seconds <= left_s:
+    rounds where they still fit, else the seconds left less the round after the decision, however few or many
+    the plan gave it (the phases before it are priced at their most, and a race gets what they did not
+    spend; one round's worth at least: a race that cannot finish a round still gives its standing result)."""
+    if work.race_budget.rounds is not None and race_phase(work, pace).seconds <= left_s:
         return work.race_budget
     return RaceBudget(seconds=max(left_s - after_decision_s(work, pace), 1.0))
