@@ -219,7 +219,6 @@ def _predict_and_race(inputs: SearchInputs, settings: SearchSettings, storage: o
         build = engine.build_info
     work, pace = _plan(inputs, space, settings, race_options, arbiter, baselines, predict_trials)
     work = replace(work, prompts=len(raced_inputs.mix), max_tokens=raced_settings.max_tokens,
-                   categories=len({p.category for p in raced_inputs.mix}),
                    replicate_per_category=race_options.replicate_per_category).predicting(
         Shape(len(inputs.mix), settings.max_tokens))
     phases = plan_phases(work, pace)
@@ -355,11 +354,9 @@ def _race(study: optuna.Study, inputs: SearchInputs, settings: SearchSettings, a
 
 
 def _first_of_each_category(mix: PromptMix) -> list[int]:
-    """The index in `mix` of each category's first prompt."""
-    first: dict[str, int] = {}
-    for index, prompt in enumerate(mix):
-        first.setdefault(prompt.category, index)
-    return list(first.values())
+    """The index in `mix` of each category's first prompt (PromptMix.take's one a category)."""
+    first = set(mix.take(per_category=1).prompts)
+    return [index for index, prompt in enumerate(mix) if prompt in first]
 
 
 def _refit(study: optuna.Study, targets: dict, entrants: list[Entrant], mix: PromptMix) -> None:
