@@ -294,7 +294,7 @@ def search_from_the_hub(step: Step, hub: StandInHub) -> str:
 def doctor_after_the_download(hub: StandInHub) -> None:
     """What step 2's warning promises: once the search fetched the model, the command README names decodes it."""
     section = (ROOT / "README.md").read_text().split("\n## On a GPU\n", 1)[1].split("\n## ", 1)[0]
-    (named,) = set(re.findall(r"`(autotune doctor --model [^`]+)`", section))
+    (named,) = set(re.findall(rf"`(autotune doctor --model {hub.model})`", section))
     checked = autotune(shlex.split(named)[1:])
     assert checked.exit_code == 0, checked.output
     lines = checked.stdout.splitlines()
