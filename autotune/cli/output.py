@@ -88,9 +88,13 @@ def race_lines(confirmation: Confirmation, pick: ConfirmedConfig) -> list[str]:
     the pick, the fastest entrant and why it was not picked), then llama.cpp's --spec-default, then the
     control (the plain command against itself) and what it says of the machine."""
     engine = ENGINE_LABELS.get(confirmation.engine, confirmation.engine)
-    size = f"{confirmation.repeats} rounds x {pick.prompts or len(confirmation.prompt_ids)} prompts" + \
-        (", each prompt paired" + (f", {confirmation.looks} looks" if confirmation.looks else "")
-         if confirmation.pairing == "prompt" else ", paired by round")
+    prompts = pick.prompts or len(confirmation.prompt_ids)
+    if confirmation.pairing == "block":
+        size = f"{confirmation.repeats} blocks over its {prompts} prompts, paired by block"
+    else:
+        size = f"{confirmation.repeats} rounds x {prompts} prompts" + (
+            ", each prompt paired" + (f", {confirmation.looks} looks" if confirmation.looks else "")
+            if confirmation.pairing == "prompt" else ", paired by round")
     lines = []
     reference = confirmation.spec_default_of(pick)
     failed = [d for d in confirmation.spec_defaults if d.target == pick.target and d.failure]

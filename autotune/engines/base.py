@@ -75,6 +75,10 @@ class Engine(ABC):
         """How strongly the target prefers token a over b after `prompt` + `generated`, decoded one token
         at a time (as the baseline ran) and in one batch (as a verifier runs)."""
 
+    #: whether each `measure` runs on a fresh instance (a server started for it): where `live` cannot hold a
+    #: race's entrants, the race rotates them over small blocks of prompts instead (autotune.race.rounds)
+    fresh_each_measure = False
+
     def holds_at_once(self, configs: Sequence[SpecConfig], mix: PromptMix, *, max_tokens: int) -> bool:
         """Whether `live` can keep all of `configs` loaded at once for `mix` (the server engine, memory allowing)."""
         return False

@@ -66,6 +66,7 @@ LIVE_CONTEXT_STEP = 256
 
 class ServerEngine(Engine):
     name = "server"
+    fresh_each_measure = True
 
     def __init__(
         self,

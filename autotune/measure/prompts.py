@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -49,6 +50,20 @@ class PromptMix:
         if not kept:
             raise PromptFileError(f"{self.source}: no prompt left after selecting categories {list(categories or [])}")
         return PromptMix(self.source, tuple(kept))
+
+
+    def spread(self, rng: random.Random) -> list[int]:
+        """The mix's indices in an order shuffled by `rng`, each category's first prompt before any category's
+        second (and so on): any leading part of it spreads over the categories as evenly as it can."""
+        order = list(range(len(self.prompts)))
+        rng.shuffle(order)
+        seen: dict[str, int] = {}
+        ranks = []
+        for index in order:  # the how-manieth of its category
+            category = self.prompts[index].category
+            ranks.append(seen.get(category, 0))
+            seen[category] = ranks[-1] + 1
+        return [index for _, index in sorted(zip(ranks, order), key=lambda pair: pair[0])]
 
 
 def bundled_mix_path() -> Path:

@@ -11,8 +11,10 @@ the decision (autotune.measure.sequential.decide, a pure function of the times m
 same one the simulations in tests/race run): a per-prompt sequence that knows a clear winner within a
 round, a stratified test over complete rounds that proves a real 1.10x whatever its spread of prompts,
 Holm over the entrants, and best-arm stopping (a winner is named once no rival can be 2 % faster).
-Elsewhere each entrant runs the whole mix in turn, the order rotated per round, a round is the unit of
-pairing, and the race looks after each round.
+Where even one target's entrants do not fit, each entrant in turn runs a block of the mix on a server of
+its own, the block the unit of pairing (autotune.race.rounds); elsewhere (the in-process engine) each
+entrant runs the whole mix in turn. Either way the order is rotated per round, the race looks after
+each round, and a budget of rounds counts passes over the mix.
 
 What keeps a verdict honest beyond the statistics (autotune.race.guards, autotune.race.looks):
 - a control: the plain command a second time, a server of its own, raced like an entrant. It gives the
@@ -65,6 +67,8 @@ DEFAULT_BUDGET = "4"
 PAIRING_NOTES = {
     "prompt": "race: every entrant's llama-server stays loaded; each prompt runs on all of them back to back, "
               "so each pair is measured seconds apart, and the race looks after every prompt",
+    "block": "race: the servers do not fit in memory together, so each entrant in turn runs a block of a quarter of "
+             "the mix on a server of its own; a block is the unit of pairing, and a round of the budget a pass",
     "round": "race: one configuration at a time, each running the whole mix; a round is the unit of pairing",
 }
 
@@ -117,7 +121,7 @@ def race(engine: Engine, entrants: list[Entrant], mix: PromptMix, *, max_tokens:
          on_look: OnLook = lambda status: None) -> Confirmation:
     """Run the race (see the module docstring); a control is added for each baseline. `on_measured` hears
     each entrant after each round with its speedup so far (None for a baseline), `on_dropped` each
-    entrant that leaves, `on_start` the pairing chosen ("prompt" or "round"), `on_look` where the race
+    entrant that leaves, `on_start` the pairing chosen ("prompt", "block" or "round"), `on_look` where the race
     stands after each look. `replicate_on`: the mix's prompts the round after the decision runs (None: all of
     them; a budget may ask for one a category)."""
     entrants = entrants + [Entrant(CONTROL_ROLE, None, e.config) for e in entrants if e.is_baseline]
@@ -175,7 +179,7 @@ def _run(rounds: Rounds, mix: PromptMix, figure: str, budget: RaceBudget, outcom
             if last is not None:
                 _apply(last, rounds, outcome)
             elapsed = time.monotonic() - started
-            on_look(rounds.status(budget.left_s(rounds.complete, elapsed)))
+            on_look(rounds.status(budget.left_s(rounds.passes, elapsed)))
             if rounds.between_rounds:
                 _report(rounds.entrants, rounds.current, figure, rounds.pairing, on_measured)
             if outcome.winner is not None:
@@ -184,7 +188,7 @@ def _run(rounds: Rounds, mix: PromptMix, figure: str, budget: RaceBudget, outcom
             if not candidates(rounds.entrants):
                 outcome.ended = NONE_CAN_WIN
                 break
-            valid = rounds.complete - len(outcome.voided)
+            valid = rounds.passes - len(outcome.voided)
             if budget.spent(valid, elapsed) and (rounds.between_rounds or budget.seconds is not None):
                 _leader_at_the_end(last, outcome, rounds.current)
                 break
@@ -268,7 +272,7 @@ def measure_rounds(engine: Engine, entrants: list[Entrant], mix: PromptMix, *, m
     with closing(measured.looks(per_prompt=False)) as looks:
         for _ in looks:
             _report(measured.entrants, measured.current, "mix_tok_s", measured.pairing, on_measured)
-            if measured.complete >= rounds:
+            if measured.passes >= rounds:
                 break
     return measured.pairing
 

@@ -18,6 +18,10 @@ from autotune.race.entrants import Entrant, candidates, speedup_of
 from autotune.spec.command import ServerCommand
 from autotune.study.records import BASELINE_ROLE, CONTROL_ROLE
 
+#: the blocks of a pass over the mix where a race rotates its entrants over blocks (`Rounds`): the paired
+#: test's first bound (its third unit) comes within a pass
+BLOCKS_A_PASS = 4
+
 
 @dataclass(frozen=True)
 class RaceStatus:
@@ -41,7 +45,15 @@ class Rounds:
     holds its own weights: two 8B targets' references and finalists overflow an 80 GB card), a round runs
     one target's entrants at a time, each on the round's prompts in the same order: every entrant is
     compared with its own target's baseline, which ran each prompt seconds apart from it, so the pairing
-    is still by prompt."""
+    is still by prompt.
+
+    Where even one target's do not (a 24 GB card and an 8B target's race), a round is a block of the mix
+    (pairing "block"): BLOCKS_A_PASS blocks a pass, each block's prompts spread over the categories, each
+    entrant in turn running the block on a server of its own started for it, the order rotated per block.
+    The block is the unit of pairing (its instances and the machine's drift are inside it), so the first
+    bound comes after MIN_UNITS blocks, not MIN_UNITS whole mixes, and a budget of rounds counts passes
+    over the mix. Elsewhere (the in-process engine, a figure not timed prompt by prompt) a round is the
+    whole mix, one configuration at a time."""
 
     def __init__(self, engine: Engine, entrants: list[Entrant], mix: PromptMix, max_tokens: int,
                  command: ServerCommand, figure: str, on_dropped: Callable[[Entrant], None], *,
@@ -51,11 +63,14 @@ class Rounds:
         self.check = MeasurementCheck.for_command(engine, mix, command)
         by_prompt = by_prompt and figure == "mix_tok_s" and command.parallel == 1
         self._groups = self._loaded_together(engine) if by_prompt else None
-        self.pairing = "prompt" if self._groups is not None else "round"
+        blocks = by_prompt and self._groups is None and engine.fresh_each_measure and len(mix) > 1
+        self.pairing = "prompt" if self._groups is not None else "block" if blocks else "round"
+        self.block = -(-len(mix) // BLOCKS_A_PASS) if blocks else len(mix)  # a round's prompts
         self.orders: list[list[int]] = []  # each round's prompt order (mix indices)
         self.complete = 0  # rounds played to their end
         self.between_rounds = True
         self._random = random.Random(seed)
+        self._pass: list[int] = []  # the block pairing's prompts of this pass not yet run
 
     def _loaded_together(self, engine: Engine) -> list[set[str]] | None:
         """The targets whose entrants' servers are loaded together: all of them, else one target at a time
@@ -73,11 +88,29 @@ class Rounds:
     def current(self) -> int:
         return len(self.orders) - 1
 
+    @property
+    def passes(self) -> int:
+        """Complete passes over the mix: the complete rounds, or in the block pairing the blocks' passes."""
+        return self.complete // self._rounds_a_pass()
+
+    def _rounds_a_pass(self) -> int:
+        return -(-len(self.mix) // self.block)
+
     def looks(self, per_prompt: bool = True) -> Iterator[None]:
         """Play rounds for as long as the caller iterates, yielding at each look: after every prompt (prompt
         pairing and `per_prompt`) or after every round; closing it stops the servers of the round."""
         while True:
-            yield from self._round([e for e in self.entrants if e.in_race], per_prompt)
+            yield from self._round([e for e in self.entrants if e.in_race], per_prompt, self._next_block())
+
+    def _next_block(self) -> list[int] | None:
+        """The block pairing's next round: the next BLOCK prompts of this pass (a new pass spread over the
+        categories once the last is run); None elsewhere (the whole mix)."""
+        if self.pairing != "block":
+            return None
+        if not self._pass:
+            self._pass = self.mix.spread(self._random)
+        block, self._pass = self._pass[:self.block], self._pass[self.block:]
+        return block
 
     def confirm(self, winner: Entrant, prompts: Sequence[int] | None = None) -> int:
         """One more round on fresh servers of `winner`, its baseline and its control, after the decision, over
@@ -97,7 +130,7 @@ class Rounds:
 
     def _round(self, alive: list[Entrant], per_prompt: bool, prompts: Sequence[int] | None = None) -> Iterator[None]:
         order = list(range(len(self.mix))) if prompts is None else list(prompts)
-        if self.pairing == "prompt":
+        if self.pairing != "round":
             self._random.shuffle(order)
         self.orders.append(order)
         self.between_rounds = False
@@ -119,7 +152,7 @@ class Rounds:
                         if per_prompt or last:
                             yield
         else:
-            self._whole_mix_round(alive, round_, PromptMix(self.mix.source, tuple(self.mix.prompts[i] for i in order)))
+            self._in_turn(alive, round_, PromptMix(self.mix.source, tuple(self.mix.prompts[i] for i in order)))
             self._end_round(alive, {})
             yield
 
@@ -141,7 +174,7 @@ class Rounds:
             if reason is not None:
                 self.drop(entrant, reason, failed=True)
 
-    def _whole_mix_round(self, alive: list[Entrant], round_: int, mix: PromptMix) -> None:
+    def _in_turn(self, alive: list[Entrant], round_: int, mix: PromptMix) -> None:
         """Each entrant runs `mix` (the whole mix, or the round's part of it) with one configuration loaded at a
         time, the order rotated."""
         shift = round_ % len(alive)
@@ -157,13 +190,18 @@ class Rounds:
                 self.drop(entrant, reason, failed=True)
 
     def _end_round(self, alive: list[Entrant], errors: dict[int, tuple[str, ...]]) -> None:
-        """A round's end: each entrant that ran all of it must have drafted; the baseline must be in."""
+        """A round's end: each entrant that ran all of it must have drafted (in the block pairing, over the
+        pass a block ends: an n-gram drafter may find nothing in a few prompts); the baseline must be in."""
         self.complete += 1
         self.between_rounds = True
+        span = self._rounds_a_pass() if self.pairing == "block" else 1
         for entrant in alive:
-            measurement = entrant.rounds[-1]
             if id(entrant) in errors:
-                measurement.log_errors = errors[id(entrant)]
+                entrant.rounds[-1].log_errors = errors[id(entrant)]
+            if self.complete % span:
+                continue
+            measurement = Measurement([r for m in entrant.rounds[-span:] for r in m.results],
+                                      log_errors=entrant.rounds[-1].log_errors)
             if entrant.in_race and measurement.results:
                 reason = self.check.drafting_failure(entrant.config, measurement)
                 if reason is not None:
@@ -198,5 +236,6 @@ class Rounds:
         firsts = [next((e for e in self.entrants if e.is_baseline and str(e.config.target) in g), self.entrants[0])
                   for g in groups]
         done = sum(len(e.rounds[-1].results) for e in firsts if e.rounds)
-        return RaceStatus(self.current, done, len(self.mix) * len(groups), left_s,
+        prompts = len(self.orders[-1]) if self.orders else self.block
+        return RaceStatus(self.current, done, prompts * len(groups), left_s,
                           tuple((e.label, speedup_of(e, self.entrants, "mix_tok_s", self.pairing)) for e in shown))

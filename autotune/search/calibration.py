@@ -114,7 +114,7 @@ def _measure_references(engine: Engine, entrants: list[Entrant], targets: dict, 
                     enough = _fit_has_enough(entrant, predicted[id(entrant)], index, rounds)
                     if enough is not None:
                         rounds.drop(entrant, enough)
-            if rounds.complete or all(e.is_baseline for e in rounds.entrants if e.in_race):
+            if rounds.passes or all(e.is_baseline for e in rounds.entrants if e.in_race):
                 break
     return rounds.pairing
 
@@ -141,15 +141,7 @@ def _fit_has_enough(entrant: Entrant, predicted_ms: tuple[float, ...], index: di
 def calibration_prompts(mix: PromptMix, seed: int) -> PromptMix:
     """At most MAX_FIT_PROMPTS prompts of `mix`, spread over its categories: each category's first prompt
     before any category's second, the categories and prompts in an order shuffled from `seed`."""
-    order = list(mix)
-    random.Random(seed).shuffle(order)
-    seen: dict[str, int] = {}
-    ranks = []
-    for prompt in order:  # the how-manieth of its category
-        ranks.append(seen.get(prompt.category, 0))
-        seen[prompt.category] = ranks[-1] + 1
-    chosen = [p for _, p in sorted(zip(ranks, order), key=lambda pair: pair[0])][:MAX_FIT_PROMPTS]
-    return PromptMix(mix.source, tuple(chosen))
+    return PromptMix(mix.source, tuple(mix.prompts[i] for i in mix.spread(random.Random(seed))[:MAX_FIT_PROMPTS]))
 
 
 def _prompts_measured(entrant: Entrant) -> int:

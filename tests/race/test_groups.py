@@ -66,3 +66,25 @@ def test_one_target_at_a_time_where_the_race_does_not_fit_and_each_server_sized_
     assert {str(r.target) for r in confirmation.controls} == {str(first), str(second)}  # a control each
     for row in confirmation.baselines + confirmation.controls:  # every prompt of the round, its target's turn
         assert [len(round_) for round_ in row.decode_ms][:1] == [len(MIX)]
+
+
+def test_entrants_rotate_over_blocks_of_prompts_where_one_targets_servers_do_not_fit(tiny_dir):
+    """Room for one server (a 24 GB card and an 8B target's race): each entrant in turn runs a block of the mix
+    on a server of its own, a block the unit; a budget of one round is one pass, every prompt once."""
+    target = tiny_dir / "tiny-target.gguf"
+    entrants = [Entrant("baseline", None, SpecConfig(target)),
+                Entrant("trial", 1, SpecConfig(target, "draft-simple", tiny_dir / "tiny-draft.gguf", {"draft_n_max": 2}))]
+    alive: list[int] = []  # llama-servers running at each look: none, each block's servers stopped with it
+
+    def look(status) -> None:
+        alive.append(len(our_llama_servers()))
+
+    with RoomFor(1, context_size=CONTEXT) as engine:
+        confirmation = race(engine, entrants, MIX, max_tokens=16, budget=RaceBudget(rounds=1),
+                            command=ServerCommand(CONTEXT), on_look=look)
+    assert confirmation.pairing == "block"
+    blocks = confirmation.orders[:len(MIX)]  # a block of ceil(3 / 4) = 1 prompt: three blocks a pass
+    assert [len(order) for order in blocks] == [1, 1, 1] and sorted(i for o in blocks for i in o) == [0, 1, 2]
+    assert len(alive) >= len(MIX) and set(alive) == {0}  # a look after each block, its servers stopped
+    for row in confirmation.baselines + confirmation.controls:
+        assert [len(times) for times in row.decode_ms][:len(MIX)] == [1, 1, 1]
