@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 
 from autotune.duration import duration_s
 from autotune.errors import UsageError
-from autotune.measure.stratified import PROMPT_MIN_UNITS
+from autotune.measure.stratified import MIN_ROUNDS, PROMPT_MIN_UNITS
 from autotune.race.race import RaceBudget
 from autotune.search.plan import (
     Pace, Shape, Workload, after_decision_s, minutes, plan_phases, race_phase, race_round_s,
@@ -29,6 +29,8 @@ from autotune.spec.space import SearchSpace
 #: shortened to (the race always runs the user's --max-tokens)
 PREDICTION_SHARE = 0.5
 PREDICT_MIN_TOKENS = 64
+#: the fewest finalists a budget leaves a race (`finalists_within`)
+MIN_FINALISTS = 2
 
 
 @dataclass(frozen=True)
@@ -111,6 +113,8 @@ def fit_budget(work: Workload, pace: Pace, budget: SearchBudget) -> tuple[Worklo
     return replace(work, race_budget=RaceBudget(seconds=left)), budget
 
 
+
+
 def first_bound_s(work: Workload, pace: Pace) -> float:
     """The least race that can give a verdict: PROMPT_MIN_UNITS prompts of every entrant on fresh servers (the
     per-prompt sequence's first bound, where a large effect can decide), then the round after the decision."""
@@ -126,6 +130,18 @@ def budget_line(budget: SearchBudget, work: Workload) -> str:
     after = ", its round after the decision on one prompt a category" if work.replicate_per_category else ""
     return (f"budget: {budget.describe()} ({budget.how}; downloads aside): {prediction}, the race up to "
             f"{work.race_budget.describe()}{after}")
+
+
+def finalists_within(work: Workload, pace: Pace, budget: RaceBudget) -> int:
+    """The most finalists (at most the workload's, at least MIN_FINALISTS) whose race plays MIN_ROUNDS complete
+    rounds within a race `budget` of seconds, where the stratified test first bounds anything: a race cut
+    before them decides on a large effect only, and a round of every entrant buys more than a seat does."""
+    top = work.race_top
+    if budget.seconds is None:
+        return top
+    while top > MIN_FINALISTS and MIN_ROUNDS * race_round_s(replace(work, race_top=top), pace, work.raced) > budget.seconds:
+        top -= 1
+    return top
 
 
 def race_budget_left(work: Workload, pace: Pace, left_s: float) -> RaceBudget:

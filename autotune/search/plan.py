@@ -64,8 +64,11 @@ _AFTER_DECISION_ENTRANTS = 3
 #: how much slower a divergence check's prefill (64 positions a batch, every row's logits) runs than the
 #: server's prompt processing (a batch of up to 512, one row's logits): measured on Gemma 3 270M here
 PREFILL_CHUNK_FACTOR = 2.0
-#: a predicted configuration's replay, in seconds (the demo: 153 configurations in 5-6 s on 2 cores)
-REPLAY_S_PER_CONFIGURATION = 0.05
+#: the replay's time, in seconds: a fixed part (the study, the trajectories' tables) and a predicted
+#: configuration's; measured on the demo on 2 cores, with room for a loaded box: 153 configurations in 5-6 s
+#: (2025), 1,413 (every grid point, 400 TPE trials at 6.5 ms of TPE's own each) in 16 s quiet, 23 s noisy
+REPLAY_FIXED_S = 5.0
+REPLAY_S_PER_CONFIGURATION = 0.025
 
 
 @dataclass(frozen=True)
@@ -272,7 +275,8 @@ def plan_phases(work: Workload, pace: Pace) -> list[PlannedPhase]:
         phases.append(recording("blocks", lambda t: [
             (2 * (checked if d.other_quant else positions + checked * (d.block_sizes - 1)), block_ratio(d, t))
             for d in work.block_drafts]))
-    phases.append(PlannedPhase("replay", seconds=work.replayed * REPLAY_S_PER_CONFIGURATION, bound=True))
+    phases.append(PlannedPhase("replay", seconds=REPLAY_FIXED_S + work.replayed * REPLAY_S_PER_CONFIGURATION,
+                                bound=True))
     calibration = Shape(min(shape.prompts, MAX_FIT_PROMPTS), shape.tokens)  # at most that many prompts each
     phases.append(generating("calibration", 2 + work.families, bound=True, of=calibration))
     phases.append(race_phase(work, pace))

@@ -49,6 +49,7 @@ from autotune.llamacpp.server_binary import command_binary
 from autotune.measure.device_lock import device_lock
 from autotune.measure.ledger import Ledger
 from autotune.measure.prompts import PromptMix
+from autotune.measure.stratified import MIN_ROUNDS
 from autotune.models.files import file_sha256
 from autotune.race.confirm import trial_entrant
 from autotune.race.entrants import Entrant, speedup_of
@@ -56,7 +57,9 @@ from autotune.race.race import PAIRING_NOTES, RaceStopped, race, round_line, sta
 from autotune.search.answered import finished_since, space_digest
 from autotune.search.calibration import as_predicted, calibrate, fit_inputs
 from autotune.search.leased import search_lease
-from autotune.search.budget import SearchBudget, budget_line, fit_budget, race_budget_left, search_budget
+from autotune.search.budget import (
+    SearchBudget, budget_line, finalists_within, fit_budget, race_budget_left, search_budget,
+)
 from autotune.search.plan import Pace, Shape, Workload, eta_line, plan_line, plan_phases
 from autotune.search.plan_run import measure_pace, search_workload
 from autotune.search.predicted_space import finalists, replay_space, store_predictions
@@ -253,7 +256,12 @@ def _predict_and_race(inputs: SearchInputs, settings: SearchSettings, storage: o
         "measured_on": {"prompts": [p.id for p in inputs.mix], "max_tokens": settings.max_tokens},
     })
     if deadline is not None:
-        race_options = replace(race_options, budget=race_budget_left(work, pace, deadline - time.monotonic()))
+        left = race_budget_left(work, pace, deadline - time.monotonic())
+        top = finalists_within(work, pace, left)
+        if top < race_options.top:
+            reporter.note(f"the race takes {top} finalists of the {race_options.top} asked: {MIN_ROUNDS} complete "
+                          f"rounds of every entrant in the {left.describe()} the budget leaves it")
+        race_options = replace(race_options, budget=left, top=top)
     with ledger.phase("race"):
         entrants = _race(study, raced_inputs, raced_settings, arbiter, engine_args, arbiter_command, race_options,
                          reporter, check, preset, new_files, lease)

@@ -103,7 +103,7 @@ def test_qwen3_8b_by_its_default_budget_is_15_minutes_a_target_with_every_target
     assert _total_s(fitted) <= 2 * 15 * 60 + 1e-6
     assert len(fitted.targets) == 2 and len(fitted.draft_models) == 2 and len(fitted.block_drafts) == 4
     assert [d.other_quant for d in fitted.block_drafts] == [False, True, False, True]  # BF16 checks Q8_0's blocks
-    assert fitted.predicted == Shape(11, 64) and fitted.replicate_per_category
+    assert fitted.predicted == Shape(11, 128) and fitted.replicate_per_category
 
 
 def test_a_space_budget_must_be_a_duration(tmp_path):
