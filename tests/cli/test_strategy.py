@@ -109,6 +109,7 @@ def test_options_only_the_measured_strategy_reads_are_refused_when_the_search_pr
         "(--strategy predict, the default): drop them, or pass --strategy measure")
 
 
+@pytest.mark.slow
 def test_a_search_that_cannot_be_predicted_says_so_and_measures(tiny_space, models_dir):
     result = run("search", "--model", "tiny", "--space", str(tiny_space), "--models-dir", str(models_dir),
                  "--max-tokens", "8", "--trials", "3", "--temperature", "0.7", "--no-confirm", "--no-pruning")

@@ -134,6 +134,7 @@ def test_bad_combination_tables_are_refused(tmp_path, table, problem):
         load_space(space_file(tmp_path, SPACE + table))
 
 
+@pytest.mark.slow
 def test_a_search_measures_a_combination_in_process(tmp_path, models_dir, autotune_home):
     path = space_file(tmp_path, SPACE.split("[spec_types.draft-simple]")[0]
                       + '[spec_types."draft-simple,ngram-mod"]\ndraft_n_max = [2, 4]\nngram_mod_n_match = [1, 3]\n'

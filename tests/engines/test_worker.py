@@ -314,6 +314,7 @@ def assert_nothing_left_and_one_trial_interrupted(left: list[int], home: Path) -
     assert interrupted.number == trials[-1].number >= 1  # the one being measured: nothing started after it
 
 
+@pytest.mark.slow
 def test_after_the_baseline_killed_the_worker_no_trial_is_ranked_on_raw_tok_s(tiny_space, models_dir, autotune_home):
     """With no baseline, a trial's tok/s (~thousands here) would outrank every speedup (~1): such trials
     fail with the reason instead, and `best` has nothing to print."""

@@ -65,6 +65,7 @@ def test_the_key_is_the_source_the_flags_the_compilers_and_nothing_else(tmp_path
     assert len(others) == 5 and key not in others
 
 
+@pytest.mark.slow
 def test_the_same_flags_build_once_other_flags_and_rebuild_build_again(tiny_package, tmp_path):
     root = tmp_path / "wheelhouse"
     first = build_wheel(PACKAGE, ["-DA=1"], root)

@@ -65,7 +65,6 @@ def nightly(models, allowed: tuple[int, ...]):
     that code stands for."""
     result = CliRunner().invoke(cli, ["nightly", "--model", "qwen3-8b", "--models-dir", str(models), "--top", "2",
                                       "--race-budget", "2", "--max-tokens", "10", "--seed", "0"])
-    print("NIGHT-STDERR", result.stderr)
     assert result.exit_code in allowed, result.output
     (line,) = result.stdout.splitlines()
     assert line.startswith(f"{NIGHT_STATUS[result.exit_code]}: qwen3-8b: "), result.output
