@@ -6,6 +6,8 @@ gives is raised to it. Arithmetic only: nothing is measured."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from click.testing import CliRunner
 
@@ -13,9 +15,9 @@ from autotune.cli.main import cli
 from autotune.errors import SearchSpaceError, UsageError
 from autotune.race.race import RaceBudget
 from autotune.search.budget import (
-    PREDICTION_SHARE, SearchBudget, first_bound_s, fit_budget, prediction_shapes, search_budget,
+    MIN_FINALISTS, PREDICTION_SHARE, SearchBudget, finalists_within, first_bound_s, fit_budget, prediction_shapes, search_budget,
 )
-from autotune.search.plan import Pace, Shape, Workload, files_by_role, plan_phases
+from autotune.search.plan import Pace, Shape, Workload, files_by_role, plan_phases, race_round_s
 from autotune.search.leased import search_lease
 from autotune.search.predicted import predict_and_race
 from autotune.search.search import ConfirmOptions, SearchOptions, check_inputs
@@ -159,3 +161,18 @@ def test_a_shortened_prediction_predicts_on_fewer_prompts_and_tokens_and_races_t
     assert max(t for r in race.baselines[0].tokens[:1] for t in r) > 8  # at the user's length
     if race.after_decision_round is not None:
         assert len(race.winner.decode_ms[race.after_decision_round]) == categories
+
+
+def test_a_race_short_of_time_takes_the_finalists_that_play_two_complete_rounds(qwen3_8b):
+    """Two complete rounds are where the stratified test first bounds anything: a race budget that holds two
+    rounds of four finalists keeps them, one that holds two rounds of three takes three, and none takes fewer
+    than MIN_FINALISTS; a budget of rounds keeps every finalist asked."""
+    _, work = qwen3_8b
+    rounds_of = {top: 2 * race_round_s(replace(work, race_top=top), PACE, work.raced)
+                 for top in (2, 3, 4)}
+    assert rounds_of[2] < rounds_of[3] < rounds_of[4]
+    assert finalists_within(work, PACE, RaceBudget(seconds=rounds_of[4])) == 4
+    assert finalists_within(work, PACE, RaceBudget(seconds=rounds_of[4] - 1)) == 3
+    assert finalists_within(work, PACE, RaceBudget(seconds=rounds_of[3] - 1)) == 2
+    assert finalists_within(work, PACE, RaceBudget(seconds=1.0)) == MIN_FINALISTS == 2
+    assert finalists_within(work, PACE, RaceBudget(rounds=4)) == 4
