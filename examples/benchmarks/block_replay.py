@@ -161,8 +161,12 @@ def quants_against_full(target: Path, drafts: dict[str, tuple[str, Path, Path]],
         print(f"\nper quant: {len(LONG_MIX)} prompts x {max_tokens} tokens, F16 against F32, every position")
         for name, (spec_type, f32, f16) in drafts.items():
             sizes = [1, 2, 3, 4] if spec_type == "draft-dspark" else [1, 2, 3]
-            recorded = [DraftBlocks.record(engine.dflash_pair(SpecConfig(target, spec_type, path)), trajectories,
-                                           spec_type=spec_type, n_maxes=sizes) for path in (f32, f16)]
+            recorded = []
+            for path in (f32, f16):
+                config = SpecConfig(target, spec_type, path)
+                engine.load(config)  # the pair binds the loaded target and draft
+                recorded.append(DraftBlocks.record(engine.dflash_pair(config), trajectories, spec_type=spec_type,
+                                                   n_maxes=sizes))
             for n in sorted(recorded[0]):
                 share, compared = recorded[0][n].agreement(recorded[1][n])
                 print(f"  {name} n_max {n}: F16 chain = F32 chain at {share:.1%} of {compared} positions")
