@@ -65,7 +65,7 @@ def test_one_target_at_a_time_where_the_race_does_not_fit_and_each_server_sized_
     assert contexts and max(contexts) < CONTEXT  # the mix's longest prompt and output, not the space's context
     assert {str(r.target) for r in confirmation.controls} == {str(first), str(second)}  # a control each
     for row in confirmation.baselines + confirmation.controls:  # every prompt of the round, its target's turn
-        assert [len(round_) for round_ in row.decode_ms][:1] == [len(MIX)]
+        assert [len(round_) for round_ in row.decode_ms if round_][:1] == [len(MIX)]  # a void round is kept empty
 
 
 def test_entrants_rotate_over_blocks_of_prompts_where_one_targets_servers_do_not_fit(tiny_dir):
