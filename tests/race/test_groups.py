@@ -83,8 +83,11 @@ def test_entrants_rotate_over_blocks_of_prompts_where_one_targets_servers_do_not
         confirmation = race(engine, entrants, MIX, max_tokens=16, budget=RaceBudget(rounds=1),
                             command=ServerCommand(CONTEXT), on_look=look)
     assert confirmation.pairing == "block"
-    blocks = confirmation.orders[:len(MIX)]  # a block of ceil(3 / 4) = 1 prompt: three blocks a pass
-    assert [len(order) for order in blocks] == [1, 1, 1] and sorted(i for o in blocks for i in o) == [0, 1, 2]
-    assert len(alive) >= len(MIX) and set(alive) == {0}  # a look after each block, its servers stopped
+    # a block of ceil(3 / 4) = 1 prompt, three blocks a pass, no prompt twice in it; the trial (a draft as costly
+    # as its target, about 0.2x) may leave after two blocks, proven unable to reach the goal
+    blocks = confirmation.orders
+    assert 2 <= len(blocks) <= len(MIX) and all(len(order) == 1 for order in blocks)
+    assert len({order[0] for order in blocks}) == len(blocks)
+    assert len(alive) == len(blocks) and set(alive) == {0}  # a look after each block, its servers stopped
     for row in confirmation.baselines + confirmation.controls:
-        assert [len(times) for times in row.decode_ms][:len(MIX)] == [1, 1, 1]
+        assert [len(times) for times in row.decode_ms] == [1] * len(blocks)
