@@ -51,7 +51,6 @@ class PromptMix:
             raise PromptFileError(f"{self.source}: no prompt left after selecting categories {list(categories or [])}")
         return PromptMix(self.source, tuple(kept))
 
-
     def spread(self, rng: random.Random) -> list[int]:
         """The mix's indices in an order shuffled by `rng`, each category's first prompt before any category's
         second (and so on): any leading part of it spreads over the categories as evenly as it can."""

@@ -113,8 +113,6 @@ def fit_budget(work: Workload, pace: Pace, budget: SearchBudget) -> tuple[Worklo
     return replace(work, race_budget=RaceBudget(seconds=left)), budget
 
 
-
-
 def first_bound_s(work: Workload, pace: Pace) -> float:
     """The least race that can give a verdict: PROMPT_MIN_UNITS prompts of every entrant on fresh servers (the
     per-prompt sequence's first bound, where a large effect can decide), then the round after the decision."""
@@ -139,7 +137,8 @@ def finalists_within(work: Workload, pace: Pace, budget: RaceBudget) -> int:
     top = work.race_top
     if budget.seconds is None:
         return top
-    while top > MIN_FINALISTS and MIN_ROUNDS * race_round_s(replace(work, race_top=top), pace, work.raced) > budget.seconds:
+    while top > MIN_FINALISTS and (MIN_ROUNDS * race_round_s(replace(work, race_top=top), pace, work.raced)
+                                   > budget.seconds):
         top -= 1
     return top
 
