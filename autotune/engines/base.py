@@ -12,6 +12,9 @@ from autotune.measure.prompts import Prompt, PromptMix
 from autotune.spec.config import SpecConfig
 from autotune.spec.params import SpecParam
 
+#: Every engine's warm-up request before a mix: this many tokens of the first prompt (the replay counts it too)
+WARMUP_TOKENS = 8
+
 #: Called after each prompt with (index, result) so callers can show progress or report to a pruner.
 ProgressCallback = Callable[[int, GenerationResult], None]
 

@@ -24,7 +24,7 @@ from autotune.llamacpp.bindings import Context, LoadedModel, llama_build
 from autotune.engines.prompt_tokens import PromptTokens
 from autotune.engines.sampler import SamplerChain
 from autotune.engines.speculation import speculate
-from autotune.engines.base import Engine, ProgressCallback
+from autotune.engines.base import WARMUP_TOKENS, Engine, ProgressCallback
 from autotune.engines.drafters.base import Drafter
 from autotune.engines.drafters.build import CHAINABLE_TYPES, build_drafter
 from autotune.engines.drafters.draft_model import DraftModelDrafter
@@ -45,7 +45,6 @@ from autotune.spec.types import combinations_of
 #: Parameters only llama-server applies (probabilistic drafting verifies by rejection sampling).
 SERVER_ONLY_PARAMS = frozenset({"draft_sampling"})
 
-WARMUP_TOKENS = 8
 _LEADING_LOGITS = 32  # logits kept per step of a replay, and compared between decode paths for noise
 
 #: (prompt, prompt tokens, max tokens) -> the prompt's generation

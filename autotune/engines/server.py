@@ -39,13 +39,11 @@ from autotune.spec.command import server_argv
 from autotune.engines.prompt_tokens import PromptTokens
 from autotune.engines.orphans import stop_orphaned_servers
 from autotune.engines.server_process import ServerProcess
-from autotune.engines.base import Engine, ProgressCallback
+from autotune.engines.base import WARMUP_TOKENS, Engine, ProgressCallback
 from autotune.engines.live import fits_at_once
 from autotune.errors import EngineError, LlamaCppCrashed, ModelFileError, ServerFailure
 from autotune.measure.lossless import TieEvidence
-from autotune.engines.server_requests import (
-    WARMUP_TOKENS, LiveServers, complete, generate_concurrent, generate_mix,
-)
+from autotune.engines.server_requests import LiveServers, complete, generate_concurrent, generate_mix
 from autotune.measure.measurement import Measurement
 from autotune.measure.prompts import Prompt, PromptMix
 from autotune.spec.sampling import GREEDY, Sampling

@@ -12,14 +12,13 @@ import threading
 import time
 from dataclasses import replace
 
-from autotune.engines.base import ProgressCallback
+from autotune.engines.base import WARMUP_TOKENS, ProgressCallback
 from autotune.engines.server_process import ServerProcess
 from autotune.measure.ledger import charge
 from autotune.measure.measurement import GenerationResult, Measurement
 from autotune.measure.prompts import Prompt
 from autotune.spec.sampling import GREEDY, Sampling
 
-WARMUP_TOKENS = 8
 _VERIFY_STEPS = re.compile(r"^llamacpp:spec_decode_num_drafts_total\s+(\S+)", re.MULTILINE)
 
 

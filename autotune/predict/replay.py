@@ -12,13 +12,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from autotune.engines.base import WARMUP_TOKENS
 from autotune.engines.drafters.base import Drafter
 from autotune.engines.speculation import Steps, speculate
 from autotune.predict.trajectory import Trajectories, Trajectory
 
 #: stands for the end-of-generation token a trajectory that stopped leaves out (no draft equals it)
 END = -1
-WARMUP_TOKENS = 8  # the engines' warm-up request: this many tokens of the first prompt
 
 
 @dataclass(frozen=True)

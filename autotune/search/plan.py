@@ -44,7 +44,7 @@ from fnmatch import fnmatch
 from pathlib import Path
 
 from autotune.engines.dflash.drafter import DFLASH_TYPES
-from autotune.engines.server_requests import WARMUP_TOKENS
+from autotune.engines.base import WARMUP_TOKENS
 from autotune.gguf.info import read_gguf_info
 from autotune.measure.ledger import Ledger
 from autotune.predict.block_drafts import CHECK_POSITIONS, BlockPlan

@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from autotune.cli.main import cli
-from autotune.engines.server_requests import WARMUP_TOKENS
+from autotune.engines.base import WARMUP_TOKENS
 from autotune.hardware import hardware_key
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_server_left_behind")]
