@@ -106,7 +106,7 @@ def race_lines(confirmation: Confirmation, pick: ConfirmedConfig) -> list[str]:
             lines.append(f"# {confirmation.machine_moved}: no winner is named; race again on a quiet machine")
         if fastest is not None:
             lines.append(f"# the fastest, {fastest.label}, ran {_speedup_text(fastest)} (p={_p(fastest)}): "
-                         + _not_picked(fastest, 1 + confirmation.min_effect))
+                         + _not_picked(fastest, confirmation))
         if reference is not None and reference.speedup and reference is not fastest:
             lines.append(f"# llama.cpp's --spec-default in the same rounds: {_speedup_text(reference)}")
     else:
@@ -159,7 +159,7 @@ def _winner_lines(confirmation: Confirmation, pick: ConfirmedConfig, engine: str
                      f"alone{part} (a race stops where its estimate is high; this is the figure to expect)")
     if confirmation.within_reach:
         lines.append(f"# the budget ended before every rival was ruled out: {', '.join(confirmation.within_reach)} "
-                     f"may still be within {confirmation.min_effect:.0%} of it; `--race-budget N` races longer")
+                     f"may still be within {confirmation.min_effect:.0%} of it; {confirmation.races_longer}")
     return lines
 
 
@@ -177,14 +177,15 @@ def _control_lines(confirmation: Confirmation) -> list[str]:
     return [line]
 
 
-def _not_picked(fastest: ConfirmedConfig, threshold: float) -> str:
+def _not_picked(fastest: ConfirmedConfig, confirmation: Confirmation) -> str:
     """Why the race's fastest entrant is not the pick, and whether racing longer could change that."""
+    threshold = 1 + confirmation.min_effect
     low, high = fastest.speedup_ci or (0.0, float("inf"))
     if high < threshold:
         return f"its whole interval lies below the minimum effect ({threshold:.2f}x): no longer race would pick it"
     if low <= threshold:
-        return "its interval reaches below the minimum effect; `--race-budget N` races longer"
-    return "not significant once shared among the entrants; `--race-budget N` races longer"
+        return f"its interval reaches below the minimum effect; {confirmation.races_longer}"
+    return f"not significant once shared among the entrants; {confirmation.races_longer}"
 
 
 def _speedup_text(row: ConfirmedConfig, of: str = "") -> str:

@@ -286,7 +286,7 @@ def confirm(model, top, repeats, engine, objective, concurrency, storage, server
     sampling = {"temperature": temperature, "top_k": top_k, "top_p": top_p, "min_p": min_p, "seed": seed}
     for level in concurrency or (None,):
         result = run_confirm(model=model, engine_name=engine, objective=objective, top=top,
-                             budget=RaceBudget(rounds=repeats),
+                             budget=RaceBudget(rounds=repeats, option="--repeats"),
                              storage_url=storage, server_bin=server_bin, sampling=sampling, on_measured=on_measured,
                              concurrency=level)
         click.echo(confirmation_table(result))

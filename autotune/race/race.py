@@ -75,10 +75,13 @@ PAIRING_NOTES = {
 
 @dataclass(frozen=True)
 class RaceBudget:
-    """The most a race may spend: rounds (`6`), or minutes / seconds (`5m`, `300s`)."""
+    """The most a race may spend: rounds (`6`), or minutes / seconds (`5m`, `300s`). `option` is what set it,
+    the option a user gives more to race longer: `--race-budget`, `confirm --repeats`, or the search's
+    `--budget` where the race gets what the search's budget leaves."""
 
     rounds: int | None = None
     seconds: float | None = None
+    option: str = "--race-budget"
 
     @classmethod
     def parse(cls, text: str) -> "RaceBudget":
@@ -126,7 +129,7 @@ def race(engine: Engine, entrants: list[Entrant], mix: PromptMix, *, max_tokens:
     them; a budget may ask for one a category)."""
     entrants = entrants + [Entrant(CONTROL_ROLE, None, e.config) for e in entrants if e.is_baseline]
     rounds = Rounds(engine, entrants, mix, max_tokens, command, figure, on_dropped, seed=seed)
-    outcome = Outcome(BUDGET_SPENT, {})
+    outcome = Outcome(BUDGET_SPENT, {}, budget_option=budget.option)
     try:
         on_start(rounds.pairing)
         _run(rounds, mix, figure, budget, outcome, on_measured, on_look)

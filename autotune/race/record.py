@@ -43,6 +43,7 @@ class Outcome:
     moved: str | None = None
     voided: tuple[str, ...] = ()
     within_reach: tuple[str, ...] = ()
+    budget_option: str = "--race-budget"  # the option that set the race's budget (RaceBudget.option)
 
 
 def confirmation_of(engine: Engine, rounds: Rounds, mix: PromptMix, command: ServerCommand, figure: str,
@@ -84,6 +85,7 @@ def confirmation_of(engine: Engine, rounds: Rounds, mix: PromptMix, command: Ser
         after_decision_round=outcome.after_decision,
         looks=sum(len(m.results) for m in entrants[0].rounds) if pairing == "prompt" else len(rounds.orders),
         machine_moved=outcome.moved, void_rounds=list(outcome.voided), within_reach=list(outcome.within_reach),
+        budget_option=outcome.budget_option,
     )
 
 

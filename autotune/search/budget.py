@@ -110,7 +110,7 @@ def fit_budget(work: Workload, pace: Pace, budget: SearchBudget) -> tuple[Worklo
     if before_s + race_phase(work, pace).seconds <= budget.seconds:
         return work, budget
     left = budget.seconds - before_s - after_decision_s(work, pace)
-    return replace(work, race_budget=RaceBudget(seconds=left)), budget
+    return replace(work, race_budget=RaceBudget(seconds=left, option="--budget")), budget
 
 
 def first_bound_s(work: Workload, pace: Pace) -> float:
@@ -150,4 +150,4 @@ def race_budget_left(work: Workload, pace: Pace, left_s: float) -> RaceBudget:
     spend; one round's worth at least: a race that cannot finish a round still gives its standing result)."""
     if work.race_budget.rounds is not None and race_phase(work, pace).seconds <= left_s:
         return work.race_budget
-    return RaceBudget(seconds=max(left_s - after_decision_s(work, pace), 1.0))
+    return RaceBudget(seconds=max(left_s - after_decision_s(work, pace), 1.0), option="--budget")

@@ -111,6 +111,13 @@ class Confirmation:
     alpha: float = ALPHA
     void_rounds: list[str] = field(default_factory=list)  # each round set aside because its control moved, and why
     within_reach: list[str] = field(default_factory=list)  # where the budget ended first: rivals still within 2 %
+    budget_option: str = "--race-budget"  # the option that set the race's budget: what races longer
+
+    @property
+    def races_longer(self) -> str:
+        """The advice where the race's budget ended before a verdict: which option races longer."""
+        return (f"a longer `{self.budget_option}` races longer" if self.budget_option == "--budget"
+                else f"`{self.budget_option} N` races longer")
 
     def as_dict(self) -> dict:
         return asdict(self)

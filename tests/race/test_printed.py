@@ -46,6 +46,16 @@ def test_a_rival_still_within_reach_and_a_void_round_are_said():
     assert lines[-1].startswith("# 1 round(s) set aside and played again, their control having moved: round 2: ")
 
 
+def test_a_race_the_searchs_budget_cut_short_names_that_budget_as_what_races_longer():
+    race = replace(verdict(), ended=BUDGET_SPENT, within_reach=["ngram-mod 9/37/0"], budget_option="--budget")
+    assert race.within_reach and any(line.endswith("may still be within 2% of it; a longer `--budget` races longer")
+                                     for line in race_lines(race, race.configs[0]))
+    plain = race_lines(race, race.baselines[0])  # where the plain command is the pick: why the fastest is not
+    assert any("ngram-simple n=3" in line and line.endswith("; a longer `--budget` races longer") for line in plain)
+    assert not any("--race-budget" in line for line in plain)
+    assert Confirmation.from_dict(race.as_dict()).budget_option == "--budget"
+
+
 def test_the_table_prints_the_decisions_point_and_each_rows_coverage_and_a_stored_race_reads_back():
     race = verdict()
     table = confirmation_table(race).splitlines()

@@ -15,9 +15,12 @@ from autotune.cli.main import cli
 from autotune.errors import SearchSpaceError, UsageError
 from autotune.race.race import RaceBudget
 from autotune.search.budget import (
-    MIN_FINALISTS, PREDICTION_SHARE, SearchBudget, finalists_within, first_bound_s, fit_budget, prediction_shapes, search_budget,
+    MIN_FINALISTS, PREDICTION_SHARE, SearchBudget, finalists_within, first_bound_s, fit_budget, prediction_shapes,
+    race_budget_left, search_budget,
 )
-from autotune.search.plan import Pace, Shape, Workload, files_by_role, plan_phases, race_round_s
+from autotune.search.plan import (
+    Pace, Shape, Workload, after_decision_s, files_by_role, plan_phases, race_round_s,
+)
 from autotune.search.leased import search_lease
 from autotune.search.predicted import predict_and_race
 from autotune.search.search import ConfirmOptions, SearchOptions, check_inputs
@@ -72,6 +75,8 @@ def test_whatever_it_picks_its_plan_fits_the_budget_and_the_race_keeps_its_first
     assert fitted.raced == Shape(44, 512)  # the race runs the user's mix and length, always
     race = next(p for p in plan_phases(fitted, PACE) if p.name == "race")
     assert race.seconds >= first_bound_s(fitted, PACE) - 1e-6
+    # where the race gets what the budget leaves, more of --budget (not --race-budget) races longer
+    assert fitted.race_budget.option == ("--budget" if fitted.race_budget.seconds else "--race-budget")
     longer = [s for s in prediction_shapes(work) if s.mix_tokens > fitted.predicted.mix_tokens]
     for shape in longer:  # each longer prediction takes over its share, or leaves the race less than its first bound
         before = _before_race_s(work.predicting(shape))
@@ -176,3 +181,6 @@ def test_a_race_short_of_time_takes_the_finalists_that_play_two_complete_rounds(
     assert finalists_within(work, PACE, RaceBudget(seconds=rounds_of[3] - 1)) == 2
     assert finalists_within(work, PACE, RaceBudget(seconds=1.0)) == MIN_FINALISTS == 2
     assert finalists_within(work, PACE, RaceBudget(rounds=4)) == 4
+    # the budget's leftover, too short for the asked rounds, is the search budget's: more of it races longer
+    assert race_budget_left(work, PACE, rounds_of[2]) == RaceBudget(
+        seconds=rounds_of[2] - after_decision_s(work, PACE), option="--budget")
