@@ -29,11 +29,9 @@ import time
 from pathlib import Path
 
 from _interleave import compare, mean_ci
+from _printed import fresh_tok_s, searched
 from autotune.engines.prompt_tokens import PromptTokens
-from autotune.engines.server_process import ServerProcess
-from autotune.engines.server_requests import generate_mix
 from autotune.measure.prompts import load_prompt_mix
-from autotune.spec.command import ServerCommand
 from autotune.spec.config import SpecConfig
 from autotune.testing import tiny_gguf
 
@@ -85,13 +83,7 @@ def remeasure(home: str, printed_line: str, rounds: int) -> None:
     """The command a search in the data dir `home` printed (`printed_line`), exactly as printed, against a
     plain server of the same settings on the study's mix, `rounds` rounds on fresh servers, interleaved."""
     printed = shlex.split(printed_line)
-    import optuna
-    from autotune.race.confirm import study_prompt_mix
-
-    summary = optuna.get_all_study_summaries(f"sqlite:///{home}/autotune.db")[0]
-    study = optuna.load_study(study_name=summary.study_name, storage=f"sqlite:///{home}/autotune.db")
-    mix, max_tokens = study_prompt_mix(study)
-    command = ServerCommand.from_dict(study.user_attrs["llama_server"])
+    command, mix, max_tokens = searched(home)
     target = Path(printed[printed.index("-m") + 1])
     plain = [printed[0]] + command.argv(SpecConfig(target))[1:]
     tokens = PromptTokens(command.context_size)
@@ -99,8 +91,7 @@ def remeasure(home: str, printed_line: str, rounds: int) -> None:
     samples: dict[str, list[float]] = {"plain": [], "printed": []}
     for _ in range(rounds):
         for label, argv in (("plain", plain), ("printed", printed)):
-            with ServerProcess(argv, startup_timeout_s=120, request_timeout_s=600) as server:
-                samples[label].append(generate_mix(server, prompts, max_tokens, command.sampling).mix_tok_s)
+            samples[label].append(fresh_tok_s(argv, prompts, max_tokens, command))
     ratios = [p / b for p, b in zip(samples["printed"], samples["plain"])]
     print(f"  printed command as printed, {rounds} rounds interleaved with a plain server, {len(mix)} prompts x "
           f"{max_tokens} tokens:")
