@@ -66,6 +66,21 @@ def test_a_race_whose_clock_moved_keeps_the_preset_and_calls_nothing_a_regressio
         assert outcome.summary.endswith("preset kept" if standing else "no preset yet: the next night tunes it again")
 
 
+def test_a_preset_whose_row_failed_is_kept_where_it_is_the_picks_command_and_is_never_called_gone():
+    """A plain-command preset's row can fail a count check by noise; the pick (the plain command) measured
+    that very command, so the preset stands. A failed preset of another command is said to have failed."""
+    baseline = raced_row("none", "baseline", BASELINE_MS, argv=["llama-server", "-m", "t.gguf"])
+    failed = replace(raced_row("old", "preset", scaled(BASELINE_MS, 1.10, seed=2), baseline_ms=BASELINE_MS,
+                               argv=["llama-server", "-m", "t.gguf"]), failure="a timing artefact")
+    race = Confirmation("server", "b1", 3, "2026-12-07", [baseline], [failed], pairing="prompt")
+    kept = decide("m", race, preset(ci_low=None))
+    assert kept.status == "unchanged" and kept.new_winner is None and kept.summary.endswith("; kept")
+    other = replace(race, configs=[replace(failed, argv=["llama-server", "-m", "t.gguf", "--spec-type", "ngram-mod"])])
+    replaced = decide("m", other, preset())
+    assert replaced.status == "improved" and "the preset failed in tonight's race (a timing artefact)" in replaced.summary
+    assert "files are gone" not in replaced.summary
+
+
 def test_no_preset_yet_makes_the_winner_the_preset():
     outcome = decide("m", confirmation(1.30, 1.20), None)
     assert outcome.status == "improved"
