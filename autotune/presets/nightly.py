@@ -86,9 +86,10 @@ def decide(model: str, confirmation: Confirmation, preset: Preset | None) -> Nig
     current = confirmation.preset
     raced = next((c for c in confirmation.configs if c.role == "preset"), None)  # a failed one included
     if current is None and raced is not None and list(raced.argv) == list(winner.argv):
-        current = winner  # the preset's own row failed (a noisy count check), but its command is the pick's, measured
+        current = winner  # the preset's own row failed, but its command is the pick's, which the race measured
     if current is None:
-        why = f"the preset failed in tonight's race ({raced.failure})" if raced is not None else "the preset's files are gone"
+        why = (f"the preset failed in tonight's race ({raced.failure})" if raced is not None
+               else "the preset's files are gone")
         return NightlyOutcome("improved", f"{model}: {why}; new preset {figures}", winner)
     if list(winner.argv) == list(current.argv):
         return _unless_regressed(model, current, preset, f"{model}: the preset is still the best ({figures}); kept")
