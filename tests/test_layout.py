@@ -17,8 +17,7 @@ OURS = ("autotune", "storage", "search_spaces")
 
 #: Lowest first: a package may import its own modules and those of packages before it, never after.
 LAYERS = (
-    ("autotune", "autotune.errors", "autotune.interrupts", "autotune.settings", "autotune.hardware",
-     "autotune.duration"),  # the ground: import nothing of ours
+    ("autotune", "autotune.errors", "autotune.interrupts", "autotune.settings", "autotune.hardware"),  # the ground
     ("autotune.install",),  # plain standard library: it runs before autotune's dependencies are installed
     ("autotune.llamacpp",),
     ("autotune.spec",),
@@ -31,7 +30,12 @@ LAYERS = (
     ("storage", "search_spaces"),
     ("autotune.study",),  # the Optuna study, its records, answers read back
     ("autotune.race",),  # the race and its verdict: imports study/, never search/
-    ("autotune.search",),  # the strategies, the plan, calibration, leases and the work queue
+    ("autotune.search",),  # its docstring only: the five rooms below
+    ("autotune.search.inputs",),  # what the user asked for, checked before any row is written
+    ("autotune.search.plan",),  # the workload, each phase's minutes, the budget
+    ("autotune.search.fleet",),  # a key's lease, the work queue
+    ("autotune.search.measured",),  # the Optuna loop of measured trials
+    ("autotune.search.predicted",),  # the default pipeline: predict, calibrate, race; --plan
     ("autotune.presets",),
     ("autotune.report",),
     ("autotune.testing",),
@@ -118,19 +122,44 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_layout_is_read_from_a_real_tree():
     assert len(MODULES) > 60 and sum(len(v) for v in GRAPH.values()) > 150
-    assert "autotune.search.search" in GRAPH["autotune.cli.study"]
+    assert "autotune.search.predicted" in GRAPH["autotune.cli.study"]
 
 
 def test_the_three_rooms_import_one_way():
     """study/ holds the records, race/ judges entrants, search/ chooses them: the arrows run search -> race ->
     study and never back, so a change to how the race decides never reaches the records' readers."""
     rooms = ("autotune.study", "autotune.race", "autotune.search")
+
+    def room(module: str) -> str | None:
+        return next((r for r in rooms if module == r or module.startswith(r + ".")), None)
+
     backward = sorted(f"{m} imports {i}" for m, targets in GRAPH.items() for i in targets
-                      if _package(m) in rooms and _package(i) in rooms
-                      and rooms.index(_package(i)) > rooms.index(_package(m)))
+                      if room(m) and room(i) and rooms.index(room(i)) > rooms.index(room(m)))
     assert backward == []
-    assert any(_package(i) == "autotune.study" for m in GRAPH if _package(m) == "autotune.race" for i in GRAPH[m])
-    assert any(_package(i) == "autotune.race" for m in GRAPH if _package(m) == "autotune.search" for i in GRAPH[m])
+    assert any(room(i) == "autotune.study" for m in GRAPH if room(m) == "autotune.race" for i in GRAPH[m])
+    assert any(room(i) == "autotune.race" for m in GRAPH if room(m) == "autotune.search" for i in GRAPH[m])
+
+
+SEARCH_ROOMS = ("autotune.search.inputs", "autotune.search.plan", "autotune.search.fleet", "autotune.search.measured",
+                "autotune.search.predicted")
+
+
+def test_search_is_five_rooms_each_behind_its_face():
+    """Every module of search/ lives in one of its rooms, every room but its face is private (`_name.py`), and
+    a room stays small enough to read in one sitting."""
+    loose = sorted(m for m in MODULES if m.startswith("autotune.search.") and _package(m) not in SEARCH_ROOMS)
+    assert loose == []
+    for room in SEARCH_ROOMS:
+        members = [m for m in MODULES if m.startswith(room + ".")]
+        assert members and all(m.rsplit(".", 1)[-1].startswith("_") for m in members), room
+        lines = sum(len(MODULES[m].read_text().splitlines()) for m in [room, *members])
+        assert lines <= 1200, f"{room} has {lines} lines: split it"
+
+
+def test_the_cli_imports_search_by_its_faces():
+    deep = sorted(f"{m} imports {i}" for m, targets in GRAPH.items() for i in targets
+                  if _package(m) == "autotune.cli" and i.startswith("autotune.search.") and i not in SEARCH_ROOMS)
+    assert deep == []
 
 
 def test_no_module_import_cycle():
@@ -157,10 +186,15 @@ def test_only_the_cli_imports_the_cli():
     assert outside == []
 
 
+def _home(module: str) -> str:
+    """The package a module lives in (a package's `__init__` lives in the package itself)."""
+    return module if MODULES[module].name == "__init__.py" else module.rsplit(".", 1)[0]
+
+
 def test_no_module_imports_another_packages_private_module():
     private = sorted(f"{m} imports {i}" for m, targets in GRAPH.items() for i in targets
                      if i.rsplit(".", 1)[-1].startswith("_") and not i.endswith("__main__")
-                     and i.rsplit(".", 1)[0] != m.rsplit(".", 1)[0])
+                     and i.rsplit(".", 1)[0] != _home(m))
     assert private == []
 
 

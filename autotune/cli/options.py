@@ -207,8 +207,8 @@ def measurement_options(command):
 def _search_options(model: str | None, flags: dict, given: tuple[str, ...], *, every_preset: bool = False):
     """The SearchOptions of one model from the parsed measurement flags (`every_preset`: nightly --all,
     whose options name no model; autotune.presets.nightly_all)."""
-    from autotune.search.search import SearchOptions
-    from autotune.search.tuner import SearchSettings
+    from autotune.search.inputs import SearchOptions
+    from autotune.search.inputs import SearchSettings
 
     if every_preset:
         space_file, model = None, _every_preset(model, flags)

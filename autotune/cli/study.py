@@ -82,12 +82,13 @@ def search(options, queue, server_bin, strategy, confirm_enabled, race_top, race
     from autotune.cli.progress import TerminalReporter
     from autotune.engines import choose_engine
     from autotune.errors import UsageError
-    from autotune.search.budget import SearchBudget
+    from autotune.search.plan import SearchBudget
     from autotune.search.predicted import cannot_predict, run_predicted_search
     from autotune.race.race import RaceBudget
     from autotune.study.records import PREDICTED_ENGINE
-    from autotune.search.search import ConfirmOptions, run_search
-    from autotune.search.work_queue import run_work_queue
+    from autotune.search.inputs import ConfirmOptions
+    from autotune.search.measured import run_search
+    from autotune.search.fleet import run_work_queue
 
     for level in options.levels:  # bad input (no llama-server for N > 1) before anything is measured
         choose_engine(options.engine_name, concurrency=level, server_bin=server_bin)
@@ -104,7 +105,7 @@ def search(options, queue, server_bin, strategy, confirm_enabled, race_top, race
     if plan_tok_s is not None and not plan:
         raise UsageError("--plan-tok-s prices a plan: add --plan")
     if plan:
-        from autotune.search.plan_run import plan_search
+        from autotune.search.predicted import plan_search
 
         for model_options in queue:
             for line in plan_search(model_options, race_options, server_bin=server_bin, note=TerminalReporter().note,

@@ -29,10 +29,11 @@ from autotune.models.releases import follow_releases
 from autotune.presets.confirmed import preset_from
 from autotune.race.confirm import confirm_study, top_trials
 from autotune.race.race import RaceBudget, round_line
-from autotune.search.leased import search_lease
-from autotune.search.predicted import PREDICT_TRIALS, cannot_predict, measured_only_refused, predict_and_race
-from autotune.search.search import ConfirmOptions, SearchInputs, SearchOptions, check_inputs, model_space, run_study
-from autotune.search.tuner import SearchReporter
+from autotune.search.fleet import search_lease
+from autotune.search.predicted import cannot_predict, measured_only_refused, predict_and_race, PREDICT_TRIALS
+from autotune.search.inputs import check_inputs, ConfirmOptions, model_space, SearchInputs, SearchOptions
+from autotune.search.measured import run_study
+from autotune.search.inputs import SearchReporter
 from autotune.spec.space import SearchSpace, load_model_space
 from autotune.study.catalog import study_name, study_names
 from autotune.study.records import PREDICTED_ENGINE, StudyRecord, config_from_attrs

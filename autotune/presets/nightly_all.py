@@ -21,8 +21,8 @@ from autotune.models.hub_names import HubRef, quant_tag
 from autotune.models.releases import sources_moved
 from autotune.presets.nightly import NightlyOutcome, run_nightly
 from autotune.race.race import RaceBudget
-from autotune.search.search import SearchOptions
-from autotune.search.tuner import SearchReporter
+from autotune.search.inputs import SearchOptions
+from autotune.search.inputs import SearchReporter
 from autotune.spec.space import HubSource, known_models
 from autotune.study.records import config_from_attrs
 from storage import resolve_storage_url

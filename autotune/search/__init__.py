@@ -1,7 +1,11 @@
-"""How a search runs: `autotune search` end to end (`search`: inputs checked before any row is written),
-the predicted strategy (`predicted`, `predicted_space`, `calibration`) with its plan (`plan`, `plan_run`),
-the measured one (`tuner`, `suggest`, `references`), and the fleet: a key's lease (`leased`) and the
-work queue of several models (`work_queue`).
+"""How a search runs, `autotune search` end to end, in five rooms, lowest first:
 
-It may import `autotune.study` and `autotune.race`; neither imports it.
+- `inputs`: what the user asked for and the inputs checked before any row is written;
+- `plan`: what a predicted search will measure, each phase's minutes, the budget it fits;
+- `fleet`: a search key's lease and the work queue of several models;
+- `measured`: the Optuna loop of measured trials (`--strategy measure`) and its race;
+- `predicted`: the default pipeline, predict every configuration then race the best few; and `--plan`.
+
+A room imports only rooms before it, and another room's modules only through its face (its `__init__`).
+search/ may import `autotune.study` and `autotune.race`; neither imports it.
 """

@@ -13,7 +13,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Callable
 
-from autotune.duration import duration_s
+from autotune.spec.duration import duration_s
 from autotune.errors import SearchSpaceError, UnknownModelError
 from autotune.spec.params import SpecParam
 from autotune.spec.runtime_flags import DRAFT_NGL_WORDS, RUNTIME_PARAMS

@@ -19,8 +19,8 @@ from autotune.measure.prompts import PromptMix
 from autotune.predict.target import measure_target
 from autotune.race.entrants import Entrant, speedup_of
 from autotune.race.race import measure_rounds
-from autotune.search.calibration import calibrate
-from autotune.search.predicted_space import Replayed
+from autotune.search.predicted import calibrate
+from autotune.search.predicted import Replayed
 from autotune.spec.command import ServerCommand
 from autotune.spec.config import SpecConfig
 from autotune.spec.types import family_of

@@ -6,8 +6,8 @@ import tempfile
 from pathlib import Path
 
 from autotune.measure.prompts import PromptMix
-from autotune.search.search import SearchInputs, SearchOptions, check_inputs
-from autotune.search.tuner import SearchSettings
+from autotune.search.inputs import check_inputs, SearchInputs, SearchOptions
+from autotune.search.inputs import SearchSettings
 
 MODELS_DIR = Path(tempfile.gettempdir()) / "autotune-bench-models"
 

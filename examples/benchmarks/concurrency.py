@@ -39,8 +39,9 @@ from autotune.cli.progress import SilentReporter
 from autotune.engines.server import ServerEngine
 from autotune.measure.prompts import PromptMix, load_prompt_mix
 from autotune.race.race import RaceBudget
-from autotune.search.search import ConfirmOptions, SearchOptions, check_inputs, run_search
-from autotune.search.tuner import SearchSettings
+from autotune.search.inputs import check_inputs, ConfirmOptions, SearchOptions
+from autotune.search.measured import run_search
+from autotune.search.inputs import SearchSettings
 from autotune.spec.command import format_command
 from autotune.spec.config import SpecConfig
 from autotune.spec.space import find_space_file

@@ -27,8 +27,8 @@ import optuna
 from autotune.cli.progress import SilentReporter, TerminalReporter
 from autotune.engines.orphans import descendant_pids
 from autotune.engines.worker import WorkerEngine
-from autotune.search.search import runnable_space
-from autotune.search.tuner import Tuner
+from autotune.search.inputs import runnable_space
+from autotune.search.measured import Tuner
 from autotune.spec.config import SpecConfig
 from autotune.study.trials import counted_trials
 

@@ -53,7 +53,7 @@ from autotune.llamacpp.bindings import Context, LoadedModel, llama_build
 from autotune.llamacpp.runtime import Runtime
 from autotune.predict.blocks import layer_inputs
 from autotune.predict.cost import timed_curve
-from autotune.search.prices import Prices, load_prices, prices_path, write_prices
+from autotune.search.plan import load_prices, Prices, prices_path, write_prices
 from autotune.spec.config import SpecConfig
 from autotune.testing import tiny_gguf
 

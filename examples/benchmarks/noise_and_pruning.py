@@ -19,8 +19,8 @@ import optuna
 
 from autotune.cli.progress import SilentReporter
 from autotune.engines.python import PythonEngine
-from autotune.search.search import runnable_space
-from autotune.search.tuner import Tuner
+from autotune.search.inputs import runnable_space
+from autotune.search.measured import Tuner
 from autotune.spec.config import SpecConfig
 from autotune.study.best import best_result
 from autotune.study.records import TrialRecord

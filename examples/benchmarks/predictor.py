@@ -29,7 +29,7 @@ from scipy import stats
 
 from autotune.cli.main import cli
 from autotune.measure.prompts import default_mix_path, load_prompt_mix
-from autotune.search.predicted_space import FAMILY_MARGIN
+from autotune.search.predicted import FAMILY_MARGIN
 from autotune.spec.config import SpecConfig
 from autotune.spec.default import spec_default_config
 from autotune.testing.prediction import Checked, check_predictions

@@ -25,7 +25,8 @@ from autotune.measure.measurement import Measurement
 from autotune.measure.prompts import load_prompt_mix
 from autotune.models.candidates import find_candidates
 from autotune.models.files import resolve_model_files
-from autotune.search.tuner import SearchSettings, Tuner
+from autotune.search.inputs import SearchSettings
+from autotune.search.measured import Tuner
 from autotune.spec.config import SpecConfig
 from autotune.spec.space import load_model_space
 from autotune.study.records import TrialRecord

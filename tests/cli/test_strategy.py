@@ -12,7 +12,8 @@ from click.testing import CliRunner
 
 from autotune.cli.main import cli
 from autotune.hardware import hardware_key
-from autotune.search.calibration import MAX_FIT_PROMPTS, MIN_FIT_PROMPTS
+from autotune.search.plan import MAX_FIT_PROMPTS
+from autotune.search.predicted._calibration import MIN_FIT_PROMPTS
 
 pytestmark = pytest.mark.usefixtures("no_server_left_behind")
 
@@ -69,7 +70,7 @@ def test_predict_then_race_prints_the_race_winner_with_its_prediction(tiny_space
 @pytest.mark.parametrize("precision", [1.0, 0.0], ids=["every fit has enough at once", "no fit ever has enough"])
 def test_each_reference_is_measured_for_as_many_prompts_as_its_fit_needs(monkeypatch, tiny_space, models_dir,
                                                                           autotune_home, precision):
-    monkeypatch.setattr("autotune.search.calibration.FIT_PRECISION", precision)
+    monkeypatch.setattr("autotune.search.predicted._calibration.FIT_PRECISION", precision)
     result = run("search", "--model", "tiny", "--space", str(tiny_space), "--models-dir", str(models_dir),
                  "--max-tokens", "16", "--race-top", "1", "--race-budget", "1")
     said = [line.removeprefix("autotune: calibration: ") for line in result.output.splitlines()

@@ -23,7 +23,7 @@ from autotune.engines.worker import WorkerEngine
 from autotune.errors import ModelFileError, TrialFailure, UsageError, WorkerDied
 from autotune.hardware import hardware_key
 from autotune.measure.prompts import Prompt, PromptMix
-from autotune.search.references import requeue_stale_trial
+from autotune.search.measured._references import requeue_stale_trial
 from autotune.spec.config import SpecConfig
 from autotune.testing.database import studies_in
 from autotune.testing.processes import start_autotune

@@ -12,8 +12,8 @@ from autotune.cli.main import cli
 from autotune.hardware import hardware_key
 from autotune.models.hub import hub_cache_dir
 from autotune.presets.nightly_all import moved_presets, preset_options
-from autotune.search.search import SearchOptions
-from autotune.search.tuner import SearchSettings
+from autotune.search.inputs import SearchOptions
+from autotune.search.inputs import SearchSettings
 from autotune.spec.config import SpecConfig
 from autotune.study.records import config_attrs
 from autotune.testing.hub_fixtures import HubRepo, LocalHubEndpoint, write_hub_cache

@@ -14,17 +14,14 @@ from click.testing import CliRunner
 from autotune.cli.main import cli
 from autotune.errors import SearchSpaceError, UsageError
 from autotune.race.race import RaceBudget
-from autotune.search.budget import (
-    MIN_FINALISTS, PREDICTION_SHARE, SearchBudget, finalists_within, first_bound_s, fit_budget, prediction_shapes,
-    race_budget_left, search_budget,
-)
-from autotune.search.plan import (
-    Pace, Shape, Workload, after_decision_s, files_by_role, plan_phases, race_round_s,
-)
-from autotune.search.leased import search_lease
+from autotune.search.plan import finalists_within, fit_budget, race_budget_left, search_budget, SearchBudget
+from autotune.search.plan._budget import first_bound_s, MIN_FINALISTS, prediction_shapes, PREDICTION_SHARE
+from autotune.search.plan._phases import after_decision_s, race_round_s
+from autotune.search.plan import files_by_role, Pace, plan_phases, Shape, Workload
+from autotune.search.fleet import search_lease
 from autotune.search.predicted import predict_and_race
-from autotune.search.search import ConfirmOptions, SearchOptions, check_inputs
-from autotune.search.tuner import SearchSettings
+from autotune.search.inputs import check_inputs, ConfirmOptions, SearchOptions
+from autotune.search.inputs import SearchSettings
 from autotune.spec.space import load_model_space, load_space
 from autotune.study.records import StudyRecord, TrialRecord
 from autotune.study.verdict import Confirmation

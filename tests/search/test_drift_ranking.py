@@ -9,7 +9,7 @@ import optuna
 import pytest
 
 from autotune.race.confirm import top_trials
-from autotune.search.references import baseline_prompt_scores, drift_corrected_score
+from autotune.search.measured._references import baseline_prompt_scores, drift_corrected_score
 from autotune.study.best import best_result
 
 

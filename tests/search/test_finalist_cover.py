@@ -8,9 +8,7 @@ import math
 import pytest
 from scipy.stats import norm
 
-from autotune.search.finalist_cover import (
-    DRAWS, SAME_REGION, SHARES, Candidate, TrueSpeedups, closeness, drawn, near_duplicate, one_region,
-)
+from autotune.search.predicted._finalist_cover import Candidate, closeness, drawn, DRAWS, near_duplicate, one_region, SAME_REGION, SHARES, TrueSpeedups
 
 SD = 0.10
 

@@ -16,7 +16,8 @@ from click.testing import CliRunner
 
 from autotune.cli.main import cli
 from autotune.hardware import hardware_key
-from autotune.search.prices import Prices, PricesFileError, load_prices, prices_path, write_prices
+from autotune.search.plan import load_prices, Prices, prices_path, write_prices
+from autotune.search.plan._prices import PricesFileError
 
 REPO = Path(__file__).resolve().parents[2]
 ROWS = 16

@@ -3,9 +3,9 @@ and TPE trials only across the types whose grids are too large to replay point b
 
 from __future__ import annotations
 
-from autotune.search.predicted_space import BRUTE_FORCE_LIMIT, replays_at_most, type_grids
-from autotune.search.search import SearchOptions, check_inputs
-from autotune.search.tuner import SearchSettings
+from autotune.search.predicted._space import BRUTE_FORCE_LIMIT, replays_at_most, type_grids
+from autotune.search.inputs import check_inputs, SearchOptions
+from autotune.search.inputs import SearchSettings
 
 LARGE = """
 [spec_types.ngram-mod]

@@ -13,9 +13,9 @@ from dataclasses import replace
 
 import pytest
 
-from autotune.search.resume import resume_key
-from autotune.search.search import SearchOptions, check_inputs
-from autotune.search.tuner import SearchSettings
+from autotune.search.predicted._resume import resume_key
+from autotune.search.inputs import check_inputs, SearchOptions
+from autotune.search.inputs import SearchSettings
 from autotune.testing.processes import start_logged
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_server_left_behind")]

@@ -13,8 +13,9 @@ from click.testing import CliRunner
 from autotune.cli.main import cli
 from autotune.engines.python import PythonEngine
 from autotune.hardware import hardware_key
-from autotune.search.search import SearchOptions, check_inputs, runnable_space
-from autotune.search.tuner import SearchSettings, Tuner
+from autotune.search.inputs import check_inputs, runnable_space, SearchOptions
+from autotune.search.inputs import SearchSettings
+from autotune.search.measured import Tuner
 from autotune.study.best import best_result
 from autotune.study.verdict import Confirmation, ConfirmedConfig
 from autotune.testing.races import raced_row, scaled

@@ -11,7 +11,7 @@ import optuna
 import pytest
 
 from autotune.models.candidates import Candidates
-from autotune.search.suggest import suggest_config
+from autotune.search.measured import suggest_config
 from autotune.spec.space import parse_space
 
 SPACE = """

@@ -20,7 +20,7 @@ from autotune.engines.server import ServerEngine
 from autotune.llamacpp.capabilities import parse_capabilities, read_capabilities
 from autotune.llamacpp.runnable import CommandCheck
 from autotune.llamacpp.server_binary import resolve_server_binary
-from autotune.search.references import measures_spec_default
+from autotune.search.measured import measures_spec_default
 from autotune.spec.command import ServerCommand
 from autotune.spec.config import SpecConfig
 from autotune.spec.default import spec_default_config

@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from autotune.hardware import hardware_key
-from autotune.search.tuner import SearchSettings
+from autotune.search.inputs import SearchSettings
 from storage import resolve_storage_url
 from storage.leases import Holder, Lease, LeaseKey, LeaseStore, held_line
 

@@ -16,9 +16,9 @@ from datetime import datetime
 from autotune.errors import ModelFileError
 from autotune.hardware import hardware_key
 from autotune.models.files import resolve_model_files
-from autotune.search.leased import free_lease, lease_key
-from autotune.search.search import SearchOptions
-from autotune.search.tuner import SearchReporter
+from autotune.search.fleet._lease import free_lease, lease_key
+from autotune.search.inputs import SearchOptions
+from autotune.search.inputs import SearchReporter
 from autotune.spec.space import load_model_space
 from autotune.study.best import BestResult
 from autotune.study.catalog import study_name

@@ -17,7 +17,6 @@ from __future__ import annotations
 import time
 import warnings
 from dataclasses import dataclass
-from typing import Protocol
 
 import numpy as np
 import optuna
@@ -34,18 +33,16 @@ from autotune.measure.stats import ci95, coefficient_of_variation
 from autotune.models.candidates import Candidates, pair_label
 from autotune.models.files import file_sha256
 from autotune.models.hub import file_revisions
-from autotune.search.references import (
-    baseline_prompt_scores, drift_corrected_score, enqueue_drift_checks, enqueue_missing, fail_trials_of_dead_runs,
-    measures_spec_default, reference_config, reference_configs, search_trials_since_reference, wait_for_baseline,
-)
-from autotune.search.suggest import suggest_config
+from autotune.search.measured._references import baseline_prompt_scores, drift_corrected_score, enqueue_drift_checks, enqueue_missing, fail_trials_of_dead_runs, measures_spec_default, reference_config, reference_configs, search_trials_since_reference, wait_for_baseline
+from autotune.search.measured._suggest import suggest_config
+from autotune.search.inputs import SearchReporter, SearchSettings
 from autotune.spec.command import ServerCommand
 from autotune.spec.config import SpecConfig
 from autotune.spec.default import SPEC_DEFAULT_FLAG, SPEC_DEFAULT_TYPE
 from autotune.spec.sampling import GREEDY, Sampling
 from autotune.spec.space import SearchSpace
 from autotune.study.catalog import study_name
-from autotune.study.objectives import DEFAULT_OBJECTIVE, OBJECTIVES
+from autotune.study.objectives import OBJECTIVES
 from autotune.study.records import (
     REFERENCE_ROLES, WARM_START_ROLE, StudyRecord, TrialRecord, config_attrs, store_study, store_trial, trial_attrs,
 )
@@ -54,41 +51,6 @@ from autotune.study.trials import baseline_trial, counted_trials, is_counted, is
 WILCOXON_P_THRESHOLD = 0.1
 #: Optuna constraint of --min-stream-tok-s X: X - per-stream p10 decode tok/s (above 0: infeasible)
 STREAM_CONSTRAINT = "min_stream_tok_s"
-
-
-class SearchReporter(Protocol):
-    """What the tuner tells whoever shows progress (the CLI prints it; tests may ignore it)."""
-
-    def note(self, text: str) -> None: ...
-
-    def trial_started(self, number: int, index: int, total: int, config: SpecConfig) -> None: ...
-
-    def prompt_done(self, index: int, total: int, result: GenerationResult) -> None: ...
-
-    def trial_finished(self, trial: optuna.trial.FrozenTrial) -> None: ...
-
-    def race_status(self, text: str) -> None:
-        """Where a race stands after a look (autotune.race.race.status_line): a line to redraw in place."""
-
-
-@dataclass(frozen=True)
-class SearchSettings:
-    """What one `autotune search` asks for."""
-
-    model: str
-    trials: int
-    max_tokens: int
-    seed: int | None = None
-    threads: int | None = None
-    version: int | None = None  # a nightly run's study version
-    objective: str = DEFAULT_OBJECTIVE
-    repeats: int = 1  # measurements of the mix per trial
-    baseline_every: int = 0  # re-measure the baselines after this many search trials (0: never)
-    pruning: bool = True
-    trial_timeout_s: float | None = None
-    sampling: Sampling = GREEDY
-    concurrency: int = 1  # streams at once on one llama-server (-np N)
-    min_stream_tok_s: float | None = None  # per-stream p10 decode tok/s below this is infeasible
 
 
 @dataclass

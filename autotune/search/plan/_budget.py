@@ -16,13 +16,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from autotune.duration import duration_s
+from autotune.spec.duration import duration_s
 from autotune.errors import UsageError
 from autotune.measure.stratified import MIN_ROUNDS, PROMPT_MIN_UNITS
 from autotune.race.race import RaceBudget
-from autotune.search.plan import (
-    Pace, Shape, Workload, after_decision_s, minutes, plan_phases, race_phase, race_round_s,
-)
+from autotune.search.plan._phases import after_decision_s, minutes, Pace, plan_phases, race_phase, race_round_s, Shape, Workload
 from autotune.spec.space import SearchSpace
 
 #: the most of a budget the prediction takes before it is shortened, and the fewest tokens a prompt it is

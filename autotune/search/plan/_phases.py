@@ -53,10 +53,12 @@ from autotune.predict.chains import chain_length
 from autotune.predict.cost import REPEATS, grid_sizes
 from autotune.predict.target import MAX_BATCH
 from autotune.race.race import RaceBudget
-from autotune.search.calibration import MAX_FIT_PROMPTS
 from autotune.spec.space import SearchSpace
 from autotune.spec.types import DRAFT_MODEL_TYPES, family_of
 
+#: the most prompts a calibration reference is measured on before its fit is taken as it stands
+#: (autotune.search.predicted's calibration stops there)
+MAX_FIT_PROMPTS = 8
 #: depths each cost curve is measured at (autotune.predict.target.measure_target)
 _CURVE_DEPTHS = 2
 #: entrants of the round run after the decision: the winner, its baseline and its control

@@ -17,8 +17,8 @@ from pathlib import Path
 import optuna
 
 from autotune.hardware import hardware_key
-from autotune.search.search import SearchInputs
-from autotune.search.tuner import SearchSettings
+from autotune.search.inputs import SearchInputs
+from autotune.search.inputs import SearchSettings
 from autotune.spec.space import SearchSpace
 from autotune.study.catalog import study_name
 from autotune.study.records import PREDICTED_ENGINE, StudyRecord

@@ -31,7 +31,8 @@ from autotune.measure.prompts import PromptMix
 from autotune.measure.sequential import ALPHA
 from autotune.race.entrants import Entrant, speedup_of
 from autotune.race.rounds import Rounds
-from autotune.search.predicted_space import Replayed, family_references
+from autotune.search.plan import MAX_FIT_PROMPTS
+from autotune.search.predicted._space import family_references, Replayed
 from autotune.spec.command import ServerCommand
 from autotune.spec.config import SpecConfig
 from autotune.spec.default import spec_default_config
@@ -40,9 +41,9 @@ from autotune.study.records import BASELINE_ROLE, SPEC_DEFAULT_ROLE
 
 #: the standard error of a reference's mean log(measured / predicted) at which its fit has what it needs
 FIT_PRECISION = 0.02
-#: the fewest prompts a reference leaves after (a standard error of fewer is not worth trusting), and the most
+#: the fewest prompts a reference leaves after (a standard error of fewer is not worth trusting); the most is
+#: the plan's MAX_FIT_PROMPTS
 MIN_FIT_PROMPTS = 3
-MAX_FIT_PROMPTS = 8
 
 
 def calibrate(targets: dict, replayed: list[Replayed], engine: Engine, mix: PromptMix, *, max_tokens: int,

@@ -54,19 +54,18 @@ from autotune.models.files import file_sha256
 from autotune.race.confirm import trial_entrant
 from autotune.race.entrants import Entrant, speedup_of
 from autotune.race.race import PAIRING_NOTES, RaceStopped, race, round_line, standing_line, status_line
-from autotune.search.answered import finished_since, space_digest
-from autotune.search.calibration import as_predicted, calibrate, fit_inputs
-from autotune.search.leased import search_lease
-from autotune.search.budget import (
-    SearchBudget, budget_line, finalists_within, fit_budget, race_budget_left, search_budget,
-)
-from autotune.search.plan import Pace, Shape, Workload, eta_line, plan_line, plan_phases
-from autotune.search.plan_run import measure_pace, search_workload
-from autotune.search.predicted_space import finalists, replay_space, store_predictions
-from autotune.search.references import measures_spec_default
-from autotune.search.targets import MeasuredTargets
-from autotune.search.search import ConfirmOptions, SearchInputs, SearchOptions, check_inputs, run_search, runnable_space
-from autotune.search.tuner import SearchReporter, SearchSettings
+from autotune.search.predicted._answered import finished_since, space_digest
+from autotune.search.predicted._calibration import as_predicted, calibrate, fit_inputs
+from autotune.search.fleet import search_lease
+from autotune.search.plan import budget_line, finalists_within, fit_budget, race_budget_left, search_budget, SearchBudget
+from autotune.search.plan import eta_line, Pace, plan_line, plan_phases, Shape, Workload
+from autotune.search.predicted._plan_command import measure_pace, search_workload
+from autotune.search.predicted._space import finalists, replay_space, store_predictions
+from autotune.search.measured import measures_spec_default
+from autotune.search.predicted._targets import MeasuredTargets
+from autotune.search.inputs import check_inputs, ConfirmOptions, runnable_space, SearchInputs, SearchOptions
+from autotune.search.measured import run_search
+from autotune.search.inputs import SearchReporter, SearchSettings
 from autotune.spec.command import ServerCommand
 from autotune.spec.config import SpecConfig
 from autotune.spec.space import SearchSpace

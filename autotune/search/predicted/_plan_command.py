@@ -33,11 +33,11 @@ from autotune.measure.prompts import PromptMix, default_mix_path, load_prompt_mi
 from autotune.models.candidates import Candidates
 from autotune.models.files import ModelFiles, missing_hub_files
 from autotune.models.hub import HubFile, download_line, download_sizes, format_size, hub_cache_dir
-from autotune.search.budget import budget_line, fit_budget, search_budget
-from autotune.search.plan import Pace, Workload, files_by_role, plan_line, plan_phases
-from autotune.search.predicted_space import replays_at_most
-from autotune.search.prices import load_prices, prices_path
-from autotune.search.search import ConfirmOptions, SearchInputs, SearchOptions, check_inputs
+from autotune.search.plan import budget_line, fit_budget, search_budget
+from autotune.search.plan import files_by_role, Pace, plan_line, plan_phases, Workload
+from autotune.search.predicted._space import replays_at_most
+from autotune.search.plan import load_prices, prices_path
+from autotune.search.inputs import check_inputs, ConfirmOptions, SearchInputs, SearchOptions
 from autotune.settings import default_models_dir
 from autotune.spec.config import SpecConfig
 from autotune.spec.space import SearchSpace, load_model_space

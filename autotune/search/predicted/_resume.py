@@ -22,9 +22,9 @@ from autotune.measure.measurement import Measurement
 from autotune.measure.prompts import PromptMix
 from autotune.models.files import file_sha256
 from autotune.predict.target import TargetModel
-from autotune.search.answered import space_digest
-from autotune.search.search import SearchInputs
-from autotune.search.tuner import SearchSettings
+from autotune.search.predicted._answered import space_digest
+from autotune.search.inputs import SearchInputs
+from autotune.search.inputs import SearchSettings
 from autotune.settings import home_dir
 
 FOLDER = "unfinished"

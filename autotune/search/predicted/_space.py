@@ -31,11 +31,11 @@ from autotune.llamacpp.runnable import CommandCheck
 from autotune.models.hub import file_revisions
 from autotune.predict.predictor import DraftCharge, Prediction
 from autotune.predict.replay import Replay
-from autotune.search.finalist_cover import Candidate, TrueSpeedups, drawn, near_duplicate, one_region
-from autotune.search.prediction_error import PRIOR_ERROR_SD, band, family_error_sds, floored
-from autotune.search.search import SearchInputs
-from autotune.search.suggest import suggest_config
-from autotune.search.tuner import SearchReporter
+from autotune.search.predicted._finalist_cover import Candidate, drawn, near_duplicate, one_region, TrueSpeedups
+from autotune.search.predicted._prediction_error import band, family_error_sds, floored, PRIOR_ERROR_SD
+from autotune.search.inputs import SearchInputs
+from autotune.search.measured import suggest_config
+from autotune.search.inputs import SearchReporter
 from autotune.spec.command import ServerCommand
 from autotune.spec.config import SpecConfig
 from autotune.spec.space import SearchSpace

@@ -16,9 +16,9 @@ from autotune.measure.measurement import Measurement
 from autotune.predict.block_drafts import BlockPlan
 from autotune.predict.chains import chain_length
 from autotune.predict.target import TargetModel, measure_target
-from autotune.search import resume
-from autotune.search.search import SearchInputs
-from autotune.search.tuner import SearchSettings
+from autotune.search.predicted import _resume as resume
+from autotune.search.inputs import SearchInputs
+from autotune.search.inputs import SearchSettings
 from autotune.spec.config import SpecConfig
 from autotune.spec.space import SearchSpace
 from autotune.spec.types import DRAFT_MODEL_TYPES
