@@ -33,6 +33,7 @@ LAYERS = (
     ("autotune.search",),  # its docstring only: the five rooms below
     ("autotune.search.inputs",),  # what the user asked for, checked before any row is written
     ("autotune.search.plan",),  # the workload, each phase's minutes, the budget
+    ("autotune.search.finalists",),  # which predicted configurations race
     ("autotune.search.fleet",),  # a key's lease, the work queue
     ("autotune.search.measured",),  # the Optuna loop of measured trials
     ("autotune.search.predicted",),  # the default pipeline: predict, calibrate, race; --plan
@@ -140,11 +141,11 @@ def test_the_three_rooms_import_one_way():
     assert any(room(i) == "autotune.race" for m in GRAPH if room(m) == "autotune.search" for i in GRAPH[m])
 
 
-SEARCH_ROOMS = ("autotune.search.inputs", "autotune.search.plan", "autotune.search.fleet", "autotune.search.measured",
-                "autotune.search.predicted")
+SEARCH_ROOMS = ("autotune.search.inputs", "autotune.search.plan", "autotune.search.finalists", "autotune.search.fleet",
+                "autotune.search.measured", "autotune.search.predicted")
 
 
-def test_search_is_five_rooms_each_behind_its_face():
+def test_search_is_six_rooms_each_behind_its_face():
     """Every module of search/ lives in one of its rooms, every room but its face is private (`_name.py`), and
     a room stays small enough to read in one sitting."""
     loose = sorted(m for m in MODULES if m.startswith("autotune.search.") and _package(m) not in SEARCH_ROOMS)
@@ -153,7 +154,7 @@ def test_search_is_five_rooms_each_behind_its_face():
         members = [m for m in MODULES if m.startswith(room + ".")]
         assert members and all(m.rsplit(".", 1)[-1].startswith("_") for m in members), room
         lines = sum(len(MODULES[m].read_text().splitlines()) for m in [room, *members])
-        assert lines <= 1200, f"{room} has {lines} lines: split it"
+        assert lines <= 1000, f"{room} has {lines} lines: split it"
 
 
 def test_the_cli_imports_search_by_its_faces():

@@ -10,7 +10,9 @@ from autotune.presets.confirmed import PresetResult
 from autotune.spec.command import format_command
 from autotune.spec.default import SPEC_DEFAULT_FLAG
 from autotune.study.best import BestResult, SetAside
-from autotune.study.verdict import Confirmation, ConfirmedConfig, coverage
+from autotune.study.verdict import (
+    CONFIRM_ROUNDS_CAP, RACE_BUDGET_CAP, SEARCH_BUDGET_CAP, SPACE_BUDGET_CAP, Confirmation, ConfirmedConfig, coverage,
+)
 from autotune.study.records import BASELINE_ROLE, SPEC_DEFAULT_ROLE, TrialRecord
 from autotune.study.trials import is_spec_default
 
@@ -159,7 +161,7 @@ def _winner_lines(confirmation: Confirmation, pick: ConfirmedConfig, engine: str
                      f"alone{part} (a race stops where its estimate is high; this is the figure to expect)")
     if confirmation.within_reach:
         lines.append(f"# the budget ended before every rival was ruled out: {', '.join(confirmation.within_reach)} "
-                     f"may still be within {confirmation.min_effect:.0%} of it; {confirmation.races_longer}")
+                     f"may still be within {confirmation.min_effect:.0%} of it; {races_longer(confirmation)}")
     return lines
 
 
@@ -177,6 +179,20 @@ def _control_lines(confirmation: Confirmation) -> list[str]:
     return [line]
 
 
+#: the option that races longer, by what capped the race (autotune.study.verdict.BUDGET_CAPS)
+RACES_LONGER = {
+    RACE_BUDGET_CAP: "`--race-budget N` races longer",
+    CONFIRM_ROUNDS_CAP: "`--repeats N` races longer",
+    SEARCH_BUDGET_CAP: "a longer `--budget` races longer",
+    SPACE_BUDGET_CAP: "a longer `--budget` (the search space's budget_per_target capped it) races longer",
+}
+
+
+def races_longer(confirmation: Confirmation) -> str:
+    """The advice where the race's budget ended before a verdict: the option that races longer."""
+    return RACES_LONGER.get(confirmation.budget_cap, RACES_LONGER[RACE_BUDGET_CAP])
+
+
 def _not_picked(fastest: ConfirmedConfig, confirmation: Confirmation) -> str:
     """Why the race's fastest entrant is not the pick, and whether racing longer could change that."""
     threshold = 1 + confirmation.min_effect
@@ -184,8 +200,8 @@ def _not_picked(fastest: ConfirmedConfig, confirmation: Confirmation) -> str:
     if high < threshold:
         return f"its whole interval lies below the minimum effect ({threshold:.2f}x): no longer race would pick it"
     if low <= threshold:
-        return f"its interval reaches below the minimum effect; {confirmation.races_longer}"
-    return f"not significant once shared among the entrants; {confirmation.races_longer}"
+        return f"its interval reaches below the minimum effect; {races_longer(confirmation)}"
+    return f"not significant once shared among the entrants; {races_longer(confirmation)}"
 
 
 def _speedup_text(row: ConfirmedConfig, of: str = "") -> str:

@@ -86,7 +86,7 @@ def search(options, queue, server_bin, strategy, confirm_enabled, race_top, race
     from autotune.search.predicted import cannot_predict, run_predicted_search
     from autotune.race.race import RaceBudget
     from autotune.study.records import PREDICTED_ENGINE
-    from autotune.search.inputs import ConfirmOptions
+    from autotune.search.inputs import RaceOptions
     from autotune.search.measured import run_search
     from autotune.search.fleet import run_work_queue
 
@@ -98,10 +98,9 @@ def search(options, queue, server_bin, strategy, confirm_enabled, race_top, race
     if strategy == "predict" and not confirm_enabled and options.levels == (1,):
         # refused where the search predicts (its race is the answer), taken where it falls back to measuring
         queue = tuple(replace(o, measured_only=(*o.measured_only, "--no-confirm")) for o in queue)
-    race_options = ConfirmOptions(confirm_enabled, race_top, RaceBudget.parse(race_budget))
+    race_options = RaceOptions(confirm_enabled, race_top, RaceBudget.parse(race_budget))
     queue = tuple(replace(o, again=again) for o in queue)
-    if budget is not None:
-        SearchBudget.parse(budget)  # a bad --budget is refused before anything runs
+    budget = None if budget is None else SearchBudget.parse(budget)  # a bad --budget is refused before anything runs
     if plan_tok_s is not None and not plan:
         raise UsageError("--plan-tok-s prices a plan: add --plan")
     if plan:
@@ -118,7 +117,7 @@ def search(options, queue, server_bin, strategy, confirm_enabled, race_top, race
             return run_predicted_search(options, reporter=TerminalReporter(), server_bin=server_bin,
                                         race_options=race_options, predict_trials=predict_trials, lease=lease,
                                         budget=budget)
-        return run_search(options, reporter=TerminalReporter(), server_bin=server_bin, confirm_options=race_options,
+        return run_search(options, reporter=TerminalReporter(), server_bin=server_bin, race_options=race_options,
                           lease=lease)
 
     def answer_engine(options):
@@ -280,6 +279,7 @@ def confirm(model, top, repeats, engine, objective, concurrency, storage, server
     from autotune.presets.confirmed import run_confirm
 
     from autotune.race.race import RaceBudget, round_line
+    from autotune.study.verdict import CONFIRM_ROUNDS_CAP
 
     def on_measured(round_: int, entrant, speedup) -> None:
         click.echo(f"autotune: {round_line(round_, entrant, speedup)}", err=True)
@@ -287,7 +287,7 @@ def confirm(model, top, repeats, engine, objective, concurrency, storage, server
     sampling = {"temperature": temperature, "top_k": top_k, "top_p": top_p, "min_p": min_p, "seed": seed}
     for level in concurrency or (None,):
         result = run_confirm(model=model, engine_name=engine, objective=objective, top=top,
-                             budget=RaceBudget(rounds=repeats, option="--repeats"),
+                             budget=RaceBudget(rounds=repeats, cap=CONFIRM_ROUNDS_CAP),
                              storage_url=storage, server_bin=server_bin, sampling=sampling, on_measured=on_measured,
                              concurrency=level)
         click.echo(confirmation_table(result))

@@ -30,9 +30,10 @@ from autotune.presets.confirmed import preset_from
 from autotune.race.confirm import confirm_study, top_trials
 from autotune.race.race import RaceBudget, round_line
 from autotune.search.fleet import search_lease
-from autotune.search.predicted import cannot_predict, measured_only_refused, predict_and_race, PREDICT_TRIALS
-from autotune.search.inputs import check_inputs, ConfirmOptions, model_space, SearchInputs, SearchOptions
+from autotune.search.predicted import cannot_predict, measured_only_refused, predict_and_race, PREDICT_TRIALS, replays_at_most
+from autotune.search.inputs import check_inputs, RaceOptions, model_space, SearchInputs, SearchOptions
 from autotune.search.measured import run_study
+from autotune.search.plan import NO_BUDGET, make_plan
 from autotune.search.inputs import SearchReporter
 from autotune.spec.space import SearchSpace, load_model_space
 from autotune.study.catalog import study_name, study_names
@@ -189,10 +190,11 @@ def retune(inputs: SearchInputs, options: SearchOptions, *, engine_name: str, ur
     if in_use is not None and not all(p.is_file() for p in (in_use.target, in_use.draft) if p):
         in_use = None
     if engine_name == PREDICTED_ENGINE:
-        study = predict_and_race(inputs, options.settings, storage_url=url, server_bin=server_bin,
-                                 race_options=ConfirmOptions(True, top, budget), predict_trials=PREDICT_TRIALS,
-                                 reporter=reporter, lease=lease, preset=in_use, study_attrs={"file_hashes": hashes},
-                                 new_files=changed_files(previous, hashes))
+        plan = make_plan(options, inputs, RaceOptions(True, top, budget), NO_BUDGET, server_bin=server_bin,
+                         note=reporter.note, replayed=replays_at_most(inputs.space, inputs, PREDICT_TRIALS))
+        study = predict_and_race(inputs, options.settings, plan, storage_url=url, server_bin=server_bin,
+                                 predict_trials=PREDICT_TRIALS, reporter=reporter, lease=lease, preset=in_use,
+                                 study_attrs={"file_hashes": hashes}, new_files=changed_files(previous, hashes))
         confirmation = stored_confirmation(study)
     else:
         study = run_study(

@@ -59,7 +59,7 @@ from autotune.race.rounds import RaceStatus, Rounds
 from autotune.spec.command import ServerCommand
 from autotune.study.records import CONTROL_ROLE
 from autotune.study.verdict import (
-    BUDGET_SPENT, MACHINE_MOVED, NONE_CAN_WIN, STOPPED, WINNER, Confirmation, coverage,
+    BUDGET_SPENT, MACHINE_MOVED, NONE_CAN_WIN, RACE_BUDGET_CAP, STOPPED, WINNER, Confirmation, coverage,
 )
 
 DEFAULT_BUDGET = "4"
@@ -75,13 +75,13 @@ PAIRING_NOTES = {
 
 @dataclass(frozen=True)
 class RaceBudget:
-    """The most a race may spend: rounds (`6`), or minutes / seconds (`5m`, `300s`). `option` is what set it,
-    the option a user gives more to race longer: `--race-budget`, `confirm --repeats`, or the search's
-    `--budget` where the race gets what the search's budget leaves."""
+    """The most a race may spend: rounds (`6`), or minutes / seconds (`5m`, `300s`). `cap` is what set it
+    (autotune.study.verdict.BUDGET_CAPS): the race's own `--race-budget`, `confirm --repeats`, or what the
+    search's budget (the user's, or the space's default) leaves the race."""
 
     rounds: int | None = None
     seconds: float | None = None
-    option: str = "--race-budget"
+    cap: str = RACE_BUDGET_CAP
 
     @classmethod
     def parse(cls, text: str) -> "RaceBudget":
@@ -129,7 +129,7 @@ def race(engine: Engine, entrants: list[Entrant], mix: PromptMix, *, max_tokens:
     them; a budget may ask for one a category)."""
     entrants = entrants + [Entrant(CONTROL_ROLE, None, e.config) for e in entrants if e.is_baseline]
     rounds = Rounds(engine, entrants, mix, max_tokens, command, figure, on_dropped, seed=seed)
-    outcome = Outcome(BUDGET_SPENT, {}, budget_option=budget.option)
+    outcome = Outcome(BUDGET_SPENT, {}, budget_cap=budget.cap)
     try:
         on_start(rounds.pairing)
         _run(rounds, mix, figure, budget, outcome, on_measured, on_look)

@@ -26,7 +26,7 @@ from autotune.race.looks import family_of, p_value, printed, replication_interva
 from autotune.race.rounds import Rounds
 from autotune.spec.command import ServerCommand
 from autotune.study.records import CONTROL_ROLE, SPEC_DEFAULT_ROLE
-from autotune.study.verdict import Confirmation, ConfirmedConfig
+from autotune.study.verdict import RACE_BUDGET_CAP, Confirmation, ConfirmedConfig
 
 SERVING_FIGURES = ("mix_tok_s", "aggregate_tok_s", "per_stream_tok_s", "per_stream_p10_tok_s")
 
@@ -43,7 +43,7 @@ class Outcome:
     moved: str | None = None
     voided: tuple[str, ...] = ()
     within_reach: tuple[str, ...] = ()
-    budget_option: str = "--race-budget"  # the option that set the race's budget (RaceBudget.option)
+    budget_cap: str = RACE_BUDGET_CAP  # what set the race's budget (RaceBudget.cap)
 
 
 def confirmation_of(engine: Engine, rounds: Rounds, mix: PromptMix, command: ServerCommand, figure: str,
@@ -85,7 +85,7 @@ def confirmation_of(engine: Engine, rounds: Rounds, mix: PromptMix, command: Ser
         after_decision_round=outcome.after_decision,
         looks=sum(len(m.results) for m in entrants[0].rounds) if pairing == "prompt" else len(rounds.orders),
         machine_moved=outcome.moved, void_rounds=list(outcome.voided), within_reach=list(outcome.within_reach),
-        budget_option=outcome.budget_option,
+        budget_cap=outcome.budget_cap,
     )
 
 

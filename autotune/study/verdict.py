@@ -24,6 +24,16 @@ STOPPED = "stopped before a verdict: undecided"
 MACHINE_MOVED = "the machine's speed moved"
 
 
+#: what set a race's budget, as its verdict stores it; only the CLI turns one into the option that races longer
+RACE_BUDGET_CAP = "race-budget"  # the race's own rounds or time (search's --race-budget, nightly's)
+CONFIRM_ROUNDS_CAP = "confirm-rounds"  # confirm's --repeats
+SEARCH_BUDGET_CAP = "search-budget"  # what the user's --budget left the race
+SPACE_BUDGET_CAP = "space-budget"  # what the search space's budget_per_target left the race
+BUDGET_CAPS = (RACE_BUDGET_CAP, CONFIRM_ROUNDS_CAP, SEARCH_BUDGET_CAP, SPACE_BUDGET_CAP)
+#: a verdict stored before the kinds: the option it named
+_OPTION_CAPS = {"--race-budget": RACE_BUDGET_CAP, "--repeats": CONFIRM_ROUNDS_CAP, "--budget": SEARCH_BUDGET_CAP}
+
+
 @dataclass(frozen=True)
 class ConfirmedConfig:
     """One entrant of a race and what it measured there."""
@@ -111,13 +121,7 @@ class Confirmation:
     alpha: float = ALPHA
     void_rounds: list[str] = field(default_factory=list)  # each round set aside because its control moved, and why
     within_reach: list[str] = field(default_factory=list)  # where the budget ended first: rivals still within 2 %
-    budget_option: str = "--race-budget"  # the option that set the race's budget: what races longer
-
-    @property
-    def races_longer(self) -> str:
-        """The advice where the race's budget ended before a verdict: which option races longer."""
-        return (f"a longer `{self.budget_option}` races longer" if self.budget_option == "--budget"
-                else f"`{self.budget_option} N` races longer")
+    budget_cap: str = RACE_BUDGET_CAP  # what set the race's budget (one of BUDGET_CAPS): the CLI names what races longer
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -133,6 +137,9 @@ class Confirmation:
                                       "replication_ci": None if replication is None else tuple(replication)})
 
         data = {k: v for k, v in data.items() if k != "planned_rounds"}  # races before anytime bounds planned looks
+        data = dict(data)
+        if "budget_option" in data:
+            data["budget_cap"] = _OPTION_CAPS.get(data.pop("budget_option"), RACE_BUDGET_CAP)
         return cls(**{**data, "baselines": [config(c) for c in data["baselines"]],
                       "configs": [config(c) for c in data["configs"]],
                       "spec_defaults": [config(c) for c in data.get("spec_defaults", [])],

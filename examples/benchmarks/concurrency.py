@@ -39,7 +39,7 @@ from autotune.cli.progress import SilentReporter
 from autotune.engines.server import ServerEngine
 from autotune.measure.prompts import PromptMix, load_prompt_mix
 from autotune.race.race import RaceBudget
-from autotune.search.inputs import check_inputs, ConfirmOptions, SearchOptions
+from autotune.search.inputs import check_inputs, RaceOptions, SearchOptions
 from autotune.search.measured import run_search
 from autotune.search.inputs import SearchSettings
 from autotune.spec.command import format_command
@@ -90,7 +90,7 @@ def levels_part(args, workdir: Path) -> None:
     for level in args.levels:
         started = time.perf_counter()
         best = run_search(options.at_level(level), reporter=Notes(), server_bin=args.server_bin,
-                          confirm_options=ConfirmOptions(True, args.confirm_top, RaceBudget(rounds=args.repeats)))
+                          race_options=RaceOptions(True, args.confirm_top, RaceBudget(rounds=args.repeats)))
         confirmation = best.confirmation
         if confirmation is None or best.confirmed is None:
             print(f"  N={level}: no speculative configuration was confirmed ({time.perf_counter() - started:.0f} s)")
@@ -136,7 +136,7 @@ def joint_part(args, workdir: Path) -> None:
                               space_file=space_file)
         started = time.perf_counter()
         best = run_search(options.at_level(level), reporter=Notes(), server_bin=args.server_bin,
-                          confirm_options=ConfirmOptions(False))
+                          race_options=RaceOptions(False))
         winners[name] = TrialRecord.of(best.trial).spec_config()
         commands[name] = best.argv
         print(f"  {name:<13} winner: {TrialRecord.of(best.trial).label} "

@@ -9,7 +9,7 @@ Q4_K_M itself: self-draft), the calibration's references measured and fitted as 
 drafted/accepted against llama-server's, predicted and measured speedup [95% CI], the error (in sample
 for the calibration's references, marked *); then per family and overall the median and worst |error|
 of the others (out of sample) and Spearman's rank correlation, against the targets (median <= 5 %,
-worst <= 12 %, Spearman >= 0.9) and each family's margin (autotune.search.predicted_space.FAMILY_MARGIN).
+worst <= 12 %, Spearman >= 0.9) and each family's margin (autotune.search.finalists.FAMILY_MARGIN).
 
     python examples/benchmarks/predictor.py [--max-tokens 96] [--rounds 3]
 
@@ -29,7 +29,7 @@ from scipy import stats
 
 from autotune.cli.main import cli
 from autotune.measure.prompts import default_mix_path, load_prompt_mix
-from autotune.search.predicted import FAMILY_MARGIN
+from autotune.search.finalists import FAMILY_MARGIN
 from autotune.spec.config import SpecConfig
 from autotune.spec.default import spec_default_config
 from autotune.testing.prediction import Checked, check_predictions

@@ -8,8 +8,12 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
+import pytest
+
 from autotune.cli.output import confirmation_table, race_lines
-from autotune.study.verdict import BUDGET_SPENT, Confirmation
+from autotune.study.verdict import (
+    BUDGET_SPENT, CONFIRM_ROUNDS_CAP, RACE_BUDGET_CAP, SEARCH_BUDGET_CAP, SPACE_BUDGET_CAP, Confirmation,
+)
 from autotune.testing.races import raced_row, scaled
 
 BASELINE_MS = [[400.0, 650.0, 300.0, 520.0]] * 3
@@ -47,13 +51,25 @@ def test_a_rival_still_within_reach_and_a_void_round_are_said():
 
 
 def test_a_race_the_searchs_budget_cut_short_names_that_budget_as_what_races_longer():
-    race = replace(verdict(), ended=BUDGET_SPENT, within_reach=["ngram-mod 9/37/0"], budget_option="--budget")
+    race = replace(verdict(), ended=BUDGET_SPENT, within_reach=["ngram-mod 9/37/0"], budget_cap=SEARCH_BUDGET_CAP)
     assert race.within_reach and any(line.endswith("may still be within 2% of it; a longer `--budget` races longer")
                                      for line in race_lines(race, race.configs[0]))
     plain = race_lines(race, race.baselines[0])  # where the plain command is the pick: why the fastest is not
     assert any("ngram-simple n=3" in line and line.endswith("; a longer `--budget` races longer") for line in plain)
     assert not any("--race-budget" in line for line in plain)
-    assert Confirmation.from_dict(race.as_dict()).budget_option == "--budget"
+    assert Confirmation.from_dict(race.as_dict()).budget_cap == SEARCH_BUDGET_CAP
+    stored_before_the_kinds = {k: v for k, v in race.as_dict().items() if k != "budget_cap"}
+    assert Confirmation.from_dict({**stored_before_the_kinds, "budget_option": "--budget"}).budget_cap == SEARCH_BUDGET_CAP
+
+
+@pytest.mark.parametrize(("cap", "advice"), [(RACE_BUDGET_CAP, "`--race-budget N` races longer"),
+                                             (CONFIRM_ROUNDS_CAP, "`--repeats N` races longer"),
+                                             (SPACE_BUDGET_CAP, "a longer `--budget` (the search space's "
+                                                                "budget_per_target capped it) races longer")])
+def test_the_verdict_stores_what_capped_the_race_and_the_cli_names_the_option(cap, advice):
+    race = replace(verdict(), ended=BUDGET_SPENT, within_reach=["ngram-mod 9/37/0"], budget_cap=cap)
+    assert race.as_dict()["budget_cap"] == cap and "budget_option" not in race.as_dict()
+    assert any(line.endswith(f"may still be within 2% of it; {advice}") for line in race_lines(race, race.configs[0]))
 
 
 def test_the_table_prints_the_decisions_point_and_each_rows_coverage_and_a_stored_race_reads_back():

@@ -14,17 +14,17 @@ from click.testing import CliRunner
 from autotune.cli.main import cli
 from autotune.errors import SearchSpaceError, UsageError
 from autotune.race.race import RaceBudget
-from autotune.search.plan import finalists_within, fit_budget, race_budget_left, search_budget, SearchBudget
+from autotune.search.plan import NO_BUDGET, finalists_within, fit_budget, make_plan, race_budget_left, search_budget, SearchBudget
 from autotune.search.plan._budget import first_bound_s, MIN_FINALISTS, prediction_shapes, PREDICTION_SHARE
 from autotune.search.plan._phases import after_decision_s, race_round_s
 from autotune.search.plan import files_by_role, Pace, plan_phases, Shape, Workload
 from autotune.search.fleet import search_lease
 from autotune.search.predicted import predict_and_race
-from autotune.search.inputs import check_inputs, ConfirmOptions, SearchOptions
+from autotune.search.inputs import check_inputs, RaceOptions, SearchOptions
 from autotune.search.inputs import SearchSettings
 from autotune.spec.space import load_model_space, load_space
 from autotune.study.records import StudyRecord, TrialRecord
-from autotune.study.verdict import Confirmation
+from autotune.study.verdict import RACE_BUDGET_CAP, SEARCH_BUDGET_CAP, Confirmation
 from autotune.testing.reporter import KeptNotes
 
 GB = 1_000_000_000
@@ -73,7 +73,7 @@ def test_whatever_it_picks_its_plan_fits_the_budget_and_the_race_keeps_its_first
     race = next(p for p in plan_phases(fitted, PACE) if p.name == "race")
     assert race.seconds >= first_bound_s(fitted, PACE) - 1e-6
     # where the race gets what the budget leaves, more of --budget (not --race-budget) races longer
-    assert fitted.race_budget.option == ("--budget" if fitted.race_budget.seconds else "--race-budget")
+    assert fitted.race_budget.cap == (SEARCH_BUDGET_CAP if fitted.race_budget.seconds else RACE_BUDGET_CAP)
     longer = [s for s in prediction_shapes(work) if s.mix_tokens > fitted.predicted.mix_tokens]
     for shape in longer:  # each longer prediction takes over its share, or leaves the race less than its first bound
         before = _before_race_s(work.predicting(shape))
@@ -97,7 +97,8 @@ def test_a_given_budget_too_small_is_refused_a_default_one_is_raised(qwen3_8b):
     assert _total_s(fitted) <= raised.seconds + 1e-6
     default = search_budget(None, space, 2)
     assert default is not None and not default.given and default.seconds == 2 * 15 * 60  # the space's 15m a target
-    assert search_budget("none", space, 2) is None and search_budget("90m", space, 2) == SearchBudget(5400.0)
+    assert search_budget(SearchBudget.parse("none"), space, 2) is None
+    assert search_budget(SearchBudget.parse("90m"), space, 2) == SearchBudget(5400.0)
 
 
 def test_qwen3_8b_by_its_default_budget_is_15_minutes_a_target_with_every_target_and_draft_quant(qwen3_8b):
@@ -147,10 +148,11 @@ def test_a_shortened_prediction_predicts_on_fewer_prompts_and_tokens_and_races_t
     categories = len({p.category for p in inputs.mix})
     assert raced == 2 * categories
     with search_lease(options, notes.note) as lease:
-        study = predict_and_race(inputs, settings, storage_url=None, server_bin=None, reporter=notes, lease=lease,
-                                 race_options=ConfirmOptions(top=1, budget=RaceBudget(rounds=1),
-                                                             replicate_per_category=True),
-                                 predict_trials=20, prediction=Shape(categories, 8))
+        plan = make_plan(options, inputs, RaceOptions(top=1, budget=RaceBudget(rounds=1)), NO_BUDGET, server_bin=None,
+                         note=notes.note, replayed=20)
+        plan = replace(plan, work=replace(plan.work, replicate_per_category=True).predicting(Shape(categories, 8)))
+        study = predict_and_race(inputs, settings, plan, storage_url=None, server_bin=None, reporter=notes,
+                                 lease=lease, predict_trials=20)
     record = StudyRecord.of(study)
     assert f"predicting on {categories} prompts x 8 tokens, within the budget; the race runs {raced} x 16" in notes.lines
     assert record.measurement["max_tokens"] == 16 and len(record.measurement["prompts"]) == raced
@@ -180,4 +182,4 @@ def test_a_race_short_of_time_takes_the_finalists_that_play_two_complete_rounds(
     assert finalists_within(work, PACE, RaceBudget(rounds=4)) == 4
     # the budget's leftover, too short for the asked rounds, is the search budget's: more of it races longer
     assert race_budget_left(work, PACE, rounds_of[2]) == RaceBudget(
-        seconds=rounds_of[2] - after_decision_s(work, PACE), option="--budget")
+        seconds=rounds_of[2] - after_decision_s(work, PACE), cap=SEARCH_BUDGET_CAP)

@@ -8,7 +8,7 @@ import math
 import pytest
 from scipy.stats import norm
 
-from autotune.search.predicted._finalist_cover import Candidate, closeness, drawn, DRAWS, near_duplicate, one_region, SAME_REGION, SHARES, TrueSpeedups
+from autotune.search.finalists._cover import Candidate, closeness, drawn, DRAWS, near_duplicate, one_region, SAME_REGION, SHARES, TrueSpeedups
 
 SD = 0.10
 

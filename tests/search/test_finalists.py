@@ -10,8 +10,8 @@ import optuna
 import pytest
 
 from autotune.llamacpp.runnable import CommandCheck
-from autotune.search.predicted import FAMILY_MARGIN
-from autotune.search.predicted._space import finalists
+from autotune.search.finalists import FAMILY_MARGIN
+from autotune.search.finalists import finalists
 from autotune.spec.command import ServerCommand
 from autotune.spec.config import SpecConfig
 from autotune.study.records import TrialRecord, config_attrs, trial_attrs

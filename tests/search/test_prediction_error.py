@@ -10,7 +10,7 @@ import optuna
 import pytest
 from scipy.stats import norm
 
-from autotune.search.predicted._prediction_error import band, BAND_LEVEL, family_error_sds, floored, PRIOR_ERROR_SD, PRIOR_WEIGHT
+from autotune.search.finalists._error import band, BAND_LEVEL, family_error_sds, floored, PRIOR_ERROR_SD, PRIOR_WEIGHT
 from autotune.spec.command import ServerCommand
 from autotune.spec.config import SpecConfig
 from autotune.study.best import trial_rows

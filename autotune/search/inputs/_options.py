@@ -101,12 +101,12 @@ class SearchOptions:
 
 
 @dataclass(frozen=True)
-class ConfirmOptions:
+class RaceOptions:
     """How a search ends: its `top` best race the references on the arbiter (llama-server when one
     resolves) within `budget` (--race-top, --race-budget); `enabled` is --confirm/--no-confirm, which only
-    the measured strategy has (the predicted one's answer is its race)."""
+    the measured strategy has (the predicted one's answer is its race). A predicted search's plan may give its
+    race less (autotune.search.plan.SearchPlan)."""
 
     enabled: bool = True
     top: int = 4
     budget: RaceBudget = RaceBudget.parse(DEFAULT_BUDGET)
-    replicate_per_category: bool = False  # the round after the decision on one prompt a category (a budget's)

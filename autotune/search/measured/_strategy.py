@@ -20,7 +20,7 @@ from autotune.race.confirm import confirm_study, top_trials
 from autotune.race.race import round_line
 from autotune.search.fleet import free_lease, lease_key
 from autotune.search.inputs import (
-    ConfirmOptions, SearchInputs, SearchOptions, SearchReporter, SearchSettings, check_inputs, runnable_space,
+    RaceOptions, SearchInputs, SearchOptions, SearchReporter, SearchSettings, check_inputs, runnable_space,
 )
 from autotune.search.measured._references import requeue_stale_trial
 from autotune.search.measured._tuner import Tuner
@@ -36,7 +36,7 @@ from storage.leases import Lease, held_line
 
 
 def run_search(options: SearchOptions, *, reporter: SearchReporter, server_bin: str | None = None,
-               confirm_options: ConfirmOptions = ConfirmOptions(), lease: Lease | None = None) -> BestResult:
+               race_options: RaceOptions = RaceOptions(), lease: Lease | None = None) -> BestResult:
     """Run the study of `options.settings` (one load), then (unless disabled) re-measure its top
     configurations with the baseline, interleaved and repeated, on llama-server when a binary resolves,
     else in-process: the figures printed are those, not the best of many noisy single measurements.
@@ -54,8 +54,8 @@ def run_search(options: SearchOptions, *, reporter: SearchReporter, server_bin: 
                           storage_url=options.storage_url, reporter=reporter, heartbeat_s=options.heartbeat_s)
     multi_objective = len(study.directions) > 1  # a pareto pick is made on the front, not by decode tok/s
     check = command_check(server_bin)  # the llama-server the printed command names
-    finalists = top_trials(study, confirm_options.top, check)
-    if confirm_options.enabled and not multi_objective and finalists:
+    finalists = top_trials(study, race_options.top, check)
+    if race_options.enabled and not multi_objective and finalists:
         with nullcontext((lease, None)) if lease is not None else free_lease(options, reporter.note) as (held, holder):
             if held is None:
                 reporter.note(f"{held_line(lease_key(settings), holder)} and races this study's finalists: "
@@ -64,7 +64,7 @@ def run_search(options: SearchOptions, *, reporter: SearchReporter, server_bin: 
                 reporter.note("this study's race is stored already, newer than its finalists: not racing them again")
             else:
                 with ledger.phase("race"):
-                    _race_finalists(study, finalists, settings, confirm_options, server_bin, reporter, held)
+                    _race_finalists(study, finalists, settings, race_options, server_bin, reporter, held)
     store_study(study, cost=ledger.as_dict())
     reporter.note(ledger.line())
     return best_result(study, check=check)
@@ -81,13 +81,13 @@ def _raced(study: optuna.Study, finalists: list[optuna.trial.FrozenTrial]) -> bo
     return all(t.datetime_start is not None and t.datetime_start.astimezone(timezone.utc) < ended for t in finalists)
 
 
-def _race_finalists(study: optuna.Study, finalists: list, settings: SearchSettings, confirm_options: ConfirmOptions,
+def _race_finalists(study: optuna.Study, finalists: list, settings: SearchSettings, race_options: RaceOptions,
                     server_bin: str | None, reporter: SearchReporter, lease: Lease) -> None:
     arbiter = choose_engine(None, concurrency=settings.concurrency, server_bin=server_bin)
     references = "the baseline and --spec-default" if any(map(is_spec_default, study.trials)) else "the baseline"
     reporter.note(f"racing the top {len(finalists)} with {references} on the {arbiter} engine, "
-                  f"up to {confirm_options.budget.describe()}")
-    confirm_study(study, top=confirm_options.top, budget=confirm_options.budget, engine_name=arbiter,
+                  f"up to {race_options.budget.describe()}")
+    confirm_study(study, top=race_options.top, budget=race_options.budget, engine_name=arbiter,
                   server_bin=server_bin, before_storing=lease.check,
                   on_measured=lambda r, entrant, speedup: reporter.note(round_line(r, entrant, speedup)))
 

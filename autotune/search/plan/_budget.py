@@ -20,6 +20,7 @@ from autotune.spec.duration import duration_s
 from autotune.errors import UsageError
 from autotune.measure.stratified import MIN_ROUNDS, PROMPT_MIN_UNITS
 from autotune.race.race import RaceBudget
+from autotune.study.verdict import SEARCH_BUDGET_CAP, SPACE_BUDGET_CAP
 from autotune.search.plan._phases import after_decision_s, minutes, Pace, plan_phases, race_phase, race_round_s, Shape, Workload
 from autotune.spec.space import SearchSpace
 
@@ -33,17 +34,18 @@ MIN_FINALISTS = 2
 
 @dataclass(frozen=True)
 class SearchBudget:
-    """`--budget`: the most a whole search may take, its downloads aside (`15m`, `1h`, `900s`)."""
+    """`--budget`: the most a whole search may take, its downloads aside (`15m`, `1h`, `900s`); `seconds` None
+    is `--budget none`, no cap."""
 
-    seconds: float
+    seconds: float | None
     how: str = "--budget"  # where it came from, as the lines that name it say
     given: bool = True  # the user's (--budget): refused where too small; a default is raised instead
 
     @classmethod
-    def parse(cls, text: str) -> "SearchBudget | None":
+    def parse(cls, text: str) -> "SearchBudget":
         """`--budget TEXT`: a duration, or `none` (no cap: the race stops at --race-budget)."""
         if str(text).strip().lower() == "none":
-            return None
+            return cls(None)
         seconds = duration_s(text)
         if seconds is None:
             raise UsageError(f"--budget {text}: give a duration (15m, 1h, 900s), or none for no cap")
@@ -58,14 +60,24 @@ class SearchBudget:
         return cls(duration_s(per_target) * max(1, targets),
                    f"the space's budget_per_target of {per_target} a target x {max(1, targets)}", given=False)
 
+    @property
+    def race_cap(self) -> str:
+        """What this budget is to a race it leaves time to (autotune.study.verdict.BUDGET_CAPS)."""
+        return SEARCH_BUDGET_CAP if self.given else SPACE_BUDGET_CAP
+
     def describe(self) -> str:
         return minutes(self.seconds)
 
 
-def search_budget(text: str | None, space: SearchSpace, targets: int) -> SearchBudget | None:
-    """What a search runs under: `--budget TEXT` (`none`: no cap), or where it is not given the space's
-    default for `targets` targets."""
-    return SearchBudget.default(space, targets) if text is None else SearchBudget.parse(text)
+#: `--budget none`, and a night's search (nightly races within its own --race-budget): no cap
+NO_BUDGET = SearchBudget(None)
+
+
+def search_budget(given: SearchBudget | None, space: SearchSpace, targets: int) -> SearchBudget | None:
+    """What a search runs under: `given` (--budget; `none` is no cap), or where none is given the space's default
+    for `targets` targets; None where there is no cap."""
+    budget = SearchBudget.default(space, targets) if given is None else given
+    return budget if budget is not None and budget.seconds is not None else None
 
 
 def prediction_shapes(work: Workload) -> list[Shape]:
@@ -108,7 +120,7 @@ def fit_budget(work: Workload, pace: Pace, budget: SearchBudget) -> tuple[Worklo
     if before_s + race_phase(work, pace).seconds <= budget.seconds:
         return work, budget
     left = budget.seconds - before_s - after_decision_s(work, pace)
-    return replace(work, race_budget=RaceBudget(seconds=left, option="--budget")), budget
+    return replace(work, race_budget=RaceBudget(seconds=left, cap=budget.race_cap)), budget
 
 
 def first_bound_s(work: Workload, pace: Pace) -> float:
@@ -141,11 +153,11 @@ def finalists_within(work: Workload, pace: Pace, budget: RaceBudget) -> int:
     return top
 
 
-def race_budget_left(work: Workload, pace: Pace, left_s: float) -> RaceBudget:
+def race_budget_left(work: Workload, pace: Pace, left_s: float, cap: str = SEARCH_BUDGET_CAP) -> RaceBudget:
     """The race's budget once the phases before it ran, `left_s` seconds of the search's budget left: its
     rounds where they still fit, else the seconds left less the round after the decision, however few or many
     the plan gave it (the phases before it are priced at their most, and a race gets what they did not
     spend; one round's worth at least: a race that cannot finish a round still gives its standing result)."""
     if work.race_budget.rounds is not None and race_phase(work, pace).seconds <= left_s:
         return work.race_budget
-    return RaceBudget(seconds=max(left_s - after_decision_s(work, pace), 1.0), option="--budget")
+    return RaceBudget(seconds=max(left_s - after_decision_s(work, pace), 1.0), cap=cap)

@@ -13,9 +13,9 @@ from autotune.search.predicted._pipeline import (
     PREDICT_TRIALS, cannot_predict, measured_only_refused, predict_and_race, run_predicted_search,
 )
 from autotune.search.predicted._plan_command import plan_search
-from autotune.search.predicted._space import FAMILY_MARGIN, Replayed
+from autotune.search.predicted._space import Replayed, replays_at_most
 
 __all__ = [
-    "FAMILY_MARGIN", "PREDICT_TRIALS", "Replayed", "calibrate", "cannot_predict", "measured_only_refused",
-    "plan_search", "predict_and_race", "run_predicted_search",
+    "PREDICT_TRIALS", "Replayed", "calibrate", "cannot_predict", "measured_only_refused",
+    "plan_search", "predict_and_race", "replays_at_most", "run_predicted_search",
 ]

@@ -39,7 +39,7 @@ from dataclasses import replace
 
 import optuna
 
-from autotune.engines import choose_engine, create_engine
+from autotune.engines import create_engine
 from autotune.engines.dflash.drafter import DFLASH_TYPES
 from autotune.engines.drafters.build import CHAINABLE_TYPES
 from autotune.errors import UsageError
@@ -57,13 +57,13 @@ from autotune.race.race import PAIRING_NOTES, RaceStopped, race, round_line, sta
 from autotune.search.predicted._answered import finished_since, space_digest
 from autotune.search.predicted._calibration import as_predicted, calibrate, fit_inputs
 from autotune.search.fleet import search_lease
-from autotune.search.plan import budget_line, finalists_within, fit_budget, race_budget_left, search_budget, SearchBudget
-from autotune.search.plan import eta_line, Pace, plan_line, plan_phases, Shape, Workload
-from autotune.search.predicted._plan_command import measure_pace, search_workload
-from autotune.search.predicted._space import finalists, replay_space, store_predictions
+from autotune.search.plan import SearchBudget, SearchPlan, budget_line, make_plan
+from autotune.search.plan import eta_line, Pace, plan_line
+from autotune.search.finalists import finalists
+from autotune.search.predicted._space import replay_space, replays_at_most, store_predictions
 from autotune.search.measured import measures_spec_default
 from autotune.search.predicted._targets import MeasuredTargets
-from autotune.search.inputs import check_inputs, ConfirmOptions, runnable_space, SearchInputs, SearchOptions
+from autotune.search.inputs import check_inputs, RaceOptions, runnable_space, SearchInputs, SearchOptions
 from autotune.search.measured import run_search
 from autotune.search.inputs import SearchReporter, SearchSettings
 from autotune.spec.command import ServerCommand
@@ -114,19 +114,19 @@ def replayable(spec_type: str) -> bool:
 
 
 def run_predicted_search(options: SearchOptions, *, reporter: SearchReporter, server_bin: str | None,
-                         race_options: ConfirmOptions = ConfirmOptions(),
+                         race_options: RaceOptions = RaceOptions(),
                          predict_trials: int = PREDICT_TRIALS, lease: Lease | None = None,
-                         budget: str | None = None) -> BestResult:
+                         budget: SearchBudget | None = None) -> BestResult:
     """Predict, then race (see the module docstring) under the lease of this search's key (`lease`, or one
     claimed here: waiting for another search of the key, or LeaseHeld with --no-wait); returns the run's
-    best (the race's pick). `budget` is --budget's text (None: the space's default,
-    autotune.search.budget.search_budget). A search that cannot be predicted (`cannot_predict`) is measured
+    best (the race's pick). `budget` is --budget's (None: the space's default,
+    autotune.search.plan.search_budget). A search that cannot be predicted (`cannot_predict`) is measured
     instead (`run_search`), said in one line."""
     inputs = check_inputs(options, reporter.note)
     reason = cannot_predict(options.settings, inputs.space)
     if reason is not None:
         reporter.note(f"not predicted: {reason}; measuring instead (as --strategy measure)")
-        return run_search(options, reporter=reporter, server_bin=server_bin, confirm_options=race_options, lease=lease)
+        return run_search(options, reporter=reporter, server_bin=server_bin, race_options=race_options, lease=lease)
     if options.measured_only:
         raise measured_only_refused(options.measured_only, "this search is predicted (--strategy predict, the "
                                                            "default): drop them, or pass --strategy measure")
@@ -140,66 +140,49 @@ def run_predicted_search(options: SearchOptions, *, reporter: SearchReporter, se
             reporter.note(f"answering from {answered.study_name}, the search of the same files, space, prompts and "
                           "length that just finished while this one waited (--again measures anew)")
             return best_result(answered, check=command_check(server_bin))
-        capped = search_budget(budget, inputs.space, len(inputs.candidates.targets))
-        prediction = None
-        if capped is not None:  # refused or fitted before anything but its pace is measured
-            race_options, prediction, capped = _fit_budget(options, inputs, race_options, server_bin, predict_trials,
-                                                           capped, reporter)
-        study = predict_and_race(inputs, options.settings, storage_url=options.storage_url, server_bin=server_bin,
-                                 race_options=race_options, predict_trials=predict_trials, reporter=reporter,
-                                 lease=held, budget=capped, prediction=prediction)
+        # refused or fitted to its budget before anything but its pace is measured
+        plan = make_plan(options, inputs, race_options, budget, server_bin=server_bin, note=reporter.note,
+                         replayed=replays_at_most(inputs.space, inputs, predict_trials))
+        if plan.budget is not None:
+            reporter.note(f"{budget_line(plan.budget, plan.work)}; pace: {plan.pace_line}")
+        study = predict_and_race(inputs, options.settings, plan, storage_url=options.storage_url,
+                                 server_bin=server_bin, predict_trials=predict_trials, reporter=reporter, lease=held)
     return best_result(study, check=command_check(server_bin))
 
 
-def _fit_budget(options: SearchOptions, inputs: SearchInputs, race_options: ConfirmOptions, server_bin: str | None,
-                predict_trials: int, budget: SearchBudget,
-                reporter: SearchReporter) -> tuple[ConfirmOptions, Shape, SearchBudget]:
-    """The race's options within `budget`, the prediction's prompts and tokens, and the budget they fit (a default
-    raised where too small), from the pace of one prompt of the baseline (as `--plan` measures it);
-    UsageError where a given budget is too small for a verdict."""
-    arbiter = choose_engine(None, server_bin=server_bin)
-    pace, how = measure_pace(options, inputs, arbiter, server_bin, None, reporter.note)
-    work, budget = fit_budget(search_workload(inputs, inputs.space, race_options, arbiter, options.settings.max_tokens,
-                                              predict_trials), pace, budget)
-    reporter.note(f"{budget_line(budget, work)}; pace: {how}")
-    return (replace(race_options, budget=work.race_budget, replicate_per_category=work.replicate_per_category),
-            work.predicted, budget)
-
-
-def predict_and_race(inputs: SearchInputs, settings: SearchSettings, *, storage_url: str | None,
-                     server_bin: str | None, race_options: ConfirmOptions, predict_trials: int,
-                     reporter: SearchReporter, lease: Lease, preset: SpecConfig | None = None,
-                     study_attrs: dict | None = None, new_files: frozenset[str] = frozenset(),
-                     budget: SearchBudget | None = None, prediction: Shape | None = None) -> optuna.Study:
-    """Steps 1-6 of the module docstring on checked inputs, under `lease` (this search's key) and the device
-    lock from the baseline to the race's last prompt; `preset` (the configuration in use) races beside the
-    finalists, and the best predicted with each of `new_files` (a night's new release) among them. Returns
-    the new run (autotune.study.runs), its race stored with it; earlier runs stay as they were. With `budget`,
-    the race gets what the phases before it left of it (the clock starts once the device is ours); with
-    `prediction`, steps 1-4 run on that many prompts (one a category where fewer) and tokens a prompt."""
+def predict_and_race(inputs: SearchInputs, settings: SearchSettings, plan: SearchPlan, *, storage_url: str | None,
+                     server_bin: str | None, predict_trials: int, reporter: SearchReporter, lease: Lease,
+                     preset: SpecConfig | None = None, study_attrs: dict | None = None,
+                     new_files: frozenset[str] = frozenset()) -> optuna.Study:
+    """Steps 1-6 of the module docstring on checked inputs, as `plan` says (autotune.search.plan.make_plan), under
+    `lease` (this search's key) and the device lock from the baseline to the race's last prompt; `preset` (the
+    configuration in use) races beside the finalists, and the best predicted with each of `new_files` (a night's
+    new release) among them. Returns the new run (autotune.study.runs), its race stored with it; earlier runs stay
+    as they were. Under a budget the race gets what the phases before it left of it (the clock starts once the
+    device is ours)."""
     storage = open_storage(resolve_storage_url(storage_url))  # a bad storage is found before any measurement
     for note in inputs.notes:
         reporter.note(note)
     with device_lock(lambda device: reporter.note(f"waiting: another autotune search is measuring on {device}")):
-        deadline = None if budget is None else time.monotonic() + budget.seconds
-        return _predict_and_race(inputs, settings, storage, server_bin=server_bin, race_options=race_options,
-                                 predict_trials=predict_trials, reporter=reporter, lease=lease, preset=preset,
-                                 study_attrs=study_attrs, new_files=new_files, deadline=deadline,
-                                 prediction=prediction)
+        deadline = None if plan.budget is None else time.monotonic() + plan.budget.seconds
+        return _predict_and_race(inputs, settings, plan, storage, server_bin=server_bin, predict_trials=predict_trials,
+                                 reporter=reporter, lease=lease, preset=preset, study_attrs=study_attrs,
+                                 new_files=new_files, deadline=deadline)
 
 
-def _predict_and_race(inputs: SearchInputs, settings: SearchSettings, storage: optuna.storages.BaseStorage, *,
-                      server_bin: str | None, race_options: ConfirmOptions, predict_trials: int,
+def _predict_and_race(inputs: SearchInputs, settings: SearchSettings, plan: SearchPlan,
+                      storage: optuna.storages.BaseStorage, *, server_bin: str | None, predict_trials: int,
                       reporter: SearchReporter, lease: Lease, preset: SpecConfig | None, study_attrs: dict | None,
-                      new_files: frozenset[str], deadline: float | None, prediction: Shape | None) -> optuna.Study:
+                      new_files: frozenset[str], deadline: float | None) -> optuna.Study:
+    """Steps 1-4 run on the plan's prediction (`predicting`: its prompts and tokens), the race on its race."""
     model = inputs.space.model
-    raced_inputs, raced_settings = inputs, settings
-    if prediction is not None and prediction != Shape(len(inputs.mix), settings.max_tokens):
-        shorter = inputs.mix.take(per_category=1) if prediction.prompts < len(inputs.mix) else inputs.mix
-        inputs, settings = replace(inputs, mix=shorter), replace(settings, max_tokens=prediction.tokens)
-        reporter.note(f"predicting on {len(shorter)} prompts x {prediction.tokens} tokens, within the budget; the "
-                      f"race runs {len(raced_inputs.mix)} x {raced_settings.max_tokens}")
-    arbiter = choose_engine(None, server_bin=server_bin)
+    mix = plan.predicted_mix(inputs.mix)
+    predicting = replace(inputs, mix=mix)
+    settings = replace(settings, max_tokens=plan.predicted.tokens)
+    if plan.predicted != plan.raced:
+        reporter.note(f"predicting on {len(mix)} prompts x {plan.predicted.tokens} tokens, within the budget; the "
+                      f"race runs {plan.raced.prompts} x {plan.raced.tokens}")
+    arbiter = plan.arbiter
     binary, missing = command_binary(server_bin)
     if missing:
         reporter.note(missing)
@@ -216,35 +199,31 @@ def _predict_and_race(inputs: SearchInputs, settings: SearchSettings, storage: o
         space = _predictable(runnable_space(inputs.space, engine, inputs.candidates, reporter,
                                             sampling=settings.sampling), reporter)
         with_spec_default = measures_spec_default(engine)
-        measured = MeasuredTargets(inputs, settings, engine.build_info, reporter.note)
+        measured = MeasuredTargets(predicting, settings, engine.build_info, reporter.note)
         baselines = measured.baselines(engine, arbiter)
         build = engine.build_info
-    work, pace = _plan(inputs, space, settings, race_options, arbiter, baselines, predict_trials)
-    work = replace(work, prompts=len(raced_inputs.mix), max_tokens=raced_settings.max_tokens,
-                   replicate_per_category=race_options.replicate_per_category).predicting(
-        Shape(len(inputs.mix), settings.max_tokens))
-    phases = plan_phases(work, pace)
+    plan = plan.priced(predicting, space, replays_at_most(space, predicting, predict_trials), _pace(baselines))
+    phases = plan.phases()
     reporter.note(plan_line(phases))
     ledger.on_phase_end = lambda: reporter.note(eta_line(phases, ledger))
     targets = measured.models(space, arbiter, ledger)
     with ledger.phase("replay"):
-        replayed, grid = replay_space(space, inputs, targets, trials=predict_trials, seed=settings.seed,
+        replayed, grid = replay_space(space, predicting, targets, trials=predict_trials, seed=settings.seed,
                                       reporter=reporter)
     with ledger.phase("calibration"), create_engine(arbiter, **engine_args) as engine:
-        references = calibrate(targets, replayed, engine, inputs.mix, max_tokens=settings.max_tokens,
+        references = calibrate(targets, replayed, engine, mix, max_tokens=settings.max_tokens,
                                command=arbiter_command, runs=check if arbiter == "server" else None,
                                with_spec_default=with_spec_default, note=reporter.note, seed=settings.seed or 0)
     name = next_run(storage, study_name(settings.model, hardware_key(), PREDICTED_ENGINE))
     study = optuna.create_study(storage=storage, study_name=name, direction="maximize")
     store_study(study, model=settings.model, hardware=hardware_key(), engine=PREDICTED_ENGINE, objective="decode",
-                measurement={"prompts": [p.id for p in raced_inputs.mix], "prompt_source": raced_inputs.mix.source,
-                             "max_tokens": raced_settings.max_tokens, "repeats": 1,
+                measurement={"prompts": [p.id for p in inputs.mix], "prompt_source": inputs.mix.source,
+                             "max_tokens": plan.raced.tokens, "repeats": 1,
                              "sampling": settings.sampling.as_dict()},
                 files=inputs.candidates.fingerprint(), llama_server=command.as_dict(), space=space_digest(inputs.space),
                 **(study_attrs or {}))
-    baseline_numbers = _add_references(study, targets, references, command, arbiter, build,
-                                       [p.category for p in inputs.mix])
-    store_predictions(study, replayed, targets, command, baseline_numbers, [p.category for p in inputs.mix])
+    baseline_numbers = _add_references(study, targets, references, command, arbiter, build, [p.category for p in mix])
+    store_predictions(study, replayed, targets, command, baseline_numbers, [p.category for p in mix])
     store_study(study, prediction={
         "trajectories": {str(t): m.trajectories.as_dict() for t, m in targets.items()},
         "costs": {str(t): m.cost.as_dict() for t, m in targets.items()},
@@ -252,19 +231,17 @@ def _predict_and_race(inputs: SearchInputs, settings: SearchSettings, storage: o
                                                                             if e.config.target == t]}
                         for t, m in targets.items()},
         "predicted_configurations": len(replayed), "grid": grid,
-        "measured_on": {"prompts": [p.id for p in inputs.mix], "max_tokens": settings.max_tokens},
+        "measured_on": {"prompts": [p.id for p in mix], "max_tokens": settings.max_tokens},
     })
     if deadline is not None:
-        left = race_budget_left(work, pace, deadline - time.monotonic())
-        top = finalists_within(work, pace, left)
-        if top < race_options.top:
-            reporter.note(f"the race takes {top} finalists of the {race_options.top} asked: {MIN_ROUNDS} complete "
-                          f"rounds of every entrant in the {left.describe()} the budget leaves it")
-        race_options = replace(race_options, budget=left, top=top)
+        plan, asked = plan.racing_within(deadline - time.monotonic())
+        if plan.race_top < asked:
+            reporter.note(f"the race takes {plan.race_top} finalists of the {asked} asked: {MIN_ROUNDS} complete "
+                          f"rounds of every entrant in the {plan.race_budget.describe()} the budget leaves it")
     with ledger.phase("race"):
-        entrants = _race(study, raced_inputs, raced_settings, arbiter, engine_args, arbiter_command, race_options,
-                         reporter, check, preset, new_files, lease)
-    if inputs is raced_inputs and settings is raced_settings:  # a refit needs the race's prompts and length
+        entrants = _race(study, inputs.mix, plan, engine_args, arbiter_command, reporter, check, preset, new_files,
+                         lease, seed=settings.seed or 0)
+    if plan.predicted == plan.raced:  # a refit needs the race's prompts and length
         _refit(study, targets, entrants, inputs.mix)
     store_study(study, cost=ledger.as_dict())
     measured.forget()
@@ -272,18 +249,15 @@ def _predict_and_race(inputs: SearchInputs, settings: SearchSettings, storage: o
     return study
 
 
-def _plan(inputs: SearchInputs, space: SearchSpace, settings: SearchSettings, race_options: ConfirmOptions,
-          arbiter: str, baselines: dict, predict_trials: int) -> tuple[Workload, Pace]:
-    """The workload of this search (autotune.search.plan) and the pace of the baselines it measured, each
-    target's own."""
-    work = search_workload(inputs, space, race_options, arbiter, settings.max_tokens, predict_trials)
+def _pace(baselines: dict) -> Pace:
+    """The pace of the baselines a search measured, each target's own."""
     tok_s = {target.name: m.mix_tok_s for target, m in baselines.items() if m.mix_tok_s > 0}
     results = [r for m in baselines.values() for r in m.results]
     request_s = sum(r.prompt_ms for r in results) / len(results) / 1000 if results else 0.0
     start_s = max((m.startup_ms / 1000 for m in baselines.values()), default=0.0)
     prefill = min((m.prompt_tok_s for m in baselines.values() if m.prompt_tok_s > 0), default=None)
-    return work, Pace(min(tok_s.values(), default=1.0), start_s, request_s, per_target=tuple(tok_s.items()),
-                      prefill_tok_s=prefill)
+    return Pace(min(tok_s.values(), default=1.0), start_s, request_s, per_target=tuple(tok_s.items()),
+                prefill_tok_s=prefill)
 
 
 def _predictable(space: SearchSpace, reporter: SearchReporter) -> SearchSpace:
@@ -319,31 +293,31 @@ def _add_references(study: optuna.Study, targets: dict, references: list[Entrant
     return numbers
 
 
-def _race(study: optuna.Study, inputs: SearchInputs, settings: SearchSettings, arbiter: str, engine_args: dict,
-          command: ServerCommand, race_options: ConfirmOptions, reporter: SearchReporter, check: CommandCheck,
-          preset: SpecConfig | None, new_files: frozenset[str], lease: Lease) -> list[Entrant]:
+def _race(study: optuna.Study, mix: PromptMix, plan: SearchPlan, engine_args: dict, command: ServerCommand,
+          reporter: SearchReporter, check: CommandCheck, preset: SpecConfig | None, new_files: frozenset[str],
+          lease: Lease, *, seed: int) -> list[Entrant]:
     """Race the finalists whose command `check`'s llama-server runs with the references (and the preset);
     store the race as the study's confirmation, while `lease` is still ours (a race another worker took over
     is not stored twice); returns the entrants with what they measured."""
     entrants = [trial_entrant(t, TrialRecord.of(t).role) for t in study.trials
                 if TrialRecord.of(t).role in (BASELINE_ROLE, SPEC_DEFAULT_ROLE)]
-    picked = finalists(study, race_options.top, check, new_files)
+    picked = finalists(study, plan.race_top, check, new_files)
     entrants += [trial_entrant(t) for t, _ in picked]
     if preset is not None:
         entrants.append(Entrant("preset", None, preset, family_of(preset.spec_type)))
-    reporter.note(f"racing {len(picked)} predicted finalists with the references on the {arbiter} engine, up to "
-                  f"{race_options.budget.describe()}: " + "; ".join(
+    reporter.note(f"racing {len(picked)} predicted finalists with the references on the {plan.arbiter} engine, up to "
+                  f"{plan.race_budget.describe()}: " + "; ".join(
                       f"{TrialRecord.of(t).label} ({family_of(TrialRecord.of(t).spec_type)}: {why}, predicted "
                       f"{t.value:.2f}x)" for t, why in picked))
     try:
-        with create_engine(arbiter, **engine_args) as engine:
+        with create_engine(plan.arbiter, **engine_args) as engine:
             confirmation = race(
-                engine, entrants, inputs.mix, max_tokens=settings.max_tokens, budget=race_options.budget,
+                engine, entrants, mix, max_tokens=plan.raced.tokens, budget=plan.race_budget,
                 command=command, on_measured=lambda r, entrant, speedup: reporter.note(round_line(r, entrant, speedup)),
                 on_dropped=lambda e: reporter.note(f"race: {e.label} leaves in round {e.dropped_after + 1}: {e.dropped}"),
                 on_start=lambda pairing: reporter.note(PAIRING_NOTES[pairing]),
-                on_look=lambda status: reporter.race_status(status_line(status)), seed=settings.seed or 0,
-                replicate_on=_first_of_each_category(inputs.mix) if race_options.replicate_per_category else None)
+                on_look=lambda status: reporter.race_status(status_line(status)), seed=seed,
+                replicate_on=_first_of_each_category(mix) if plan.work.replicate_per_category else None)
     except RaceStopped as stopped:  # the standing result is kept, undecided, and the stop goes on
         lease.check()
         store_study(study, confirmation=stopped.confirmation.as_dict())

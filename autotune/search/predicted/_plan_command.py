@@ -7,72 +7,44 @@ the storage is never opened. The pace is the baseline's on the arbiter (llama-se
 on the mix's first prompt, with that server's start-up; where no target is on disk yet, the pace the
 search space states (`model.plan_tok_s`), or `--plan-tok-s`'s. A search with `--budget` measures the
 same pace first (`measure_pace`), so that it can refuse a budget too small before it measures anything else.
-
-A pace that is stated or given prices the rest with this machine's prices where
-examples/benchmarks/gpu_prices.py measured them (autotune.search.prices; the pace line names the file and
-its day), else with what ASSUMED_SERVER_START_S and ASSUMED_REQUEST_S assume. The decode step stays the
-stated one: the plan cannot read the layer count of a target not yet downloaded, so the prices' per-layer
-step is not scaled to it. From the prices: the llama-server start (of the file gpu_prices started, 6.5 GB at
-Qwen3-8B's shapes, whatever the target's size); a prompt's processing and first token,
-the prompt (its bytes over PROMPT_BYTES_PER_TOKEN) at the measured ratio of a prefilled token to a decode
-step, both per layer at the measured width, so that the layer count cancels (the measured step carries the
-output head's share, so the ratio errs low by up to that share), then one step; and a DFlash/DSpark
-recording decode at the measured block or injection of the most rows (`Pace.block_s`).
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 from typing import Callable
 
-from autotune.engines import choose_engine, create_engine
-from autotune.errors import ModelFileError, UsageError
-from autotune.measure.device_lock import device_lock
-from autotune.measure.prompts import PromptMix, default_mix_path, load_prompt_mix
+from autotune.errors import ModelFileError
+from autotune.measure.prompts import default_mix_path, load_prompt_mix
 from autotune.models.candidates import Candidates
 from autotune.models.files import ModelFiles, missing_hub_files
-from autotune.models.hub import HubFile, download_line, download_sizes, format_size, hub_cache_dir
-from autotune.search.plan import budget_line, fit_budget, search_budget
-from autotune.search.plan import files_by_role, Pace, plan_line, plan_phases, Workload
+from autotune.models.hub import download_line, download_sizes, format_size, hub_cache_dir
+from autotune.search.inputs import RaceOptions, SearchInputs, SearchOptions, check_inputs
+from autotune.search.plan import SearchBudget, budget_line, make_plan, plan_line
 from autotune.search.predicted._space import replays_at_most
-from autotune.search.plan import load_prices, prices_path
-from autotune.search.inputs import check_inputs, ConfirmOptions, SearchInputs, SearchOptions
 from autotune.settings import default_models_dir
-from autotune.spec.config import SpecConfig
-from autotune.spec.space import SearchSpace, load_model_space
-
-#: what a pace that is given (--plan-tok-s, model.plan_tok_s), not measured, assumes of the rest: an 8B
-#: target's llama-server start from a warm page cache, and a prompt's processing and first token on a GPU
-ASSUMED_SERVER_START_S = 10.0
-ASSUMED_REQUEST_S = 0.2
-#: what a prompt's token is taken to be where the plan has no tokenizer: about 4 bytes of English text a token
-#: in a BPE vocabulary such as Qwen3's (the bundled mix: 544 bytes a prompt)
-PROMPT_BYTES_PER_TOKEN = 4
+from autotune.spec.space import load_model_space
 
 
-def plan_search(options: SearchOptions, race_options: ConfirmOptions, *, server_bin: str | None,
+def plan_search(options: SearchOptions, race_options: RaceOptions, *, server_bin: str | None,
                 note: Callable[[str], None], assume_tok_s: float | None = None,
-                predict_trials: int = 400, budget: str | None = None) -> list[str]:
+                predict_trials: int = 400, budget: SearchBudget | None = None) -> list[str]:
     """The plan's lines (module docstring): the download, the workload, each phase, the total; `budget` is
-    --budget's text (None: the space's default)."""
+    --budget's (None: the space's default)."""
     inputs = _inputs(options)
     missing = missing_hub_files(inputs.space, options.models_dir or default_models_dir())
     sizes = download_sizes(missing, offline=options.offline)
-    arbiter = choose_engine(None, server_bin=server_bin)
-    work = search_workload(inputs, inputs.space, race_options, arbiter, options.settings.max_tokens, predict_trials,
-                           missing=missing, sizes={f.filename: s for f, s in sizes.items() if s is not None})
-    pace, measured = measure_pace(options, inputs, arbiter, server_bin, assume_tok_s, note)
-    capped = search_budget(budget, inputs.space, len(work.targets))
-    if capped is not None:
-        work, capped = fit_budget(work, pace, capped)
+    plan = make_plan(options, inputs, race_options, budget, server_bin=server_bin, note=note, priced=True,
+                     replayed=replays_at_most(inputs.space, inputs, predict_trials), assume_tok_s=assume_tok_s,
+                     missing=missing, sizes={f.filename: s for f, s in sizes.items() if s is not None})
+    work = plan.work
     lines = [download_line(missing, sizes, hub_cache_dir()) if missing else "download: nothing, every file is on disk",
              f"workload: {len(work.targets)} target(s), {len(inputs.mix)} prompts x {work.max_tokens} tokens; "
              f"{len(work.draft_models)} draft model(s) (chains), {len(work.block_drafts)} DFlash/DSpark draft(s) "
              f"({sum(d.block_sizes for d in work.block_drafts)} block sizes); race of {work.race_top} finalists "
              f"with the references, up to {work.race_budget.describe()}",
-             f"pace: {measured}"] + ([budget_line(capped, work)] if capped is not None else [])
-    phases = plan_phases(work, pace)
+             f"pace: {plan.pace_line}"] + ([budget_line(plan.budget, work)] if plan.budget is not None else [])
+    phases = plan.phases()
     lines += [f"  {p.name:<12} {p.tokens:>10,} tokens {p.decodes:>10,} decodes {p.server_starts:>4} server starts "
               f"{'≤' if p.bound else ' '}{p.seconds / 60:7.1f} min" for p in phases]
     lines.append(plan_line(phases) + (f"; the download ({format_size(sum(sizes.values()))}) comes first"
@@ -93,77 +65,3 @@ def _inputs(options: SearchOptions) -> SearchInputs:
     return SearchInputs(space=space, mix=mix, files=ModelFiles(()), candidates=Candidates(()))
 
 
-def search_workload(inputs: SearchInputs, space: SearchSpace, race_options: ConfirmOptions, arbiter: str,
-                    max_tokens: int, predict_trials: int, *, missing: list[HubFile] = (),
-                    sizes: dict[str, int] | None = None) -> Workload:
-    """What a predicted search of `space` over `inputs`' files (and the hub files still `missing`) measures."""
-    replayed = replays_at_most(space, inputs, predict_trials)
-    drafts = {t: [d for _, d in pairs] for t, pairs in inputs.candidates.pairs.items() if t in space.spec_types}
-    for hub_file in missing:
-        if hub_file.role.startswith("drafts."):
-            drafts.setdefault(hub_file.role.removeprefix("drafts."), []).append(hub_file.filename)
-    targets = [*inputs.candidates.targets, *(f.filename for f in missing if f.role == "model")]
-    return Workload.of(space, files_by_role(targets, drafts), prompts=len(inputs.mix), max_tokens=max_tokens,
-                       race_top=race_options.top, race_budget=race_options.budget, server_arbiter=arbiter == "server",
-                       sizes=sizes, replayed=replayed, categories=len({p.category for p in inputs.mix}))
-
-
-def measure_pace(options: SearchOptions, inputs: SearchInputs, arbiter: str, server_bin: str | None,
-                 assume_tok_s: float | None, note: Callable[[str], None]) -> tuple[Pace, str]:
-    """The pace and how it was found: `assume_tok_s`, the first target's baseline on the mix's first prompt,
-    or, with no target on disk, the pace the space states."""
-    first = inputs.candidates.targets[0].name if inputs.candidates.targets else _first_hub_target(options)
-    if assume_tok_s is not None:
-        pace, rest = stated_pace(assume_tok_s, first, inputs.mix)
-        return pace, f"{assume_tok_s:g} tok/s as given (--plan-tok-s) for {first}; {rest}"
-    if not inputs.candidates.targets:
-        stated = inputs.space.model.plan_tok_s
-        if stated is None:
-            raise UsageError(f"--plan: no target of {options.model} is on disk to measure, and its search space states "
-                             "no pace (model.plan_tok_s); give one with --plan-tok-s N (the baseline's decode tok/s)")
-        pace, rest = stated_pace(stated, first, inputs.mix)
-        return (pace, f"{stated:g} tok/s for {first}, the pace {options.model}'s search space states (model.plan_tok_s), "
-                      f"since no target is on disk to measure (--plan-tok-s N gives this machine's); {rest}")
-    target = inputs.candidates.targets[0]
-    one = PromptMix(inputs.mix.source, inputs.mix.prompts[:1])
-    settings, model = options.settings, inputs.space.model
-    note(f"plan: measuring the baseline of {target.name} on one prompt on the {arbiter} engine")
-    with device_lock(lambda device: note(f"plan: waiting: another autotune search is measuring on {device}")), \
-            create_engine(arbiter, context_size=model.context_size, threads=settings.threads, server_bin=server_bin,
-                          base_flags=model.base_flags, sampling=settings.sampling) as engine:
-        engine.prepare(SpecConfig(target), one, max_tokens=settings.max_tokens)
-        measured = engine.measure(SpecConfig(target), one, max_tokens=settings.max_tokens)
-    start_s = measured.startup_ms / 1000
-    return (Pace(measured.mix_tok_s, start_s, measured.ttft_ms / 1000, measured_on=target.name,
-                 prefill_tok_s=measured.prompt_tok_s or None),
-            f"{measured.mix_tok_s:.1f} tok/s, the baseline of {target.name} on one prompt on the {arbiter} engine"
-            + (f", {start_s:.1f} s a server start" if arbiter == "server" else ""))
-
-
-_ASSUMED = (f"{ASSUMED_SERVER_START_S:g} s a server start and {ASSUMED_REQUEST_S:g} s a prompt's processing "
-            "(assumed)")
-
-
-def stated_pace(tok_s: float, first: str | None, mix: PromptMix) -> tuple[Pace, str]:
-    """The Pace of a stated decode pace and what the rest is priced with: this machine's prices where a prices
-    file exists, else the assumed start and request (module docstring)."""
-    path = prices_path()
-    prices = load_prices(path)
-    if prices is None:
-        return Pace(tok_s, ASSUMED_SERVER_START_S, ASSUMED_REQUEST_S, measured_on=first), _ASSUMED
-    step_s = 1.0 / tok_s
-    tokens = math.ceil(sum(len(p.text.encode()) for p in mix) / max(1, len(mix)) / PROMPT_BYTES_PER_TOKEN)
-    prefill_s = step_s * prices.prefill_share  # a prompt's token
-    request_s = step_s + tokens * prefill_s
-    return (Pace(tok_s, prices.server_start_s, request_s, measured_on=first, prefill_tok_s=1.0 / prefill_s,
-                 block_s=prices.block_s),
-            f"server start {prices.server_start_s:.1f} s, a prompt's processing {request_s:.2f} s (~{tokens} tokens "
-            f"at {prices.prefill_share:.3f} of a step, then one), a DFlash/DSpark block {prices.block_s * 1000:.1f} ms: "
-            f"this machine's prices, measured by gpu_prices on {prices.measured_on} ({path})")
-
-
-def _first_hub_target(options: SearchOptions) -> str | None:
-    """The first target file a search of `options` would download (the one a stated pace is of)."""
-    space = load_model_space(options.model, options.space_file)
-    return next((f.filename for f in missing_hub_files(space, options.models_dir or default_models_dir())
-                 if f.role == "model"), None)
