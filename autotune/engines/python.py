@@ -26,9 +26,9 @@ from autotune.engines.sampler import SamplerChain
 from autotune.engines.speculation import speculate
 from autotune.engines.base import WARMUP_TOKENS, Engine, ProgressCallback
 from autotune.engines.drafters.base import Drafter
-from autotune.engines.drafters.build import CHAINABLE_TYPES, build_drafter
+from autotune.engines.drafters.build import build_drafter
 from autotune.engines.drafters.draft_model import DraftModelDrafter
-from autotune.engines.dflash.drafter import DFLASH_TYPES, DFlashDrafter
+from autotune.engines.dflash.drafter import DFlashDrafter
 from autotune.engines.dflash.contexts import DFlashPair, dflash_available
 from autotune.engines import memory
 from autotune.engines.memory import ContextShape
@@ -40,7 +40,7 @@ from autotune.spec.sampling import GREEDY, Sampling
 from autotune.errors import ModelFileError, TrialFailure
 from autotune.spec.config import SpecConfig
 from autotune.spec.params import SpecParam
-from autotune.spec.types import combinations_of
+from autotune.spec.types import CHAINABLE_TYPES, DFLASH_TYPES, combinations_of
 
 #: Parameters only llama-server applies (probabilistic drafting verifies by rejection sampling).
 SERVER_ONLY_PARAMS = frozenset({"draft_sampling"})

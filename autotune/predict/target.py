@@ -10,7 +10,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
-from autotune.engines.dflash.drafter import DFLASH_TYPES
 from autotune.engines.drafters.build import build_drafter
 from autotune.engines.python import PythonEngine
 from autotune.gguf.info import read_gguf_info
@@ -25,6 +24,7 @@ from autotune.predict.predictor import Calibration, DraftCharge, Prediction, fit
 from autotune.predict.replay import Replay, replay
 from autotune.predict.trajectory import Trajectories, Trajectory
 from autotune.spec.config import SpecConfig
+from autotune.spec.types import DFLASH_TYPES
 
 #: the largest verify batch the cost curves measure (a longer draft is charged as this)
 MAX_BATCH = 65

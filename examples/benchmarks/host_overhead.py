@@ -33,10 +33,10 @@ from autotune.engines.python import PythonEngine  # noqa: E402
 from autotune.measure.measurement import Measurement  # noqa: E402
 from autotune.measure.prompts import PromptMix, load_prompt_mix  # noqa: E402
 from autotune.spec.config import SpecConfig  # noqa: E402
+from autotune.spec.types import DFLASH_TYPES  # noqa: E402
 from autotune.testing.dspark_fixtures import QWEN3_VOCAB, write_qwen3_pair  # noqa: E402
 
 CONTEXT = 2048
-DFLASH_TYPES = ("draft-dflash", "draft-dspark")
 
 
 def configs(files: dict[str, Path], n_max: int) -> dict[str, SpecConfig]:

@@ -44,10 +44,7 @@ from autotune.measure.measurement import GenerationResult, extend_until_stop, ti
 from autotune.measure.prompts import Prompt
 from autotune.spec.config import SpecConfig
 
-__all__ = ["DFLASH_TYPES", "DFlashDrafter"]
-
-#: The spec types this loop runs.
-DFLASH_TYPES = ("draft-dflash", "draft-dspark")
+__all__ = ["DFlashDrafter"]
 
 
 class DFlashDrafter:

@@ -15,9 +15,6 @@ from autotune.errors import EngineError
 from autotune.spec.config import SpecConfig
 from autotune.spec.types import spec_members
 
-#: Spec types the in-process generation loop runs, alone or combined (ChainDrafter).
-CHAINABLE_TYPES = ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache", "draft-simple")
-
 
 def build_drafter(config: SpecConfig, draft_model: Callable[[], Drafter] | None = None) -> Drafter | None:
     """The drafter of `config` (None for the baseline); `draft_model` makes draft-simple's. One drafter
@@ -29,6 +26,8 @@ def build_drafter(config: SpecConfig, draft_model: Callable[[], Drafter] | None 
 
 
 def _member(config: SpecConfig, spec_type: str, draft_model: Callable[[], Drafter] | None) -> Drafter:
+    """The drafter of one member: one branch per type whose row in autotune.spec.types.SPEC_TYPES says
+    `chained_in_process`."""
     if spec_type == "ngram-simple":
         return NgramSimpleDrafter(config)
     if spec_type in ("ngram-map-k", "ngram-map-k4v"):

@@ -43,7 +43,6 @@ from dataclasses import dataclass, field, replace
 from fnmatch import fnmatch
 from pathlib import Path
 
-from autotune.engines.dflash.drafter import DFLASH_TYPES
 from autotune.engines.base import WARMUP_TOKENS
 from autotune.gguf.info import read_gguf_info
 from autotune.measure.ledger import Ledger
@@ -54,7 +53,7 @@ from autotune.predict.cost import REPEATS, grid_sizes
 from autotune.predict.target import MAX_BATCH
 from autotune.race.race import RaceBudget
 from autotune.spec.space import SearchSpace
-from autotune.spec.types import DRAFT_MODEL_TYPES, family_of
+from autotune.spec.types import DFLASH_TYPES, DRAFT_MODEL_TYPES, family_of
 
 #: the most prompts a calibration reference is measured on before its fit is taken as it stands
 #: (autotune.search.predicted's calibration stops there)

@@ -40,8 +40,6 @@ from dataclasses import replace
 import optuna
 
 from autotune.engines import create_engine
-from autotune.engines.dflash.drafter import DFLASH_TYPES
-from autotune.engines.drafters.build import CHAINABLE_TYPES
 from autotune.errors import UsageError
 from autotune.hardware import hardware_key
 from autotune.llamacpp.runnable import CommandCheck, command_check
@@ -69,7 +67,7 @@ from autotune.search.inputs import SearchReporter, SearchSettings
 from autotune.spec.command import ServerCommand
 from autotune.spec.config import SpecConfig
 from autotune.spec.space import SearchSpace
-from autotune.spec.types import family_of, spec_members
+from autotune.spec.types import family_of, replayable
 from autotune.study.best import BestResult, best_result
 from autotune.study.catalog import study_name
 from autotune.study.records import (
@@ -104,13 +102,6 @@ def measured_only_refused(flags: tuple[str, ...], why: str) -> UsageError:
     """The one-line refusal of flags only the measured strategy reads, given to a predicted search."""
     return UsageError(f"{', '.join(flags)}: only the measured strategy reads {'this' if len(flags) == 1 else 'these'}, "
                       f"and {why}")
-
-
-def replayable(spec_type: str) -> bool:
-    """Whether the replay covers `spec_type`: the engine's chainable drafters and their combinations, or
-    DFlash/DSpark on their own (their blocks; the in-process engine chains them with nothing)."""
-    return spec_type in DFLASH_TYPES or all(member in CHAINABLE_TYPES or member == "none"
-                                            for member in spec_members(spec_type))
 
 
 def run_predicted_search(options: SearchOptions, *, reporter: SearchReporter, server_bin: str | None,

@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Callable
 
 from autotune.engines.base import Engine
-from autotune.engines.dflash.drafter import DFLASH_TYPES
 from autotune.engines.worker import WorkerEngine
 from autotune.errors import WorkerDied
 from autotune.measure.ledger import Ledger
@@ -21,7 +20,7 @@ from autotune.search.inputs import SearchInputs
 from autotune.search.inputs import SearchSettings
 from autotune.spec.config import SpecConfig
 from autotune.spec.space import SearchSpace
-from autotune.spec.types import DRAFT_MODEL_TYPES
+from autotune.spec.types import DFLASH_TYPES, DRAFT_MODEL_TYPES
 
 
 class MeasuredTargets:
