@@ -7,7 +7,9 @@ import sys
 
 import click
 
-from autotune.cli.options import measured_model_option, measurement_options, model_option, server_bin_option, storage_option
+from autotune.cli.options import (
+    measured_model_option, measurement_options, model_hardware_options, server_bin_option, storage_option,
+)
 from autotune.race.race import DEFAULT_BUDGET
 
 
@@ -99,11 +101,9 @@ def presets_list(storage, as_json):
 
 
 @presets.command("show")
-@model_option
-@click.option("--hardware", help="Hardware key (default: this machine's).")
-@click.option("--concurrency", type=click.IntRange(min=1), default=1, show_default=True,
-              help="The preset tuned for this many concurrent streams.")
-@storage_option
+@model_hardware_options("Hardware key (default: this machine's).",
+                        click.option("--concurrency", type=click.IntRange(min=1), default=1, show_default=True,
+                                     help="The preset tuned for this many concurrent streams."))
 def presets_show(model, hardware, concurrency, storage):
     """Show one preset: its command line first, then its figures.
 

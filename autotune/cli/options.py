@@ -296,13 +296,17 @@ def hub_model_name(model: str | None, hf: str | None, draft_hf: str | None, *, w
 def study_options(command):
     """Which stored study a reading command looks at: --model, --hardware, --engine, --objective,
     --concurrency, --run, --storage."""
-    return with_options([
-        model_option,
-        click.option("--hardware", help="Hardware key of the study (default: this machine's)."),
+    return model_hardware_options(
+        "Hardware key of the study (default: this machine's).",
         study_engine_option,
         study_objective_option,
         study_concurrency_option,
         click.option("--run", type=click.IntRange(min=1),
                      help="Run N of the study (1: its first search) [default: the newest whose race finished]."),
-        storage_option,
-    ])(command)
+    )(command)
+
+
+def model_hardware_options(hardware_help: str, *options):
+    """--model, --hardware (`hardware_help` its help text), then `options` (a --concurrency, a --keep), then
+    --storage: the options of a command on one model's studies or presets of one hardware."""
+    return with_options([model_option, click.option("--hardware", help=hardware_help), *options, storage_option])

@@ -10,8 +10,9 @@ from dataclasses import replace
 import click
 
 from autotune.cli.options import (
-    ConcurrencyLevels, given_flags, json_option, measurement_options, model_option, sampling_options, search_models_option,
-    server_bin_option, storage_option, study_engine_option, study_objective_option, study_options, with_options,
+    ConcurrencyLevels, given_flags, json_option, measurement_options, model_hardware_options, model_option,
+    sampling_options, search_models_option, server_bin_option, storage_option, study_engine_option,
+    study_objective_option, study_options, with_options,
 )
 from autotune.cli.output import best_text, category_table, confirmation_table, trials_table
 from autotune.race.race import DEFAULT_BUDGET
@@ -225,11 +226,9 @@ def trials(model, hardware, engine, objective, concurrency, run, storage, as_jso
 
 
 @click.command()
-@model_option
-@click.option("--hardware", help="Hardware key of the studies (default: this machine's).")
-@click.option("--keep", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Runs whose race finished to keep of each study.")
-@storage_option
+@model_hardware_options("Hardware key of the studies (default: this machine's).",
+                        click.option("--keep", type=click.IntRange(min=1), default=1, show_default=True,
+                                     help="Runs whose race finished to keep of each study."))
 def prune(model, hardware, keep, storage):
     """Delete MODEL's old runs: of each of its studies on this hardware, every run older than the newest
     KEEP whose race finished. Runs newer than those stay (a search may be writing one), and a study

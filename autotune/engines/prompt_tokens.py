@@ -12,6 +12,7 @@ the very same tokens, and the context check needs no server.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Iterable
 
 from autotune.llamacpp.bindings import LoadedModel
 from autotune.errors import UsageError
@@ -43,6 +44,11 @@ class PromptTokens:
                 f"a context of {len(tokens) + max_tokens}, above the search space's context_size {self.context_size}"
             )
         return tokens
+
+    def mix_tokens(self, path: Path, mix: Iterable[Prompt], max_tokens: int) -> list[tuple[Prompt, list[int]]]:
+        """Each prompt of `mix` with its tokens on `path`'s vocabulary: the check, before any trial
+        (an engine's `prepare`) and again at each (its `measure`), that every prompt fits the context."""
+        return [(prompt, self.tokens(path, prompt, max_tokens)) for prompt in mix]
 
     def close(self) -> None:
         for model in self._models.values():

@@ -149,8 +149,7 @@ class PythonEngine(Engine):
         self.load(config)
         if config.spec_type in DFLASH_TYPES:
             self.dflash_pair(config)  # a draft that cannot feed on this target fails here, before any trial
-        for prompt in mix:
-            self._prompts.tokens(config.target, prompt, max_tokens)
+        self._prompts.mix_tokens(config.target, mix, max_tokens)
 
     def measure(
         self,
@@ -164,7 +163,7 @@ class PythonEngine(Engine):
         self.load(config)
         self._max_tokens = max_tokens
         generate = self._generator(config)
-        prompts = [(prompt, self._prompts.tokens(config.target, prompt, max_tokens)) for prompt in mix]
+        prompts = self._prompts.mix_tokens(config.target, mix, max_tokens)
         generate(prompts[0][0], prompts[0][1], min(WARMUP_TOKENS, max_tokens))
         results = []
         for index, (prompt, tokens) in enumerate(prompts):

@@ -131,8 +131,7 @@ class ServerEngine(Engine):
         for path in {config.target, config.draft} - {None}:
             if not path.is_file():
                 raise ModelFileError(f"model file not found: {path}")
-        for prompt in mix:
-            self._prompts.tokens(config.target, prompt, max_tokens)
+        self._prompts.mix_tokens(config.target, mix, max_tokens)
 
     def measure(
         self,
@@ -144,7 +143,7 @@ class ServerEngine(Engine):
         deadline_s: float | None = None,  # checked between prompts by on_prompt's caller
     ) -> Measurement:
         self._stop_margin_server()  # never two servers (and two copies of the weights) at once
-        prompts = [(prompt, self._prompts.tokens(config.target, prompt, max_tokens)) for prompt in mix]
+        prompts = self._prompts.mix_tokens(config.target, mix, max_tokens)
         self.last_log_tail, self.last_log_errors = "", []
         self.last_argv = self.argv(config)
         launched = time.perf_counter()

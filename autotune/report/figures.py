@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
+from typing import Callable
 
 import optuna
 import plotly.graph_objects as go
@@ -329,13 +330,19 @@ def _slug(text: str) -> str:
     return "".join(c if c.isalnum() else "-" for c in text.lower()).strip("-").replace("--", "-")
 
 
-_DRAW = {
-    "history": _history,
-    "spec-types": _spec_types,
-    "param": _param,
-    "category-speedup": _category_speedup,
-    "acceptance": _acceptance,
-    "importance": _importance,
-    "pareto": _pareto,
-    "concurrency": lambda view, curve: plotly_load(curve, spec_type_colors(view)),
-}
+def _concurrency(view: StudyView, curve) -> go.Figure:
+    return plotly_load(curve, spec_type_colors(view))
+
+
+#: The eight kinds of figure (Panel.kind), the one registry both renderers read: each module draws a kind
+#: with its function named after it (`_history`, `_spec_types`, ...): plotly here, matplotlib in png.py.
+KINDS = ("history", "spec-types", "param", "category-speedup", "acceptance", "importance", "pareto", "concurrency")
+
+
+def drawers(namespace: dict[str, object]) -> dict[str, Callable]:
+    """A renderer's kind -> draw function table, from its module's `globals()`: `_<kind>` (dashes as
+    underscores) for each of KINDS; a missing one fails at import."""
+    return {kind: namespace["_" + kind.replace("-", "_")] for kind in KINDS}
+
+
+_DRAW = drawers(globals())

@@ -181,13 +181,8 @@ def _baseline_lines(axes, view: StudyView) -> None:
                      label=f.baseline_label(target, value, count))
 
 
-_DRAW = {
-    "history": _history,
-    "spec-types": _spec_types,
-    "param": _param,
-    "category-speedup": _category_speedup,
-    "acceptance": _acceptance,
-    "importance": _importance,
-    "pareto": _pareto,
-    "concurrency": lambda view, curve: matplotlib_load(curve, f.spec_type_colors(view)),
-}
+def _concurrency(view: StudyView, curve):
+    return matplotlib_load(curve, f.spec_type_colors(view))
+
+
+_DRAW = f.drawers(globals())

@@ -51,6 +51,8 @@ import gguf
 
 __all__ = [
     "TINY_SPACE",
+    "TINY_SPEC_TYPES",
+    "tiny_space",
     "SPECIAL_TOKENS",
     "UNK_ID",
     "BOS_ID",
@@ -66,21 +68,30 @@ __all__ = [
     "write_dspark_draft",
 ]
 
-#: A search space over the models the tests write here (tiny-target.gguf and a draft named by `{draft}`).
-TINY_SPACE = """
-[model]
-name = "tiny"
-target = "tiny-target.gguf"
-draft = "{draft}"
-context_size = 512
+#: The spec types of the tiny search space, each with its parameters' [low, high].
+TINY_SPEC_TYPES: dict[str, dict[str, tuple[int, int]]] = {
+    "draft-simple": {"draft_n_max": (1, 6)},
+    "ngram-simple": {"ngram_simple_size_n": (1, 3), "ngram_simple_size_m": (2, 8)},
+}
 
-[spec_types.draft-simple]
-draft_n_max = [1, 6]
 
-[spec_types.ngram-simple]
-ngram_simple_size_n = [1, 3]
-ngram_simple_size_m = [2, 8]
-"""
+def tiny_space(draft: str = "tiny-draft.gguf", *, spec_types: dict[str, dict[str, tuple[int, int]]] | None = None,
+               base_flags: str | None = None, extra: str = "") -> str:
+    """The TOML of a search space over the models the tests write here (tiny-target.gguf and `draft`):
+    TINY_SPEC_TYPES, or `spec_types` in their place; `base_flags` (a TOML list) under [model], `extra`
+    (a [runtime] table) at the end."""
+    lines = ["[model]", 'name = "tiny"', 'target = "tiny-target.gguf"', f'draft = "{draft}"', "context_size = 512"]
+    if base_flags:
+        lines.append(f"base_flags = {base_flags}")
+    for spec_type, params in (TINY_SPEC_TYPES if spec_types is None else spec_types).items():
+        lines += ["", f"[spec_types.{spec_type}]", *(f"{name} = [{low}, {high}]" for name, (low, high) in params.items())]
+    if extra:
+        lines += ["", extra]
+    return "\n" + "\n".join(lines) + "\n"
+
+
+#: The tiny search space with its draft left as `{draft}`, to `.format(draft=...)`.
+TINY_SPACE = tiny_space("{draft}")
 
 SPECIAL_TOKENS: tuple[str, ...] = ("<unk>", "<s>", "</s>", "<pad>", "<mask>")
 UNK_ID, BOS_ID, EOS_ID, PAD_ID, MASK_ID = range(len(SPECIAL_TOKENS))

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import re
-import textwrap
 
 import llama_cpp
 import pytest
@@ -111,16 +110,8 @@ def test_a_study_fails_the_trials_that_do_not_fit_and_goes_on(tmp_path, models_d
     target = models_dir / "tiny-target.gguf"
     (models_dir / big_draft.name).write_bytes(big_draft.read_bytes())
     space = tmp_path / "tiny.toml"
-    space.write_text(textwrap.dedent(f"""
-        [model]
-        name = "tiny"
-        target = "tiny-target.gguf"
-        draft = "{big_draft.name}"
-        context_size = 512
-
-        [spec_types.draft-simple]
-        draft_n_max = [1, 6]
-    """))
+    space.write_text(tiny_gguf.tiny_space(big_draft.name,
+                                          spec_types={"draft-simple": tiny_gguf.TINY_SPEC_TYPES["draft-simple"]}))
     with PythonEngine(context_size=512, threads=1) as probe:
         monkeypatch.setenv("AUTOTUNE_MEMORY_BUDGET_GIB", str(fitting_budget_gib(probe, target, models_dir / big_draft.name)))
     result = CliRunner().invoke(cli, ["search", "--strategy", "measure", "--model", "tiny", "--space", str(space), "--models-dir", str(models_dir),

@@ -5,7 +5,6 @@ opened in a real headless Chromium."""
 from __future__ import annotations
 
 import re
-import textwrap
 from dataclasses import dataclass
 from html import escape
 from pathlib import Path
@@ -23,25 +22,15 @@ from autotune.race.race import RaceBudget
 from autotune.spec.command import ServerCommand
 from autotune.study.catalog import study_name
 from autotune.testing.browser import find_chromium, headless_chromium
+from autotune.testing.tiny_gguf import TINY_SPEC_TYPES, tiny_space
 
 TrialState = optuna.trial.TrialState
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
-SPACE = """
-[model]
-name = "tiny"
-target = "tiny-target.gguf"
-draft = "tiny-draft.gguf"
-context_size = 512
-
-[spec_types.draft-simple]
-draft_n_max = [1, 6]
-
-[spec_types.ngram-simple]
-ngram_simple_size_n = [1, 2]
-ngram_simple_size_m = [2, 8]
-"""
+#: the tiny space with ngram-simple's n in [1, 2]
+SPACE = tiny_space(spec_types={**TINY_SPEC_TYPES, "ngram-simple": {**TINY_SPEC_TYPES["ngram-simple"],
+                                                                   "ngram_simple_size_n": (1, 2)}})
 
 
 @dataclass(frozen=True)
@@ -62,7 +51,7 @@ def reports(tmp_path_factory, tiny_dir) -> Reports:
     root = tmp_path_factory.mktemp("report")
     storage = f"sqlite:///{root / 'autotune.db'}"
     space = root / "tiny.toml"
-    space.write_text(textwrap.dedent(SPACE))
+    space.write_text(SPACE)
     with pytest.MonkeyPatch.context() as env:
         env.setenv("AUTOTUNE_HOME", str(root / "home"))
         for var in ("AUTOTUNE_STORAGE", "AUTOTUNE_MODELS_DIR", "AUTOTUNE_DEBUG"):
@@ -271,7 +260,7 @@ def test_every_figure_renders_in_headless_chromium_without_console_errors(report
             browser.screenshot(ARTIFACTS / f"report-{kind}.png")
             by_slug = {f["slug"]: f for f in figures}
             assert set(by_slug) == {p.stem for p in pngs}, kind  # the page shows every figure written as PNG
-            for slug, figure in by_slug.items():
+            for figure in by_slug.values():
                 assert figure["drawn"] and figure["marks"] > 0, (kind, figure)
             errors = [entry for entry in browser.console() if entry["level"] in ("SEVERE", "ERROR")]
             assert not errors, errors

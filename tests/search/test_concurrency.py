@@ -9,7 +9,6 @@ import os
 import sqlite3
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import llama_cpp
@@ -116,28 +115,11 @@ def test_two_streams_run_at_once_on_two_slots_with_the_context_per_slot(target):
 # -- runtime flags ------------------------------------------------------------------------------------
 
 
-RUNTIME_SPACE = """
-[model]
-name = "tiny"
-target = "tiny-target.gguf"
-draft = "tiny-draft.gguf"
-context_size = 512
-
-[spec_types.ngram-simple]
-ngram_simple_size_n = [1, 3]
-ngram_simple_size_m = [2, 8]
-
-[runtime]
-{runtime}
-"""
-
-
 def runtime_space(tmp_path: Path, runtime: str, base_flags: str = "") -> Path:
+    """The tiny space, ngram-simple alone, with this [runtime] table (and `base_flags`)."""
     path = tmp_path / "tiny.toml"
-    text = RUNTIME_SPACE.format(runtime=runtime)
-    if base_flags:
-        text = text.replace("context_size = 512", f"context_size = 512\nbase_flags = {base_flags}")
-    path.write_text(textwrap.dedent(text))
+    path.write_text(tiny_gguf.tiny_space(spec_types={"ngram-simple": tiny_gguf.TINY_SPEC_TYPES["ngram-simple"]},
+                                         base_flags=base_flags, extra=f"[runtime]\n{runtime}"))
     return path
 
 

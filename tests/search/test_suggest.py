@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import textwrap
 import tomllib
 import warnings
 from pathlib import Path
@@ -13,30 +12,19 @@ import pytest
 from autotune.models.candidates import Candidates
 from autotune.search.measured import suggest_config
 from autotune.spec.space import parse_space
+from autotune.testing.tiny_gguf import tiny_space
 
-SPACE = """
-[model]
-name = "bounded"
-target = "t.gguf"
-draft = "d.gguf"
-context_size = 512
-
-[spec_types.draft-simple]
-draft_n_max = [1, 6]
-draft_n_min = [3, 5]
-
-[spec_types.ngram-simple]
-ngram_simple_size_n = [1, 6]
-ngram_simple_size_m = [2, 8]
-"""
-CANDIDATES = Candidates(targets=(Path("t.gguf"),), pairs={"draft-simple": ((Path("t.gguf"), Path("d.gguf")),)})
+#: the tiny space with draft-simple's n-min bounded by its n-max, and ngram-simple's m by its n
+SPACE = tiny_space(spec_types={"draft-simple": {"draft_n_max": (1, 6), "draft_n_min": (3, 5)},
+                               "ngram-simple": {"ngram_simple_size_n": (1, 6), "ngram_simple_size_m": (2, 8)}})
+TARGET, DRAFT = Path("tiny-target.gguf"), Path("tiny-draft.gguf")
+CANDIDATES = Candidates(targets=(TARGET,), pairs={"draft-simple": ((TARGET, DRAFT),)})
 
 
 def space(tmp_path):
-    path = tmp_path / "bounded.toml"
-    text = textwrap.dedent(SPACE)
-    path.write_text(text)
-    return parse_space(path, tomllib.loads(text))
+    path = tmp_path / "tiny.toml"
+    path.write_text(SPACE)
+    return parse_space(path, tomllib.loads(SPACE))
 
 
 def proposals(tmp_path, sampler: optuna.samplers.BaseSampler, n: int) -> list[tuple[dict, dict]]:
