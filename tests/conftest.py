@@ -27,6 +27,8 @@ def autotune_home(tmp_path, monkeypatch) -> Path:
     monkeypatch.setenv("AUTOTUNE_HOME", str(home))
     monkeypatch.setenv("AUTOTUNE_LOCK_DIR", str(tmp_path / "device-locks"))  # this test's workers only
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-hub-cache"))  # never the user's hub cache
+    monkeypatch.setenv("LLAMA_CACHE", str(tmp_path / "llama-cache"))  # nor llama.cpp's downloads
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))  # nor any other cache under the user's
     # huggingface_hub reads HF_HUB_OFFLINE once, at import: a test that set it must not leave later
     # tests' downloads (from LocalHubEndpoint) offline; autotune itself reads the variable each time.
     from huggingface_hub import constants

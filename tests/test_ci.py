@@ -4,6 +4,7 @@ test sees the caller's settings."""
 
 from __future__ import annotations
 
+import glob
 import os
 import re
 import shutil
@@ -93,17 +94,26 @@ def test_ci_runs_readmes_test_command_character_for_character_under_ci_true():
     assert set(re.findall(r"missing\+=\((\S+)\)", script)) == {"chromium", "chromium-driver", "postgresql", "binutils"}
 
 
-#: A stand-in for each program `.ci/run` calls that would install or test for real: it logs its name and
-#: arguments, and fails when they are the ones FAILING names.
+#: A stand-in for each program `.ci/run` calls that would install or test for real: it logs the CI it was
+#: run under, its name and its arguments, and fails when they are the ones FAILING names. (No `basename`:
+#: the script runs on a PATH of the stand-ins and the two tools it needs.)
 STAND_IN = """#!/bin/sh
-echo "$(basename "$0") $*" >> "$CALLS"
-[ "$(basename "$0") $*" != "$FAILING" ]
+printf '%s\\t%s\\n' "$CI" "${0##*/} $*" >> "$CALLS"
+[ "${0##*/} $*" != "$FAILING" ]
 """
+
+#: What `.ci/run` asks apt-get for on a PATH without chromium, chromedriver and objdump (its stand-ins'):
+#: those three, and postgresql where this machine has none.
+MISSING = ["chromium", "chromium-driver", *([] if glob.glob("/usr/lib/postgresql/*/bin/initdb") else ["postgresql"]),
+           "binutils"]
+APT = ["apt-get update -qq", f"apt-get install -y -qq {' '.join(MISSING)}"]
 
 
 def run_ci_with_stand_ins(tmp_path: Path, failing: str) -> tuple[int, list[str]]:
-    """A copy of the real `.ci/run`, run with python3, python and apt-get replaced by STAND_IN on PATH:
-    its exit code and the stand-ins' calls, in order. Nothing is installed, tested or built."""
+    """A copy of the real `.ci/run`, run with python3, python and apt-get replaced by STAND_IN, on a PATH of
+    those and the tools the script itself needs (dirname, ls), so chromium, chromedriver and objdump are
+    missing on any machine and apt-get is called: its exit code and the stand-ins' calls, in order, each
+    made with CI=true (the script's own: it is run with CI empty). Nothing is installed, tested or built."""
     checkout = tmp_path / "checkout"
     (checkout / ".ci").mkdir(parents=True)
     shutil.copy(ROOT / ".ci" / "run", checkout / ".ci" / "run")
@@ -112,13 +122,18 @@ def run_ci_with_stand_ins(tmp_path: Path, failing: str) -> tuple[int, list[str]]
     for name in ("python3", "python", "apt-get"):
         (stand_ins / name).write_text(STAND_IN)
         (stand_ins / name).chmod(stat.S_IRWXU)
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    for name in ("dirname", "ls"):
+        (tools / name).symlink_to(shutil.which(name))
     calls = tmp_path / "calls"
     calls.touch()
-    env = {**os.environ, "PATH": f"{stand_ins}{os.pathsep}{os.environ['PATH']}", "CALLS": str(calls),
-           "FAILING": failing}
-    done = subprocess.run(["bash", str(checkout / ".ci" / "run")], env=env, capture_output=True, text=True,
-                          timeout=60)
-    return done.returncode, [line for line in calls.read_text().splitlines() if not line.startswith("apt-get")]
+    env = {**os.environ, "PATH": f"{stand_ins}{os.pathsep}{tools}", "CALLS": str(calls), "FAILING": failing, "CI": ""}
+    done = subprocess.run([shutil.which("bash"), str(checkout / ".ci" / "run")], env=env, capture_output=True,
+                          text=True, timeout=60)
+    logged = [line.split("\t", 1) for line in calls.read_text().splitlines()]
+    assert [ci for ci, _ in logged] == ["true"] * len(logged), (logged, done.stderr)
+    return done.returncode, [call for _, call in logged]
 
 
 README_RUN = ["python3 -m autotune.install test", "python -m pytest -q"]
@@ -126,10 +141,12 @@ DOCS_BUILD = ["python -m pip install -q -e .[docs]", "python -m mkdocs build --s
 
 
 @pytest.mark.parametrize("failing, reached", [
-    ("python3 -m autotune.install test", README_RUN[:1]),
-    ("python -m pytest -q", README_RUN),
-    ("python -m mkdocs build --strict", README_RUN + DOCS_BUILD),
-], ids=["install", "pytest", "docs"])
+    (APT[0], APT[:1]),
+    (APT[1], APT),
+    ("python3 -m autotune.install test", APT + README_RUN[:1]),
+    ("python -m pytest -q", APT + README_RUN),
+    ("python -m mkdocs build --strict", APT + README_RUN + DOCS_BUILD),
+], ids=["apt-get-update", "apt-get-install", "install", "pytest", "docs"])
 def test_ci_fails_where_any_step_fails_and_goes_no_further(tmp_path, failing, reached):
     returncode, calls = run_ci_with_stand_ins(tmp_path, failing)
     assert returncode != 0
@@ -137,16 +154,22 @@ def test_ci_fails_where_any_step_fails_and_goes_no_further(tmp_path, failing, re
 
 
 def test_ci_passes_when_every_step_passes(tmp_path):
-    assert run_ci_with_stand_ins(tmp_path, failing="") == (0, README_RUN + DOCS_BUILD)
+    assert run_ci_with_stand_ins(tmp_path, failing="") == (0, APT + README_RUN + DOCS_BUILD)
 
 
 #: A developer's settings, each of which would change what the tests run: the GPUs, llama.cpp's build
-#: flags, autotune's storage, a llama-server flag, the llama-server autotune runs, a preloaded library, and
-#: those read once at import (the libllama llama_cpp loads, OpenMP's thread pool, huggingface_hub's folders).
+#: flags, autotune's storage, a llama-server flag, the llama-server autotune runs, a preloaded library, the
+#: options of the pytest runs the tests start, the caches, and those read once at import (the libllama
+#: llama_cpp loads, OpenMP's thread pool, huggingface_hub's folders: HF_HOME, its hub cache under its old
+#: name, and the cache folder both default to).
 CALLERS_SETTINGS = {"CUDA_VISIBLE_DEVICES": "7", "CMAKE_ARGS": "-DGGML_CUDA=ON",
                     "AUTOTUNE_STORAGE": "sqlite:////nowhere.db", "LLAMA_ARG_THREADS": "1", SERVER_BINARY_ENV: "/bin/false",
                     "LD_PRELOAD": "/nowhere/libfast.so", "LLAMA_CPP_LIB_PATH": "/nowhere/libllama",
-                    "OMP_NUM_THREADS": "1", "HF_HOME": "/nowhere/hf-home"}
+                    "OMP_NUM_THREADS": "1", "HF_HOME": "/nowhere/hf-home", "PYTEST_ADDOPTS": "-p no:cacheprovider",
+                    "HUGGINGFACE_HUB_CACHE": "/nowhere/hub-cache", "LLAMA_CACHE": "/nowhere/llama-cache",
+                    "XDG_CACHE_HOME": "/nowhere/cache"}
+#: Those of them tests/conftest.py points at each test's own folders (the rest are gone).
+OWN_FOLDERS = ("LLAMA_CACHE", "XDG_CACHE_HOME")
 
 
 def test_a_test_sees_none_of_the_callers_settings(tmp_path):
@@ -168,8 +191,9 @@ def test_a_test_sees_none_of_the_callers_settings(tmp_path):
     assert "1 passed" in result.stdout
 
 
-def test_the_environment_a_test_sees():
-    assert [name for name in CALLERS_SETTINGS if name in os.environ] == []
+def test_the_environment_a_test_sees(tmp_path):
+    assert [name for name in CALLERS_SETTINGS if name in os.environ and name not in OWN_FOLDERS] == []
+    assert [name for name in OWN_FOLDERS if not Path(os.environ[name]).is_relative_to(tmp_path)] == []
     assert shutil.which("llama-server") is None
     assert not [folder for folder in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep)
                 if folder and Path(folder, "libllama.so").exists()]
@@ -178,4 +202,6 @@ def test_the_environment_a_test_sees():
     # What was read at import, before any test ran: llama_cpp loaded a libllama (from its own package, not
     # the caller's folder, where there is none), and huggingface_hub's folders are not the caller's.
     assert not Path(llama_cpp.llama_cpp._lib._name).is_relative_to(CALLERS_SETTINGS["LLAMA_CPP_LIB_PATH"])
-    assert not Path(huggingface_hub.constants.HF_HOME).is_relative_to(CALLERS_SETTINGS["HF_HOME"])
+    for folder in (huggingface_hub.constants.HF_HOME, huggingface_hub.constants.HF_HUB_CACHE):
+        assert not [name for name in ("HF_HOME", "HUGGINGFACE_HUB_CACHE", "XDG_CACHE_HOME")
+                    if Path(folder).is_relative_to(CALLERS_SETTINGS[name])], folder

@@ -1,6 +1,8 @@
 """The environment the tests run in: without the variables and PATH entries that would change what they
 run, so a developer's shell (a llama-server on PATH, AUTOTUNE_LLAMA_SERVER, CUDA_VISIBLE_DEVICES,
-CMAKE_ARGS, LLAMA_CPP_LIB_PATH, OMP_NUM_THREADS, HF_HOME, ...) gives the same suite as CI.
+CMAKE_ARGS, LLAMA_CPP_LIB_PATH, OMP_NUM_THREADS, HF_HOME, XDG_CACHE_HOME, PYTEST_ADDOPTS, ...) gives the
+same suite as CI. (pytest has read PYTEST_ADDOPTS before the scrub: it is kept from the pytest runs the
+tests start, not from the one the caller started.)
 
 tests/conftest.py calls `scrub_environment` when pytest imports it, before anything of autotune, llama_cpp
 or huggingface_hub is imported: several of these variables are read once, at import (llama_cpp loads the
@@ -25,8 +27,13 @@ from autotune.llamacpp.server_binary import SERVER_BINARY_NAME
 #: ggml (GGML_*), by OpenMP (OMP_*: its thread pool) and by huggingface_hub (HF_*: the hub, its token, its
 #: cache).
 PREFIXES = ("AUTOTUNE_", "LLAMA_ARG_", "LLAMA_CPP_", "GGML_", "OMP_", "HF_")
-#: Whole names: the GPUs a process sees, llama.cpp's build flags and compilers, libraries the loader adds.
-NAMES = ("CUDA_VISIBLE_DEVICES", "CMAKE_ARGS", *BUILD_ENV, "LD_PRELOAD")
+#: Whole names: the GPUs a process sees, llama.cpp's build flags and compilers, libraries the loader adds,
+#: the options a pytest the tests start would add (PYTEST_ADDOPTS), and the caches: huggingface_hub's old
+#: name for its own (read at import, as HF_HUB_CACHE is), llama.cpp's downloads (LLAMA_CACHE) and the user's
+#: cache folder every one of them defaults to (XDG_CACHE_HOME: huggingface_hub reads it at import too).
+#: tests/conftest.py points XDG_CACHE_HOME, LLAMA_CACHE and HF_HUB_CACHE at each test's own folders.
+NAMES = ("CUDA_VISIBLE_DEVICES", "CMAKE_ARGS", *BUILD_ENV, "LD_PRELOAD", "PYTEST_ADDOPTS", "HUGGINGFACE_HUB_CACHE",
+         "LLAMA_CACHE", "XDG_CACHE_HOME")
 #: How llama.cpp's shared libraries are named (libllama.so, libggml-cpu.so, ...).
 LLAMA_CPP_LIBRARIES = ("libllama", "libggml")
 

@@ -1,9 +1,11 @@
-"""Processes in tests: which llama-server processes a test left behind (found in /proc), autotune
-started as a terminal or a background script would start it, and the timed lines of its output."""
+"""Processes in tests: which llama-server processes a test left behind (found in /proc), the end of
+processes that are not the test's children (waited on, never timed), autotune started as a terminal or a
+background script would start it, and the timed lines of its output."""
 
 from __future__ import annotations
 
 import os
+import select
 import subprocess
 import sys
 import threading
@@ -25,6 +27,46 @@ def our_llama_servers() -> set[int]:
         if comm == "llama-server" and ppid == os.getpid():
             pids.add(int(entry))
     return pids
+
+
+#: How long `wait_for_exits` waits before it gives up: a bound on a hang (a test must end), never the
+#: assertion, which is that the processes ended, whenever that was.
+HANG_GUARD_S = 600.0
+
+
+def watch_exits(pids) -> dict[int, int | None]:
+    """A pidfd for each of `pids` (processes that need not be this one's children: a worker or a server
+    that autotune started), opened now, while the pid still names that process; None for one that has
+    already ended. `wait_for_exits` waits on them; it closes them."""
+    watched: dict[int, int | None] = {}
+    for pid in pids:
+        try:
+            watched[pid] = os.pidfd_open(pid)
+        except ProcessLookupError:
+            watched[pid] = None
+    return watched
+
+
+def wait_for_exits(watched: dict[int, int | None], hang_guard_s: float = HANG_GUARD_S) -> list[int]:
+    """Wait until every process `watch_exits` watched has ended (the kernel makes its pidfd readable when
+    it does: an event, not a poll of the clock), and close the pidfds. Returns the pids still running,
+    none unless the wait ran into `hang_guard_s`."""
+    poller = select.poll()
+    waiting = {fd: pid for pid, fd in watched.items() if fd is not None}
+    for fd in waiting:
+        poller.register(fd, select.POLLIN)
+    deadline = time.monotonic() + hang_guard_s
+    try:
+        while waiting and time.monotonic() < deadline:
+            for fd, _ in poller.poll(max(0.0, deadline - time.monotonic()) * 1000):
+                poller.unregister(fd)
+                del waiting[fd]
+        return sorted(waiting.values())
+    finally:
+        for fd in watched.values():
+            if fd is not None:
+                os.close(fd)
+        watched.clear()
 
 
 _EXEC_AUTOTUNE = (

@@ -55,14 +55,19 @@ def test_search_on_a_target_file_makes_a_study_that_best_and_trials_read(models_
     assert len(json.loads(run("trials", "--model", "tiny-qwen3-a-s0", "--json").stdout)) == len(rows)
 
 
+#: The searches: the default one (predict), which measures the baseline's pace first, and the measured one.
+SEARCHES = ["search", "search --strategy measure"]
+
+
+@pytest.mark.parametrize("command", SEARCHES)
 @pytest.mark.parametrize("argv, message", [
     (["--target", "{dir}/missing.gguf"], "model file not found"),
     (["--target", "{dir}/tiny-target.gguf", "--draft", "{dir}/tiny-otherwords.gguf"], "cannot draft for"),
     (["--draft", "{dir}/tiny-draft.gguf", "--model", "gemma3-270m"], "--draft needs --target"),
     ([], "name a model: --model NAME"),
 ])
-def test_bad_ad_hoc_input_is_one_line_exit_2_and_nothing_written(models_dir, autotune_home, argv, message):
-    result = run("search", "--strategy", "measure", *[a.format(dir=models_dir) for a in argv], "--trials", "2", ok=False)
-    assert result.exit_code == 2
-    assert message in result.output and len(result.output.strip().splitlines()) == 1
+def test_bad_ad_hoc_input_is_one_line_exit_2_and_nothing_written(models_dir, autotune_home, command, argv, message):
+    result = run(*command.split(), *[a.format(dir=models_dir) for a in argv], "--trials", "2", ok=False)
+    assert result.exit_code == 2, result.output
+    assert message in result.output and len(result.output.strip().splitlines()) == 1, result.output
     assert not (autotune_home / "autotune.db").exists()

@@ -26,7 +26,7 @@ from autotune.measure.prompts import Prompt, PromptMix
 from autotune.search.measured._references import requeue_stale_trial
 from autotune.spec.config import SpecConfig
 from autotune.testing.database import studies_in
-from autotune.testing.processes import start_autotune
+from autotune.testing.processes import start_autotune, wait_for_exits, watch_exits
 
 # ~250 ms a prompt on one thread here: long enough for a signal or a deadline to land mid-prompt
 LONG_MIX = PromptMix("test", tuple(Prompt(f"p{i}", "qa", "The quick brown fox jumps over the lazy dog.")
@@ -186,19 +186,28 @@ def test_close_ends_the_worker(target):
     assert engine.worker_pid is None and not alive(worker)
 
 
-@pytest.mark.parametrize("extra, space_line, needle", [
-    (["--max-tokens", "400"], "", "above the search space's context_size 512"),  # found by the worker's prepare
-    ([], 'base_flags = ["--mlock"]', "cannot apply '--mlock'"),  # refused before any worker starts
-])
-def test_bad_input_is_a_one_line_usage_error_before_any_study(tiny_space, models_dir, autotune_home, extra,
+#: What measuring prints (a pace, a trial, a race): a bad input must end before any of it. (The mix's note,
+#: "measuring the bundled continuation mix", says what will be measured, not that anything was.)
+MEASURING = ("measuring the baseline", "calibrat", "race round", "[1/", "tok/s")
+
+
+@pytest.mark.parametrize("command, extra, space_line, needle", [
+    # found by the worker's prepare; the default strategy measures the baseline's pace first: not before this
+    *[(command, ["--max-tokens", "400"], "", "above the search space's context_size 512")
+      for command in ("search", "search --strategy measure")],
+    # the python engine's refusal, before any worker starts (the default strategy measures its pace on llama-server)
+    ("search --strategy measure", [], 'base_flags = ["--mlock"]', "cannot apply '--mlock'"),
+], ids=["max-tokens-default", "max-tokens-measure", "mlock-measure"])
+def test_bad_input_is_a_one_line_usage_error_before_any_study(tiny_space, models_dir, autotune_home, command, extra,
                                                               space_line, needle):
     tiny_space.write_text(tiny_space.read_text().replace("context_size = 512", f"context_size = 512\n{space_line}"))
-    result = CliRunner().invoke(cli, ["search", "--strategy", "measure", "--model", "tiny", "--space", str(tiny_space), "--models-dir",
-                                      str(models_dir), *extra])
+    result = CliRunner().invoke(cli, [*command.split(), "--model", "tiny", "--space", str(tiny_space),
+                                      "--models-dir", str(models_dir), *extra])
     assert result.exit_code == 2, result.output
     *notes, line = result.output.strip().splitlines()  # notes (the base model's mix) may come first
     assert line.startswith("autotune: error: ") and needle in line
     assert all(note.startswith("autotune: ") and "error" not in note for note in notes)
+    assert not [word for word in MEASURING if word.lower() in result.output.lower()], result.output
     assert studies_in(autotune_home / "autotune.db") == 0
     assert not workers_of(os.getpid())
 
@@ -256,20 +265,25 @@ def test_a_study_whose_worker_is_killed_finishes_with_every_trial_accounted_for(
 
 
 def measuring_trial(home: Path, number: int) -> bool:
-    """Whether trial `number` or a later one of the study in `home` is being measured: RUNNING, with everything the
-    tuner stores before it measures (its model files' revisions come last). Read-only SQL, so the test
-    never creates the tables autotune is about to create."""
+    """Whether trial `number` or a later one of the study in `home` is being measured (`trial_measured`)."""
+    return trial_measured(home, number) is not None
+
+
+def trial_measured(home: Path, number: int = 0) -> int | None:
+    """The trial, `number` or a later one, of the study in `home` being measured: RUNNING, with everything the
+    tuner stores before it measures (its model files' revisions come last); None when none is. Read-only SQL,
+    so the test never creates the tables autotune is about to create."""
     database = home / "autotune.db"
     if not database.exists():
-        return False
+        return None
     try:
         with contextlib.closing(sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=5)) as db:
             row = db.execute(
-                "SELECT 1 FROM trials t JOIN trial_user_attributes a ON a.trial_id = t.trial_id "
+                "SELECT min(t.number) FROM trials t JOIN trial_user_attributes a ON a.trial_id = t.trial_id "
                 "WHERE t.number >= ? AND t.state = 'RUNNING' AND a.key = 'model_revisions'", (number,)).fetchone()
     except sqlite3.OperationalError:
-        return False  # the tables are not there yet
-    return row is not None
+        return None  # the tables are not there yet
+    return None if row is None else row[0]
 
 
 def wait_for(condition, what: str, timeout_s: float = 60) -> None:
@@ -279,39 +293,54 @@ def wait_for(condition, what: str, timeout_s: float = 60) -> None:
         time.sleep(0.05)
 
 
-def interrupted_search(tiny_space, models_dir, autotune_home, *, sigint: str, signals: list[int]) -> tuple[int, str, list]:
-    """Start a 5-trial search, wait until a trial after the baseline is being measured, send each of
-    `signals` to its process group a second apart; return its exit code, stderr and the processes it
-    had started."""
+def interrupted_search(tiny_space, models_dir, autotune_home, *, sigint: str,
+                       signals: list[int]) -> tuple[int, str, dict[int, int | None], list[int]]:
+    """Start a 5-trial search; once a trial after the baseline is being measured and its worker decodes,
+    send the first of `signals` to its process group; each next one once autotune, still running, has
+    gone on to measure a later trial (the one before changed nothing). Return its exit code, its stderr,
+    the processes it had started (watched: autotune.testing.processes.watch_exits) and the trial each
+    signal was sent during."""
     argv = ["search", "--strategy", "measure", "--model", "tiny", "--space", str(tiny_space), "--models-dir",
             str(models_dir), "--trials", "5", "--max-tokens", "200", "--per-category", "3", "--no-pruning", "--no-confirm"]
-    # 33 prompts: a trial on the tiny models lasts well past the 0.2 s the signal waits (11 ended first on a busy box)
     env = {**os.environ, "AUTOTUNE_HOME": str(autotune_home), "PYTHONUNBUFFERED": "1"}
     proc = start_autotune(argv, env=env, sigint=sigint, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL)
+    left: dict[int, int | None] = {}
+    during: list[int] = []
+
+    def decoding_in_a_trial(after: int) -> bool:
+        """Whether trial `after` or a later one is being measured and its worker decodes (inside a call,
+        not idle between two); if so, that trial's number is the next of `during`."""
+        number, workers = trial_measured(autotune_home, after), workers_of(proc.pid)
+        if number is None or len(workers) != 1 or process_state(workers[0]) != "R":
+            return False
+        during.append(number)
+        return True
+
     try:
-        wait_for(lambda: measuring_trial(autotune_home, 1), "a measurement after the baseline's")
-        left = descendant_pids(proc.pid)
-        assert workers_of(proc.pid)
         for sent, signum in enumerate(signals):
-            if sent:
-                time.sleep(1.0)
-                assert proc.poll() is None, f"autotune stopped on {signal.Signals(signals[sent - 1]).name}"
-                wait_for(lambda: measuring_trial(autotune_home, 1), "another measurement")
-            time.sleep(0.2)  # inside the generation: the worker is decoding
+            after = during[-1] + 1 if during else 1  # after the baseline; then after the trial signalled before
+            wait_for(lambda after=after: decoding_in_a_trial(after) or proc.poll() is not None,
+                     f"trial {after} or a later one measured, its worker decoding")
+            assert proc.poll() is None, (f"autotune stopped on {signal.Signals(signals[sent - 1]).name}" if sent
+                                         else "autotune ended before a trial after the baseline")
+            left.update(watch_exits(pid for pid in descendant_pids(proc.pid) if pid not in left))
             os.killpg(proc.pid, signum)
         proc.wait(timeout=60)
     finally:
         proc.kill()
-    return proc.returncode, proc.stderr.read(), left
+    return proc.returncode, proc.stderr.read(), left, during
 
 
-def assert_nothing_left_and_one_trial_interrupted(left: list[int], home: Path) -> None:
-    wait_for(lambda: not any(alive(pid) for pid in left), "the end of every process autotune started", 10)
+def assert_nothing_left_and_one_trial_interrupted(left: dict[int, int | None], home: Path,
+                                                  during: int) -> None:
+    """Every process autotune started has ended (waited for, not timed), and the trial measured when the
+    signal that stopped it came, or a later one, is the one interrupted: nothing started after it."""
+    assert wait_for_exits(left) == []
     trials = load(home).trials
     assert optuna.trial.TrialState.RUNNING not in [t.state for t in trials]
     (interrupted,) = [t for t in trials if t.user_attrs.get("interrupted")]
     assert interrupted.state == optuna.trial.TrialState.FAIL
-    assert interrupted.number == trials[-1].number >= 1  # the one being measured: nothing started after it
+    assert interrupted.number == trials[-1].number >= during >= 1
 
 
 @pytest.mark.slow
@@ -348,22 +377,24 @@ def test_after_the_baseline_killed_the_worker_no_trial_is_ranked_on_raw_tok_s(ti
 
 
 def test_ctrl_c_kills_the_worker_and_leaves_no_process_behind(tiny_space, models_dir, autotune_home):
-    code, stderr, left = interrupted_search(tiny_space, models_dir, autotune_home, sigint="default",
-                                            signals=[signal.SIGINT])
+    code, stderr, left, (during,) = interrupted_search(tiny_space, models_dir, autotune_home, sigint="default",
+                                                       signals=[signal.SIGINT])
     assert code == 130, stderr
     assert "autotune: interrupted by SIGINT" in stderr
     assert "Traceback" not in stderr
-    assert_nothing_left_and_one_trial_interrupted(left, autotune_home)
+    assert_nothing_left_and_one_trial_interrupted(left, autotune_home, during)
 
 
 def test_started_with_sigint_ignored_it_stays_deaf_to_ctrl_c_and_sigterm_stops_it(tiny_space, models_dir,
                                                                                    autotune_home):
     """A background job of a shell script has SIGINT ignored; autotune keeps that, as the README says."""
-    code, stderr, left = interrupted_search(tiny_space, models_dir, autotune_home, sigint="ignore",
-                                            signals=[signal.SIGINT, signal.SIGTERM])
+    code, stderr, left, (ignored, stopped) = interrupted_search(tiny_space, models_dir, autotune_home,
+                                                                 sigint="ignore", signals=[signal.SIGINT, signal.SIGTERM])
     assert code == 128 + signal.SIGTERM, stderr
-    assert "autotune: interrupted by SIGTERM" in stderr
-    assert_nothing_left_and_one_trial_interrupted(left, autotune_home)
+    assert "autotune: interrupted by SIGTERM" in stderr and "interrupted by SIGINT" not in stderr
+    assert_nothing_left_and_one_trial_interrupted(left, autotune_home, stopped)
+    deaf = load(autotune_home).trials[ignored]  # measured through Ctrl-C, to its end
+    assert deaf.state == optuna.trial.TrialState.COMPLETE and not deaf.user_attrs.get("interrupted")
 
 
 def _stale(study: optuna.Study, params: dict, **attrs) -> optuna.trial.FrozenTrial:

@@ -1,12 +1,14 @@
 """The race on real llama.cpp, each test driven to its outcome: an A/A race (the plain command against
 itself under another name) names no winner; a real, known difference (the plain command on two threads
-against one) is named within one round and printed from the round after the decision; a configuration
-as costly as the target leaves after the prompts that show it; whole rounds in-process. Figures are
-checked against the stored units, recomputed apart from the race's own bookkeeping. (The decision's
-error rates are checked on synthetic rounds: tests/race/test_simulated.py.)"""
+against one) is named at the look that proves it, in whichever round this machine's speed puts that, and
+printed from the round after the decision; a configuration as costly as the target leaves at the look that
+shows it; whole rounds in-process. Figures are checked against the stored units, recomputed apart from the
+race's own bookkeeping; what is asserted is what the race decides, never how fast this box is. (The
+decision's error rates are checked on synthetic rounds: tests/race/test_simulated.py.)"""
 
 from __future__ import annotations
 
+import math
 import shutil
 
 import pytest
@@ -45,6 +47,18 @@ def stored_ratio(confirmation: Confirmation, label: str, rounds: slice = slice(N
         a += sum(theirs[:len(ours)])
         b += sum(ours)
     return a / b
+
+
+def ratio_at_decision(confirmation: Confirmation, label: str, decided_by: str) -> float:
+    """A winner's point at its decision, from the stored units of the rounds before the one after it, as the
+    test that decided computes it: the per-prompt sequence's is their summed ratio (`stored_ratio`), the
+    stratified test's the geometric mean of the complete rounds' ratios."""
+    before = range(confirmation.after_decision_round)
+    if decided_by == "per-prompt sequence":
+        return stored_ratio(confirmation, label, slice(0, before.stop))
+    row = next(r for r in confirmation.configs if r.label == label)
+    complete = [r for r in before if len(row.decode_ms[r]) == len(confirmation.prompt_ids)]
+    return math.exp(sum(math.log(stored_ratio(confirmation, label, slice(r, r + 1))) for r in complete) / len(complete))
 
 
 @pytest.fixture
@@ -102,18 +116,24 @@ def test_a_real_difference_is_named_within_a_round_and_printed_from_the_round_af
         confirmation = race(engine, [Entrant("baseline", 0, one_thread), Entrant("trial", 1, two_threads)], demo_mix,
                             max_tokens=32, budget=RaceBudget(rounds=3), command=ServerCommand(2048),
                             on_look=looks.append)
-    assert confirmation.ended == WINNER and confirmation.decided_round == 0  # within one mix
+    # the decision and its direction, not how soon this box made it: the round it came in is the machine's
+    assert confirmation.ended == WINNER and confirmation.decided_round is not None
     winner = confirmation.winner
     assert winner is not None and winner.trial == 1 and winner.significant
-    assert looks[-1].prompts_done < len(demo_mix) or len(looks) <= len(demo_mix)  # it stopped inside the round
+    decided = confirmation.decided_round
+    assert looks[-1].round_ == decided and len(winner.decode_ms[decided]) == looks[-1].prompts_done  # no look after
     after = confirmation.after_decision_round
-    assert after == confirmation.decided_round + 1 and len(winner.decode_ms[after]) == len(demo_mix)
+    assert after == decided + 1 and len(winner.decode_ms[after]) == len(demo_mix)
     assert winner.speedup == pytest.approx(stored_ratio(confirmation, winner.label, slice(after, after + 1)), rel=1e-3)
-    assert winner.speedup_at_decision == pytest.approx(stored_ratio(confirmation, winner.label, slice(0, 1)), rel=1e-3)
-    assert winner.speedup > 1.2 and winner.speedup_ci[0] > 1.02  # two threads against one on a 2-core box
+    assert winner.speedup_at_decision == pytest.approx(ratio_at_decision(confirmation, winner.label, winner.decided_by),
+                                                       rel=1e-3)
+    assert winner.speedup_ci[0] > 1.02  # proven faster: above 1 + the minimum effect, as the race decides
     low, high = winner.speedup_ci  # the interval that decided, its point inside, at the level that decided
-    assert low <= winner.speedup_at_decision <= high and winner.decided_by == "per-prompt sequence"
-    assert winner.speedup_ci_level == pytest.approx(1 - 0.05 / 4)  # a quarter of the 5 % for the per-prompt test
+    assert low <= winner.speedup_at_decision <= high
+    # either test may prove it (the per-prompt sequence within a round, the stratified one over complete
+    # rounds): the level is the share of the 5 % of the one that did, a quarter for the per-prompt test
+    shares = {"per-prompt sequence": 1 / 4, "stratified rounds": 3 / 4}
+    assert winner.speedup_ci_level == pytest.approx(1 - 0.05 * shares[winner.decided_by])
     assert winner.replication_ci[0] < winner.speedup < winner.replication_ci[1]
     assert winner.ceiling is None or winner.ceiling >= 1.0  # no drafts: the counts bound nothing here
 
@@ -128,10 +148,11 @@ def test_a_configuration_as_costly_as_the_target_leaves_after_the_prompts_that_s
                             command=ServerCommand(2048))
     row = confirmation.configs[0]
     assert row.dropped and not row.significant and confirmation.winner is None
-    assert row.speedup < 0.8 and row.speedup_ci[1] < 1.02
-    assert len(row.decode_ms) == 1 and len(row.decode_ms[0]) < len(demo_mix)  # it left inside the first round
+    assert row.speedup <= row.speedup_ci[1] < 1.02  # it cannot be 1 + the minimum effect faster: what drops it
     assert row.speedup == pytest.approx(stored_ratio(confirmation, row.label), rel=1e-3)
     assert confirmation.ended == NONE_CAN_WIN
+    # it left at the look that showed it, and the race ended there: not a prompt was run after it
+    assert [len(r) for r in row.decode_ms] == [len(r) for r in confirmation.baselines[0].decode_ms]
 
 
 MIX = PromptMix("race", (Prompt("a", "code", "def add(a, b):\n    return"),

@@ -18,7 +18,7 @@ from click.testing import CliRunner
 
 from autotune.cli.main import cli
 from autotune.hardware import hardware_key
-from autotune.testing.processes import process_ids_named, start_autotune
+from autotune.testing.processes import process_ids_named, start_autotune, wait_for_exits, watch_exits
 
 
 def study(home: Path, suffix: str = "", engine: str = "python") -> optuna.Study:
@@ -55,10 +55,12 @@ def server_is_ready(pid: int) -> bool:
         return False
 
 
-def signal_a_server_run(argv, home: Path, models: Path, signum: int, window: str) -> subprocess.Popen:
+def signal_a_server_run(argv, home: Path, models: Path, signum: int,
+                        window: str) -> tuple[subprocess.Popen, dict[int, int | None]]:
     """Start `argv`, and once the second trial's llama-server is in `window` ("start-up": it exists but
     does not answer yet; "generation": it answers), send `signum` to autotune alone (a `timeout`, a
-    cron job's kill, a dropped ssh session), not to its group. Returns the finished process."""
+    cron job's kill, a dropped ssh session), not to its group. Returns the finished process and its
+    servers at the signal, watched (autotune.testing.processes.watch_exits)."""
     proc = start_autotune(argv, env=env_for(home), stderr=subprocess.PIPE, stdout=subprocess.DEVNULL)
     try:
         assert any(line.startswith("[1/") for line in proc.stderr), "the first trial did not finish"
@@ -69,11 +71,12 @@ def signal_a_server_run(argv, home: Path, models: Path, signum: int, window: str
             if servers and (window == "start-up") != server_is_ready(servers[0]):
                 break
             time.sleep(0.01)
+        watched = watch_exits(servers)
         os.kill(proc.pid, signum)
         proc.wait(timeout=60)
     finally:
         proc.kill()
-    return proc
+    return proc, watched
 
 
 @pytest.mark.parametrize("signum, window", [(signal.SIGINT, "generation"), (signal.SIGTERM, "start-up"),
@@ -84,11 +87,12 @@ def test_a_stop_signal_closes_the_running_trial_kills_the_server_and_the_study_r
         tiny_space, models_dir, autotune_home, signum, window):
     argv = search_args(tiny_space, models_dir, "--engine", "server", "--trials", "5", "--max-tokens", "48",
                        "--per-category", "4", "--no-pruning", "--baseline-every", "0", "--no-confirm")
-    proc = signal_a_server_run(argv, autotune_home, models_dir, signum, window)
+    proc, servers = signal_a_server_run(argv, autotune_home, models_dir, signum, window)
     stderr = proc.stderr.read()
     assert proc.returncode == 128 + signum, stderr
     assert f"autotune: interrupted by {signal.Signals(signum).name}" in stderr
-    assert not llama_servers_for(models_dir)
+    assert not llama_servers_for(models_dir)  # stopped before autotune exited
+    assert wait_for_exits(servers) == []
     trials = study(autotune_home, engine="server").trials
     assert [t.state for t in trials] == [optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL]
     assert trials[1].user_attrs["interrupted"]
@@ -106,12 +110,11 @@ def test_a_stop_signal_closes_the_running_trial_kills_the_server_and_the_study_r
 def test_autotune_killed_leaves_no_server_and_the_next_run_requeues_its_trial(tiny_space, models_dir, autotune_home):
     argv = search_args(tiny_space, models_dir, "--engine", "server", "--trials", "3", "--max-tokens", "48",
                        "--per-category", "4", "--no-pruning", "--baseline-every", "0", "--no-confirm")
-    proc = signal_a_server_run(argv, autotune_home, models_dir, signal.SIGKILL, "generation")
+    proc, servers = signal_a_server_run(argv, autotune_home, models_dir, signal.SIGKILL, "generation")
     assert proc.returncode == -signal.SIGKILL
-    deadline = time.monotonic() + 5
-    while llama_servers_for(models_dir):
-        assert time.monotonic() < deadline, "the server outlived autotune by 5 s"
-        time.sleep(0.05)
+    # the kernel kills the server as autotune dies (PR_SET_PDEATHSIG): waited for, however slow the box
+    assert servers and wait_for_exits(servers) == []
+    assert not llama_servers_for(models_dir)
     assert study(autotune_home, engine="server").trials[1].state == optuna.trial.TrialState.RUNNING
 
     done = subprocess.run([sys.executable, "-m", "autotune", *argv], env=env_for(autotune_home), capture_output=True,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
 import socket
 import sqlite3
@@ -18,14 +20,18 @@ from storage.leases import MISSED_BEATS, LeaseKey, LeaseStore
 
 KEY = LeaseKey("tiny", "CPU Test")
 
-#: a process that claims KEY without waiting, says what it got, then holds it until stdin closes
+#: a process that claims KEY without waiting, says what it got, then holds it until stdin closes; given a
+#: barrier (a pipe's read end, its third argument), it first opens the database, says "ready" and waits there
+#: until the pipe's write end closes, which wakes every process waiting on it at once
 HOLDER = textwrap.dedent("""
-    import sys, time
+    import os, sys
     from autotune.errors import LeaseLost
     from storage.leases import LeaseKey, LeaseStore
-    url, beat_s, start_at = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
+    url, beat_s, barrier = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
     store = LeaseStore(url)
-    time.sleep(max(0.0, start_at - time.time()))
+    if barrier >= 0:
+        print("ready", flush=True)
+        assert os.read(barrier, 1) == b""
     lease = store.try_claim(LeaseKey("tiny", "CPU Test"), beat_s=beat_s)
     print("won" if lease else "held", flush=True)
     if lease:
@@ -46,41 +52,73 @@ def url(request, tmp_path):
     return request.getfixturevalue("fresh_postgres")
 
 
-def holder(url: str, beat_s: float = 60, start_at: float = 0.0) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", HOLDER, url, str(beat_s), str(start_at)], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True)
+def holder(url: str, beat_s: float = 60, barrier: int = -1) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", HOLDER, url, str(beat_s), str(barrier)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True, pass_fds=() if barrier < 0 else (barrier,))
+
+
+@contextlib.contextmanager
+def start_barrier():
+    """A pipe whose read end the processes started inside are given (`pass_fds`) and block on once ready;
+    `release()` closes the write end (this process's only: os.pipe's ends are not inherited), which wakes
+    them all at once. Release before waiting for them, on failure too; on leaving, both ends are closed."""
+    read_end, write_end = os.pipe()
+    ends = {"read": read_end, "write": write_end}
+
+    def release() -> None:
+        if "write" in ends:
+            os.close(ends.pop("write"))
+
+    try:
+        yield read_end, release
+    finally:
+        for end in ends.values():
+            os.close(end)
 
 
 def test_of_processes_claiming_at_the_same_instant_exactly_one_wins(url):
+    """Each process has opened the database and waits at one barrier; released together, they claim at
+    once however slow the box, and one wins: the others, refused while it holds the lease, say so."""
     LeaseStore(url).close()  # the tables exist before the race to claim
-    start_at = time.time() + 4  # every process has opened the database by then
-    claimers = [holder(url, start_at=start_at) for _ in range(5)]
-    try:
-        answers = sorted(c.stdout.readline().strip() for c in claimers)
-    finally:
-        for c in claimers:
-            c.stdin.close()
-            c.wait(timeout=30)
+    with start_barrier() as (barrier, release):
+        claimers = [holder(url, barrier=barrier) for _ in range(5)]
+        try:
+            assert [c.stdout.readline().strip() for c in claimers] == ["ready"] * 5  # all open, none claimed
+            release()
+            answers = sorted(c.stdout.readline().strip() for c in claimers)
+        finally:
+            release()
+            for c in claimers:
+                c.stdin.close()
+                c.wait(timeout=30)
     assert answers == ["held"] * 4 + ["won"]
     assert LeaseStore(url).holder(KEY) is None  # the winner released it on its way out
 
 
 OPENER = textwrap.dedent("""
-    import sys, time
+    import os, sys
     from storage.leases import LeaseStore
-    url, start_at = sys.argv[1], float(sys.argv[2])
-    time.sleep(max(0.0, start_at - time.time()))
+    url, barrier = sys.argv[1], int(sys.argv[2])
+    print("ready", flush=True)
+    assert os.read(barrier, 1) == b""
     LeaseStore(url).close()
     print("opened", flush=True)
 """)
 
 
 def test_processes_opening_a_new_sqlite_file_at_the_same_instant_all_open_it(tmp_path):
+    """Every interpreter has imported and waits at one barrier; released together, they all open the file
+    that none has created yet, and all succeed."""
     url = f"sqlite:///{tmp_path / 'new.db'}"
-    start_at = time.time() + 3  # every interpreter has imported by then
-    openers = [subprocess.Popen([sys.executable, "-c", OPENER, url, str(start_at)], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True) for _ in range(6)]
-    said = [opener.communicate(timeout=60) for opener in openers]
+    with start_barrier() as (barrier, release):
+        openers = [subprocess.Popen([sys.executable, "-c", OPENER, url, str(barrier)], stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True, pass_fds=(barrier,)) for _ in range(6)]
+        try:
+            assert [opener.stdout.readline().strip() for opener in openers] == ["ready"] * 6
+            assert not (tmp_path / "new.db").exists()  # none has opened it before the barrier
+        finally:
+            release()
+            said = [opener.communicate(timeout=60) for opener in openers]
     assert [out.strip() for out, _ in said] == ["opened"] * 6, [err.strip().splitlines()[-1:] for _, err in said]
 
 
