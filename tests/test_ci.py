@@ -137,6 +137,7 @@ def run_ci_with_stand_ins(tmp_path: Path, failing: str) -> tuple[int, list[str]]
 
 
 README_RUN = ["python3 -m autotune.install test", "python -m pytest -q"]
+LINT = ["python -m ruff check", "python -m ruff format --check"]
 DOCS_BUILD = ["python -m pip install -q -e .[docs]", "python -m mkdocs build --strict"]
 
 
@@ -145,8 +146,10 @@ DOCS_BUILD = ["python -m pip install -q -e .[docs]", "python -m mkdocs build --s
     (APT[1], APT),
     ("python3 -m autotune.install test", APT + README_RUN[:1]),
     ("python -m pytest -q", APT + README_RUN),
-    ("python -m mkdocs build --strict", APT + README_RUN + DOCS_BUILD),
-], ids=["apt-get-update", "apt-get-install", "install", "pytest", "docs"])
+    (LINT[0], APT + README_RUN + LINT[:1]),
+    (LINT[1], APT + README_RUN + LINT),
+    ("python -m mkdocs build --strict", APT + README_RUN + LINT + DOCS_BUILD),
+], ids=["apt-get-update", "apt-get-install", "install", "pytest", "lint", "format", "docs"])
 def test_ci_fails_where_any_step_fails_and_goes_no_further(tmp_path, failing, reached):
     returncode, calls = run_ci_with_stand_ins(tmp_path, failing)
     assert returncode != 0
@@ -154,7 +157,7 @@ def test_ci_fails_where_any_step_fails_and_goes_no_further(tmp_path, failing, re
 
 
 def test_ci_passes_when_every_step_passes(tmp_path):
-    assert run_ci_with_stand_ins(tmp_path, failing="") == (0, APT + README_RUN + DOCS_BUILD)
+    assert run_ci_with_stand_ins(tmp_path, failing="") == (0, APT + README_RUN + LINT + DOCS_BUILD)
 
 
 #: A developer's settings, each of which would change what the tests run: the GPUs, llama.cpp's build

@@ -9,6 +9,7 @@ Only the standard library speaks HTTP here: llama-server's API is a handful of J
 
 from __future__ import annotations
 
+import functools
 import http.client
 import json
 import os
@@ -88,7 +89,7 @@ class ServerProcess:
             with deferred(), open(self.log_path, "ab") as log:
                 self._proc = subprocess.Popen(
                     self.argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                    env=server_env(), start_new_session=True, preexec_fn=lambda: die_with_parent(parent),
+                    env=server_env(), start_new_session=True, preexec_fn=functools.partial(die_with_parent, parent),
                 )
                 self._record = record_server(self._proc.pid, self.argv)
             charge(server_starts=1)

@@ -214,7 +214,7 @@ def fit_calibration(runs: Sequence[tuple[Replay, DraftCharge, Sequence[float]]],
                               factors["draft_scale"] if 3 in used else None,
                               factors["block_scale"] if 4 in used else None, len(rows), len(runs))
     errors = []
-    for (replay_, charge, measured), terms in zip(runs, terms_of):
+    for (_, _, measured), terms in zip(runs, terms_of):
         pairs = [(t, ms) for t, ms in zip(terms, measured) if ms > 0]  # the prompts it was measured on
         predicted_ms = sum(calibration.decode_ms(t) for t, _ in pairs)
         measured_ms = sum(ms for _, ms in pairs)

@@ -5,6 +5,7 @@ recorded chains counts what the in-process engine counts."""
 
 from __future__ import annotations
 
+import functools
 import shutil
 
 import pytest
@@ -127,6 +128,6 @@ def test_draft_simple_replay_from_chains_counts_what_the_in_process_engine_count
             measured = local.measure(config, mix, max_tokens=MAX_TOKENS)
             trajectories = trajectories_of("python", target, measured, mix)
             chains = DraftChains.record(local.context("draft", draft), local.sampler("draft", draft), trajectories, 8)
-            replayed = replay(build_drafter(config, lambda: chains.drafter(config)), trajectories)
+            replayed = replay(build_drafter(config, functools.partial(chains.drafter, config)), trajectories)
             assert compare(replayed, measured, measured) == len(mix), config.describe()
             assert replayed.drafted > 50 and 0 < replayed.accepted < replayed.drafted

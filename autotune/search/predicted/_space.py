@@ -6,6 +6,7 @@ band (autotune.search.finalists chooses which of them race).
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from dataclasses import dataclass
@@ -79,7 +80,7 @@ def replay_space(space: SearchSpace, inputs: SearchInputs, targets: dict, *, tri
             if part:
                 searched = space.restricted_to(part)
                 scratch = optuna.create_study(direction="maximize", sampler=sampler)
-                scratch.optimize(lambda trial: objective(trial, searched), n_trials=int(budget))
+                scratch.optimize(functools.partial(objective, searched=searched), n_trials=int(budget))
     if skipped:
         reporter.note(f"{len(skipped)} configurations not predicted, e.g. {next(iter(skipped.values()))}")
     how = [f"every point of {', '.join(sorted(small))}"] if small else []
