@@ -1,6 +1,6 @@
 """The house rules of the package layout, read from the code's own imports (every `import` statement,
 function-level ones included): no import cycle, no package importing one above it, nothing outside
-`autotune.cli` importing it, no other package's `_private` module, no module past ~400 lines.
+`autotune.cli` importing it, no other package's `_private` module, no module past 300 logical lines (about 400 as written).
 
 Run alone with `python -m pytest tests/test_layout.py`; it reads files and imports nothing.
 """
@@ -8,6 +8,7 @@ Run alone with `python -m pytest tests/test_layout.py`; it reads files and impor
 from __future__ import annotations
 
 import ast
+import tokenize
 from pathlib import Path
 
 import pytest
@@ -42,7 +43,16 @@ LAYERS = (
     ("autotune.testing",),
     ("autotune.cli", "autotune.__main__"),
 )
-MAX_LINES = 400
+#: The most logical lines (statements, however a formatter wraps them: tokenize's NEWLINE tokens) a module
+#: and a room of search/ may hold; 300 is what 400 lines were before the formatter wrapped long calls
+MAX_LOGICAL_LINES = 300
+MAX_ROOM_LOGICAL_LINES = 650
+
+
+def logical_lines(path: Path) -> int:
+    """The statements of a file as Python reads them: a call wrapped over ten lines is one."""
+    with path.open("rb") as source:
+        return sum(token.type == tokenize.NEWLINE for token in tokenize.tokenize(source.readline))
 
 
 def _modules() -> dict[str, Path]:
@@ -153,8 +163,8 @@ def test_search_is_six_rooms_each_behind_its_face():
     for room in SEARCH_ROOMS:
         members = [m for m in MODULES if m.startswith(room + ".")]
         assert members and all(m.rsplit(".", 1)[-1].startswith("_") for m in members), room
-        lines = sum(len(MODULES[m].read_text().splitlines()) for m in [room, *members])
-        assert lines <= 1000, f"{room} has {lines} lines: split it"
+        lines = sum(logical_lines(MODULES[m]) for m in [room, *members])
+        assert lines <= MAX_ROOM_LOGICAL_LINES, f"{room} has {lines} logical lines: split it"
 
 
 def test_the_cli_imports_search_by_its_faces():
@@ -201,8 +211,8 @@ def test_no_module_imports_another_packages_private_module():
 
 @pytest.mark.parametrize("module", sorted(m for m in MODULES if not m.startswith("autotune.testing")))
 def test_module_size(module):
-    lines = len(MODULES[module].read_text().splitlines())
-    assert lines <= MAX_LINES, f"{module} has {lines} lines: split it along its seams"
+    lines = logical_lines(MODULES[module])
+    assert lines <= MAX_LOGICAL_LINES, f"{module} has {lines} logical lines: split it along its seams"
 
 
 @pytest.mark.parametrize("package", sorted(m for m, p in MODULES.items() if p.name == "__init__.py"))
