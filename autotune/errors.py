@@ -106,4 +106,3 @@ class SpeculationInactiveError(TrialFailure):
 
     def __init__(self, spec_type: str):
         super().__init__(f"speculation inactive: {spec_type} drafted no token on any prompt")
-

@@ -92,8 +92,15 @@ def parse_gpu_rows(out: str) -> list[dict]:
             continue
         index, uuid, memory, driver = (fields[i].strip(_SPACE) for i in (0, 1, -2, -1))
         if _DIGITS.fullmatch(index) and _DIGITS.fullmatch(memory):
-            gpus.append({"index": int(index), "uuid": uuid, "name": ",".join(fields[2:-2]).strip(_SPACE),
-                         "memory_mib": int(memory), "driver": driver})
+            gpus.append(
+                {
+                    "index": int(index),
+                    "uuid": uuid,
+                    "name": ",".join(fields[2:-2]).strip(_SPACE),
+                    "memory_mib": int(memory),
+                    "driver": driver,
+                }
+            )
     return gpus
 
 
@@ -146,9 +153,12 @@ def _cpu_name() -> str:
 # `gpu_key` (and of `gib`: round half to even) and falls back to the CPU the way `_cpu_name` does.
 # awk and sed run in the C locale so that sorting is by byte (UTF-8: by code point, as Python sorts)
 # and [[:space:]] is _SPACE.
-HARDWARE_KEY_SH = r"""hardware_key() {
+HARDWARE_KEY_SH = (
+    r"""hardware_key() {
     # autotune.hardware.hardware_key() in sh: the visible GPUs' names and memory, else the CPU model.
-    gpus=$(nvidia-smi """ + shlex.join(NVIDIA_SMI_ARGS) + r""" 2>/dev/null) || gpus=""
+    gpus=$(nvidia-smi """
+    + shlex.join(NVIDIA_SMI_ARGS)
+    + r""" 2>/dev/null) || gpus=""
     key=$(printf '%s\n' "$gpus" | LC_ALL=C awk '
         function trim(s) { sub(/^[[:space:]]+/, "", s); sub(/[[:space:]]+$/, "", s); return s }
         {
@@ -211,3 +221,4 @@ HARDWARE_KEY_SH = r"""hardware_key() {
     printf 'CPU %s\n' "$cpu"
 }
 """
+)

@@ -70,7 +70,9 @@ def open_storage(
             if attempt == OPEN_ATTEMPTS or unreachable or not isinstance(exc, sqlalchemy.exc.SQLAlchemyError):
                 named = exc.__cause__ if isinstance(exc, ImportError) and exc.__cause__ else exc  # the driver's name
                 reason = str(named).splitlines()[0]
-                raise StorageError(f"cannot open storage {parsed.render_as_string(hide_password=True)}: {reason}") from exc
+                raise StorageError(
+                    f"cannot open storage {parsed.render_as_string(hide_password=True)}: {reason}"
+                ) from exc
             time.sleep(0.5 * attempt)  # workers starting together on a new database race to create its tables
 
 

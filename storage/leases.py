@@ -44,8 +44,11 @@ class LeaseKey:
     concurrency: int = 1
 
     def describe(self) -> str:
-        return (f"{self.model} on {self.hardware}" + ("" if self.objective == "decode" else f" ({self.objective})")
-                + ("" if self.concurrency == 1 else f" at {self.concurrency} streams"))
+        return (
+            f"{self.model} on {self.hardware}"
+            + ("" if self.objective == "decode" else f" ({self.objective})")
+            + ("" if self.concurrency == 1 else f" at {self.concurrency} streams")
+        )
 
 
 @dataclass(frozen=True)
@@ -64,8 +67,9 @@ class Lease:
     """A lease this process holds: `with lease:` beats every `beat_s` in a background thread and releases
     it at the end. `taken_from`: the holder whose expired lease this one took over."""
 
-    def __init__(self, store: "LeaseStore", key: LeaseKey, row_id: int, token: str, beat_s: float,
-                 taken_from: Holder | None):
+    def __init__(
+        self, store: "LeaseStore", key: LeaseKey, row_id: int, token: str, beat_s: float, taken_from: Holder | None
+    ):
         self.key, self.beat_s, self.taken_from = key, beat_s, taken_from
         self._store, self._row_id, self._token = store, row_id, token
         self._stop = threading.Event()
@@ -85,8 +89,10 @@ class Lease:
         """Raise LeaseLost when another process took this lease over (this one missed its beats)."""
         if self._lost or not self._store.holds(self._row_id, self._token):
             self._lost = True
-            raise LeaseLost(f"the lease of {self.key.describe()} was taken over after this process missed "
-                            f"{MISSED_BEATS} heartbeats of {self.beat_s:g} s: what it measured is not stored")
+            raise LeaseLost(
+                f"the lease of {self.key.describe()} was taken over after this process missed "
+                f"{MISSED_BEATS} heartbeats of {self.beat_s:g} s: what it measured is not stored"
+            )
 
     def _beat(self) -> None:
         while not self._stop.wait(self.beat_s):
@@ -111,8 +117,14 @@ class LeaseStore(SchemaDatabase):
         lease, _ = self._attempt(key, beat_s)
         return lease
 
-    def claim(self, key: LeaseKey, *, beat_s: float, wait: bool,
-              on_wait: Callable[[Holder | None], None] = lambda holder: None) -> Lease:
+    def claim(
+        self,
+        key: LeaseKey,
+        *,
+        beat_s: float,
+        wait: bool,
+        on_wait: Callable[[Holder | None], None] = lambda holder: None,
+    ) -> Lease:
         """The lease of `key`: while another process holds it, wait (`on_wait` hears each new holder once),
         or, without `wait`, raise LeaseHeld saying whose it is and since when."""
         told: object = ()
@@ -137,14 +149,17 @@ class LeaseStore(SchemaDatabase):
         """One heartbeat; False when the lease is no longer this token's."""
         with self._session() as session:
             now = self._now(session)
-            result = session.execute(update(LeaseRow).where(LeaseRow.id == row_id, LeaseRow.token == token)
-                                     .values(heartbeat_at=now))
+            result = session.execute(
+                update(LeaseRow).where(LeaseRow.id == row_id, LeaseRow.token == token).values(heartbeat_at=now)
+            )
             return result.rowcount == 1
 
     def holds(self, row_id: int, token: str) -> bool:
         with self._session() as session:
-            return session.scalars(select(LeaseRow.id).where(LeaseRow.id == row_id, LeaseRow.token == token)
-                                   ).one_or_none() is not None
+            return (
+                session.scalars(select(LeaseRow.id).where(LeaseRow.id == row_id, LeaseRow.token == token)).one_or_none()
+                is not None
+            )
 
     def release(self, row_id: int, token: str) -> None:
         """Give the lease up (nothing happens where another process took it over)."""
@@ -158,14 +173,26 @@ class LeaseStore(SchemaDatabase):
         me = this_process()
         with self._session() as session:
             now = self._now(session)
-            mine = dict(token=token, host=me["host"], pid=me["pid"], process_started=me["started"], since=now,
-                        heartbeat_at=now, beat_s=beat_s)
+            mine = dict(
+                token=token,
+                host=me["host"],
+                pid=me["pid"],
+                process_started=me["started"],
+                since=now,
+                heartbeat_at=now,
+                beat_s=beat_s,
+            )
             row = session.scalars(select(LeaseRow).where(*_of(key)).with_for_update(skip_locked=True)).one_or_none()
             if row is None:
                 try:
                     with session.begin_nested():
-                        row = LeaseRow(model=key.model, hardware=key.hardware, objective=key.objective,
-                                       concurrency=key.concurrency, **mine)
+                        row = LeaseRow(
+                            model=key.model,
+                            hardware=key.hardware,
+                            objective=key.objective,
+                            concurrency=key.concurrency,
+                            **mine,
+                        )
                         session.add(row)
                 except sqlalchemy.exc.IntegrityError:  # held: locked by a claim under way, or inserted meanwhile
                     held = session.scalars(select(LeaseRow).where(*_of(key))).one_or_none()
@@ -193,8 +220,12 @@ def held_line(key: LeaseKey, holder: Holder | None) -> str:
 
 
 def _of(key: LeaseKey) -> tuple:
-    return (LeaseRow.model == key.model, LeaseRow.hardware == key.hardware, LeaseRow.objective == key.objective,
-            LeaseRow.concurrency == key.concurrency)
+    return (
+        LeaseRow.model == key.model,
+        LeaseRow.hardware == key.hardware,
+        LeaseRow.objective == key.objective,
+        LeaseRow.concurrency == key.concurrency,
+    )
 
 
 def _holder(row: LeaseRow) -> Holder:

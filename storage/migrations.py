@@ -28,10 +28,14 @@ def _rebuild_presets_keyed_by_concurrency(connection) -> None:
     connection.execute(text("ALTER TABLE autotune_presets RENAME TO autotune_presets_before_v3"))
     PresetRow.__table__.create(connection)  # as defined now: with the columns of later versions too
     kept = {c["name"] for c in inspect(connection).get_columns("autotune_presets_before_v3")}
-    columns = ", ".join(c.name for c in PresetRow.__table__.columns
-                        if c.name in kept and c.name not in ("id", "concurrency"))
-    connection.execute(text(f"INSERT INTO autotune_presets ({columns}, concurrency) "
-                            f"SELECT {columns}, 1 FROM autotune_presets_before_v3"))
+    columns = ", ".join(
+        c.name for c in PresetRow.__table__.columns if c.name in kept and c.name not in ("id", "concurrency")
+    )
+    connection.execute(
+        text(
+            f"INSERT INTO autotune_presets ({columns}, concurrency) SELECT {columns}, 1 FROM autotune_presets_before_v3"
+        )
+    )
     connection.execute(text("DROP TABLE autotune_presets_before_v3"))
 
 
@@ -61,7 +65,9 @@ def check_version(found: list[int]) -> None:
     if not found or found[0] == SCHEMA_VERSION:
         return
     if found[0] > SCHEMA_VERSION:
-        raise StorageError(f"database schema v{found[0]} is newer than this autotune (v{SCHEMA_VERSION}): upgrade autotune")
+        raise StorageError(
+            f"database schema v{found[0]} is newer than this autotune (v{SCHEMA_VERSION}): upgrade autotune"
+        )
     if all(step in MIGRATIONS for step in range(found[0] + 1, SCHEMA_VERSION + 1)):
         return  # migrated when opened
     raise StorageError(

@@ -16,9 +16,9 @@ from typing import Any
 
 from sqlalchemy import delete, select
 
-from autotune.spec.command import format_command
 from autotune.errors import ModelFileError
 from autotune.models.files import file_sha256
+from autotune.spec.command import format_command
 from storage.database import SchemaDatabase
 from storage.schema import FileHashRow, PresetRow
 
@@ -63,24 +63,29 @@ class PresetStore(SchemaDatabase):
         """Store `preset`, replacing any preset of the same (model, hardware, concurrency)."""
         with self._session() as session:
             session.execute(
-                delete(PresetRow).where(PresetRow.model == preset.model, PresetRow.hardware == preset.hardware,
-                                        PresetRow.concurrency == preset.concurrency)
+                delete(PresetRow).where(
+                    PresetRow.model == preset.model,
+                    PresetRow.hardware == preset.hardware,
+                    PresetRow.concurrency == preset.concurrency,
+                )
             )
             session.add(_to_row(preset))
 
     def get(self, model: str, hardware: str, concurrency: int = 1) -> Preset | None:
         with self._session() as session:
             row = session.scalars(
-                select(PresetRow).where(PresetRow.model == model, PresetRow.hardware == hardware,
-                                        PresetRow.concurrency == concurrency)
+                select(PresetRow).where(
+                    PresetRow.model == model, PresetRow.hardware == hardware, PresetRow.concurrency == concurrency
+                )
             ).one_or_none()
             return None if row is None else _to_preset(row)
 
     def list(self) -> builtins.list[Preset]:  # builtins: in this class body `list` is this method
         """Every preset, sorted by model, hardware, then concurrency."""
         with self._session() as session:
-            rows = session.scalars(select(PresetRow).order_by(PresetRow.model, PresetRow.hardware,
-                                                              PresetRow.concurrency))
+            rows = session.scalars(
+                select(PresetRow).order_by(PresetRow.model, PresetRow.hardware, PresetRow.concurrency)
+            )
             return [_to_preset(row) for row in rows]
 
     def cached_sha256(self, path: str | os.PathLike[str]) -> str:

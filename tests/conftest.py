@@ -108,8 +108,17 @@ def postgres_url(tmp_path_factory):
         subprocess.run([*as_postgres, *argv], check=check, capture_output=True, timeout=120)
 
     run(str(bindir / "initdb"), "-D", str(data), "-A", "trust", "-U", "autotune")
-    run(str(bindir / "pg_ctl"), "-D", str(data), "-l", str(root / "server.log"), "-w",
-        "-o", f"-h 127.0.0.1 -p {port} -k {root}", "start")
+    run(
+        str(bindir / "pg_ctl"),
+        "-D",
+        str(data),
+        "-l",
+        str(root / "server.log"),
+        "-w",
+        "-o",
+        f"-h 127.0.0.1 -p {port} -k {root}",
+        "start",
+    )
     try:
         run(str(bindir / "createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", "autotune", "autotune")
         yield f"postgresql+psycopg://autotune@127.0.0.1:{port}/autotune"
@@ -137,8 +146,11 @@ def confirmed_pick():
     plain command) when none is."""
 
     def pick(confirmation: dict) -> dict | None:
-        proven = [c for c in confirmation["configs"] + confirmation["spec_defaults"]
-                  if c["role"] != "preset" and not c["failure"] and c["significant"]]
+        proven = [
+            c
+            for c in confirmation["configs"] + confirmation["spec_defaults"]
+            if c["role"] != "preset" and not c["failure"] and c["significant"]
+        ]
         assert all(c["speedup"] > 1 + confirmation["min_effect"] for c in proven)
         assert bool(proven) == (confirmation["ended"] == "winner")
         return max(proven, key=lambda c: c["speedup"]) if proven else None

@@ -14,8 +14,9 @@ import pytest
 from autotune.interrupts import STOP_SIGNALS, Interrupted, deferred, handle_stop_signals, held
 
 #: what a process started from a terminal has: Python's KeyboardInterrupt for SIGINT, the others' defaults
-DEFAULT_DISPOSITIONS = {signum: signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL
-                        for signum in STOP_SIGNALS}
+DEFAULT_DISPOSITIONS = {
+    signum: signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL for signum in STOP_SIGNALS
+}
 
 
 @pytest.fixture

@@ -144,15 +144,25 @@ def test_the_three_rooms_import_one_way():
     def room(module: str) -> str | None:
         return next((r for r in rooms if module == r or module.startswith(r + ".")), None)
 
-    backward = sorted(f"{m} imports {i}" for m, targets in GRAPH.items() for i in targets
-                      if room(m) and room(i) and rooms.index(room(i)) > rooms.index(room(m)))
+    backward = sorted(
+        f"{m} imports {i}"
+        for m, targets in GRAPH.items()
+        for i in targets
+        if room(m) and room(i) and rooms.index(room(i)) > rooms.index(room(m))
+    )
     assert backward == []
     assert any(room(i) == "autotune.study" for m in GRAPH if room(m) == "autotune.race" for i in GRAPH[m])
     assert any(room(i) == "autotune.race" for m in GRAPH if room(m) == "autotune.search" for i in GRAPH[m])
 
 
-SEARCH_ROOMS = ("autotune.search.inputs", "autotune.search.plan", "autotune.search.finalists", "autotune.search.fleet",
-                "autotune.search.measured", "autotune.search.predicted")
+SEARCH_ROOMS = (
+    "autotune.search.inputs",
+    "autotune.search.plan",
+    "autotune.search.finalists",
+    "autotune.search.fleet",
+    "autotune.search.measured",
+    "autotune.search.predicted",
+)
 
 
 def test_search_is_six_rooms_each_behind_its_face():
@@ -168,8 +178,12 @@ def test_search_is_six_rooms_each_behind_its_face():
 
 
 def test_the_cli_imports_search_by_its_faces():
-    deep = sorted(f"{m} imports {i}" for m, targets in GRAPH.items() for i in targets
-                  if _package(m) == "autotune.cli" and i.startswith("autotune.search.") and i not in SEARCH_ROOMS)
+    deep = sorted(
+        f"{m} imports {i}"
+        for m, targets in GRAPH.items()
+        for i in targets
+        if _package(m) == "autotune.cli" and i.startswith("autotune.search.") and i not in SEARCH_ROOMS
+    )
     assert deep == []
 
 
@@ -180,20 +194,29 @@ def test_no_module_import_cycle():
 def test_no_package_import_cycle():
     packages: dict[str, set[str]] = {}
     for module, imported in GRAPH.items():
-        packages.setdefault(_package(module), set()).update(_package(m) for m in imported if _package(m) != _package(module))
+        packages.setdefault(_package(module), set()).update(
+            _package(m) for m in imported if _package(m) != _package(module)
+        )
     assert _cycles(packages) == []
 
 
 def test_nothing_imports_a_package_above_it():
-    upward = sorted(f"{module} imports {imported}" for module, targets in GRAPH.items() for imported in targets
-                    if _rank(imported) > _rank(module))
+    upward = sorted(
+        f"{module} imports {imported}"
+        for module, targets in GRAPH.items()
+        for imported in targets
+        if _rank(imported) > _rank(module)
+    )
     assert upward == []
 
 
 def test_only_the_cli_imports_the_cli():
-    outside = sorted(f"{m} imports {i}" for m, targets in GRAPH.items() for i in targets
-                     if _package(i) == "autotune.cli" and _package(m) != "autotune.cli"
-                     and m != "autotune.__main__")  # `python -m autotune`: the command line's other door
+    outside = sorted(
+        f"{m} imports {i}"
+        for m, targets in GRAPH.items()
+        for i in targets
+        if _package(i) == "autotune.cli" and _package(m) != "autotune.cli" and m != "autotune.__main__"
+    )  # `python -m autotune`: the command line's other door
     assert outside == []
 
 
@@ -203,9 +226,12 @@ def _home(module: str) -> str:
 
 
 def test_no_module_imports_another_packages_private_module():
-    private = sorted(f"{m} imports {i}" for m, targets in GRAPH.items() for i in targets
-                     if i.rsplit(".", 1)[-1].startswith("_") and not i.endswith("__main__")
-                     and i.rsplit(".", 1)[0] != _home(m))
+    private = sorted(
+        f"{m} imports {i}"
+        for m, targets in GRAPH.items()
+        for i in targets
+        if i.rsplit(".", 1)[-1].startswith("_") and not i.endswith("__main__") and i.rsplit(".", 1)[0] != _home(m)
+    )
     assert private == []
 
 

@@ -8,7 +8,11 @@ import sys
 import click
 
 from autotune.cli.options import (
-    measured_model_option, measurement_options, model_hardware_options, server_bin_option, storage_option,
+    measured_model_option,
+    measurement_options,
+    model_hardware_options,
+    server_bin_option,
+    storage_option,
 )
 from autotune.race.race import DEFAULT_BUDGET
 
@@ -16,14 +20,27 @@ from autotune.race.race import DEFAULT_BUDGET
 @click.command()
 @measured_model_option
 @measurement_options
-@click.option("--top", type=click.IntRange(min=1), default=4, show_default=True,
-              help="Configurations that race the preset in use and the references on llama-server.")
-@click.option("--race-budget", default=DEFAULT_BUDGET, show_default=True,
-              help="The most the race may take: rounds (6) or time (5m, 300s).")
+@click.option(
+    "--top",
+    type=click.IntRange(min=1),
+    default=4,
+    show_default=True,
+    help="Configurations that race the preset in use and the references on llama-server.",
+)
+@click.option(
+    "--race-budget",
+    default=DEFAULT_BUDGET,
+    show_default=True,
+    help="The most the race may take: rounds (6) or time (5m, 300s).",
+)
 @server_bin_option
-@click.option("--all", "all_presets", is_flag=True,
-              help="Instead of one model: re-tune each preset of this machine whose hub source moved (a new "
-                   "revision of a repo its files came from, with other files: `.src_sha`).")
+@click.option(
+    "--all",
+    "all_presets",
+    is_flag=True,
+    help="Instead of one model: re-tune each preset of this machine whose hub source moved (a new "
+    "revision of a repo its files came from, with other files: `.src_sha`).",
+)
 def nightly(options, top, race_budget, server_bin, all_presets):
     """Re-tune MODEL when its files are new or changed; replace the preset only on a proven win.
 
@@ -49,8 +66,9 @@ def nightly(options, top, race_budget, server_bin, all_presets):
     if all_presets:
         from autotune.presets.nightly_all import run_nightly_all
 
-        done = run_nightly_all(options, top=top, budget=RaceBudget.parse(race_budget), server_bin=server_bin,
-                               reporter=TerminalReporter())
+        done = run_nightly_all(
+            options, top=top, budget=RaceBudget.parse(race_budget), server_bin=server_bin, reporter=TerminalReporter()
+        )
         for entry, outcome in done:
             click.echo(f"{entry.label}: {outcome.status}: {outcome.summary}")
         if not done:
@@ -58,8 +76,13 @@ def nightly(options, top, race_budget, server_bin, all_presets):
         sys.exit(combined_exit_code([outcome for _, outcome in done]))
     outcomes = []
     for level in options.levels:
-        outcome = run_nightly(options.at_level(level), top=top, budget=RaceBudget.parse(race_budget),
-                              server_bin=server_bin, reporter=TerminalReporter())
+        outcome = run_nightly(
+            options.at_level(level),
+            top=top,
+            budget=RaceBudget.parse(race_budget),
+            server_bin=server_bin,
+            reporter=TerminalReporter(),
+        )
         prefix = "" if options.levels == (1,) else f"--concurrency {level}: "
         click.echo(f"{prefix}{outcome.status}: {outcome.summary}")
         outcomes.append(outcome)
@@ -96,14 +119,23 @@ def presets_list(storage, as_json):
     if not rows:
         click.echo("no presets yet: `autotune confirm` or `autotune nightly` make them")
     for p in rows:
-        click.echo(f"{p.model:<16} {p.hardware:<40} np {p.concurrency:<3} {p.tok_s:8.1f} tok/s {p.speedup:5.2f}x  "
-                   f"{p.created_at:%Y-%m-%d}")
+        click.echo(
+            f"{p.model:<16} {p.hardware:<40} np {p.concurrency:<3} {p.tok_s:8.1f} tok/s {p.speedup:5.2f}x  "
+            f"{p.created_at:%Y-%m-%d}"
+        )
 
 
 @presets.command("show")
-@model_hardware_options("Hardware key (default: this machine's).",
-                        click.option("--concurrency", type=click.IntRange(min=1), default=1, show_default=True,
-                                     help="The preset tuned for this many concurrent streams."))
+@model_hardware_options(
+    "Hardware key (default: this machine's).",
+    click.option(
+        "--concurrency",
+        type=click.IntRange(min=1),
+        default=1,
+        show_default=True,
+        help="The preset tuned for this many concurrent streams.",
+    ),
+)
 def presets_show(model, hardware, concurrency, storage):
     """Show one preset: its command line first, then its figures.
 
@@ -113,19 +145,28 @@ def presets_show(model, hardware, concurrency, storage):
     """
     preset = _get_preset(storage, model, hardware, concurrency)
     click.echo(preset.command)
-    click.echo(f"# {preset.tok_s:.1f} tok/s [95% CI {preset.ci95_low}-{preset.ci95_high}], baseline "
-               f"{preset.baseline_tok_s:.1f}, speedup {preset.speedup:.2f}x, p={preset.p_value}")
-    click.echo(f"# measured by {preset.engine} ({preset.llama_cpp_build}) on {preset.hardware}, {preset.created_at:%Y-%m-%d %H:%M} UTC")
+    click.echo(
+        f"# {preset.tok_s:.1f} tok/s [95% CI {preset.ci95_low}-{preset.ci95_high}], baseline "
+        f"{preset.baseline_tok_s:.1f}, speedup {preset.speedup:.2f}x, p={preset.p_value}"
+    )
+    click.echo(
+        f"# measured by {preset.engine} ({preset.llama_cpp_build}) on {preset.hardware}, {preset.created_at:%Y-%m-%d %H:%M} UTC"
+    )
     for name, sha in preset.file_hashes.items():
         rev = preset.file_revisions.get(name)
         click.echo(f"# {name} sha256 {sha}" + (f", {rev['repo']} at {rev['revision']}" if rev else ""))
 
 
 @presets.command("export")
-@click.option("--format", "fmt", type=click.Choice(["json", "toml", "sh", "llama-swap", "ini"]), default="json",
-              show_default=True,
-              help="json or toml data; sh: a launcher script that runs this machine's preset; llama-swap: a "
-                   "llama-swap config.yaml, one model per preset; ini: a llama-server --models-preset file.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["json", "toml", "sh", "llama-swap", "ini"]),
+    default="json",
+    show_default=True,
+    help="json or toml data; sh: a launcher script that runs this machine's preset; llama-swap: a "
+    "llama-swap config.yaml, one model per preset; ini: a llama-server --models-preset file.",
+)
 @storage_option
 def presets_export(fmt, storage):
     """Export every preset; `--format sh` writes a runnable launcher script, `llama-swap` and `ini` the

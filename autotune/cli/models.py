@@ -7,8 +7,15 @@ from pathlib import Path
 
 import click
 
-from autotune.cli.options import (draft_hf_option, hf_option, hub_model_name, models_dir_option, model_option,
-                                  server_bin_option, space_option)
+from autotune.cli.options import (
+    draft_hf_option,
+    hf_option,
+    hub_model_name,
+    model_option,
+    models_dir_option,
+    server_bin_option,
+    space_option,
+)
 from autotune.settings import default_models_dir
 
 
@@ -31,12 +38,11 @@ def models(model, models_dir, server_bin, as_json, hf, draft_hf, offline):
         autotune models --json
         autotune models --hf ggml-org/Qwen3-8B-GGUF:Q8_0
     """
-    from autotune.llamacpp.capabilities import read_capabilities
     from autotune.errors import ServerBinaryError
-    from autotune.models.inventory import model_inventory
-    from autotune.spec.space import load_model_space
+    from autotune.llamacpp.capabilities import read_capabilities
     from autotune.llamacpp.server_binary import resolve_server_binary
-    from autotune.spec.space import known_models
+    from autotune.models.inventory import model_inventory
+    from autotune.spec.space import known_models, load_model_space
 
     try:
         server = read_capabilities(resolve_server_binary(server_bin))
@@ -47,9 +53,15 @@ def models(model, models_dir, server_bin, as_json, hf, draft_hf, offline):
         from autotune.models.hub_names import HubRef
         from autotune.models.hub_space import hub_space
 
-        spaces = [hub_space(HubRef.parse(hf), draft_ref=HubRef.parse(draft_hf, "--draft-hf") if draft_hf else None,
-                            name=hub_model_name(model, hf, draft_hf), offline=offline or offline_mode(),
-                            note=lambda line: click.echo(f"autotune: {line}", err=True))]
+        spaces = [
+            hub_space(
+                HubRef.parse(hf),
+                draft_ref=HubRef.parse(draft_hf, "--draft-hf") if draft_hf else None,
+                name=hub_model_name(model, hf, draft_hf),
+                offline=offline or offline_mode(),
+                note=lambda line: click.echo(f"autotune: {line}", err=True),
+            )
+        ]
     else:
         spaces = [load_model_space(name) for name in ([model] if model else known_models())]
     reports = [model_inventory(space, models_dir or default_models_dir(), server) for space in spaces]
@@ -59,7 +71,9 @@ def models(model, models_dir, server_bin, as_json, hf, draft_hf, offline):
     for report in reports:
         click.echo(f"{report['model']}: {report['description']}")
         for row in report["files"]:
-            click.echo(f"  file     {Path(row['path']).name} ({row['architecture']}, {row['quant']}; {', '.join(row['roles'])})")
+            click.echo(
+                f"  file     {Path(row['path']).name} ({row['architecture']}, {row['quant']}; {', '.join(row['roles'])})"
+            )
         for pattern in report["missing"]:
             click.echo(f"  missing  {pattern}")
         for row in report["runnable"]:
@@ -79,7 +93,11 @@ def models(model, models_dir, server_bin, as_json, hf, draft_hf, offline):
 @click.command()
 @model_option
 @click.option("--quant", required=True, help="Quantization to write, e.g. Q4_0, Q2_K, Q8_0, Q4_K_M.")
-@click.option("--source", type=click.Path(path_type=Path, dir_okay=False), help="File to quantize (default: the most precise target found).")
+@click.option(
+    "--source",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="File to quantize (default: the most precise target found).",
+)
 @models_dir_option
 @space_option
 @click.option("--threads", type=click.IntRange(min=1), help="CPU threads (default: every core this process may use).")
@@ -97,7 +115,11 @@ def quantize(model, quant, source, models_dir, space_file, threads):
     from autotune.spec.space import load_model_space
 
     plan = plan_quantization(load_model_space(model, space_file), models_dir or default_models_dir(), quant, source)
-    note = f" (requantizing from {plan.source_quant}: expect more quality loss than from F16/BF16)" if plan.requantizes else ""
+    note = (
+        f" (requantizing from {plan.source_quant}: expect more quality loss than from F16/BF16)"
+        if plan.requantizes
+        else ""
+    )
     click.echo(f"quantizing {plan.source.name} ({plan.source_quant}) to {plan.quant}{note}", err=True)
     with click.progressbar(length=1000, label=plan.destination.name, file=click.get_text_stream("stderr")) as bar:
         done = [0]

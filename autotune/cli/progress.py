@@ -11,8 +11,7 @@ import optuna
 from autotune.measure.measurement import GenerationResult
 from autotune.spec.config import SpecConfig
 from autotune.spec.default import SPEC_DEFAULT_FLAG
-from autotune.study.records import SPEC_DEFAULT_ROLE
-from autotune.study.records import TrialRecord
+from autotune.study.records import SPEC_DEFAULT_ROLE, TrialRecord
 
 _BAR_WIDTH = 20
 

@@ -21,15 +21,17 @@ def pull(model, space_file):
     Example:
         autotune pull --model qwen3-8b --space my-qwen3-8b.toml
     """
-    from autotune.models.hub import file_revision, hub_files, pull as pull_files
+    from autotune.models.hub import file_revision, hub_files
+    from autotune.models.hub import pull as pull_files
     from autotune.spec.space import load_model_space
 
     space = load_model_space(model, space_file)
     if not hub_files(space):
-        click.echo(f"{model}: the search space names no hub source (hf = \"org/repo\"); nothing to pull", err=True)
+        click.echo(f'{model}: the search space names no hub source (hf = "org/repo"); nothing to pull', err=True)
         return
-    result = pull_files(space, latest=False,
-                        on_file=lambda f, why: click.echo(f"autotune: downloading {f.label} ({why})", err=True))
+    result = pull_files(
+        space, latest=False, on_file=lambda f, why: click.echo(f"autotune: downloading {f.label} ({why})", err=True)
+    )
     for hub_file, path, downloaded in result.files:
         revision = file_revision(path) or {}
         state = "downloaded" if downloaded else "present"

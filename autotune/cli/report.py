@@ -11,8 +11,13 @@ from autotune.cli.options import study_options
 
 @click.command()
 @study_options
-@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
-              help="Folder to write index.html and the PNG figures into (created if missing).")
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    required=True,
+    help="Folder to write index.html and the PNG figures into (created if missing).",
+)
 def report(model, hardware, engine, objective, concurrency, run, storage, out_dir):
     """Draw MODEL's study: where the speed comes from, as an HTML page and PNG files.
 
@@ -28,7 +33,14 @@ def report(model, hardware, engine, objective, concurrency, run, storage, out_di
     from autotune.report import write_report
     from autotune.study.catalog import open_study_of
 
-    study = open_study_of(model, hardware=hardware, engine=engine, storage_url=storage, objective=objective,
-                          concurrency=concurrency, run=run)
+    study = open_study_of(
+        model,
+        hardware=hardware,
+        engine=engine,
+        storage_url=storage,
+        objective=objective,
+        concurrency=concurrency,
+        run=run,
+    )
     for path in write_report(study, out_dir):
         click.echo(str(path))

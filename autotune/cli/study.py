@@ -10,54 +10,118 @@ from dataclasses import replace
 import click
 
 from autotune.cli.options import (
-    ConcurrencyLevels, given_flags, json_option, measurement_options, model_hardware_options, model_option,
-    sampling_options, search_models_option, server_bin_option, storage_option, study_engine_option,
-    study_objective_option, study_options, with_options,
+    ConcurrencyLevels,
+    given_flags,
+    json_option,
+    measurement_options,
+    model_hardware_options,
+    model_option,
+    sampling_options,
+    search_models_option,
+    server_bin_option,
+    storage_option,
+    study_engine_option,
+    study_objective_option,
+    study_options,
+    with_options,
 )
 from autotune.cli.output import best_text, category_table, confirmation_table, trials_table
 from autotune.race.race import DEFAULT_BUDGET
 
-
 #: the flags only the predicted strategy reads
-PREDICTED_ONLY_FLAGS = {"predict_trials": "--predict-trials", "plan": "--plan", "plan_tok_s": "--plan-tok-s",
-                        "budget": "--budget", "again": "--again"}
+PREDICTED_ONLY_FLAGS = {
+    "predict_trials": "--predict-trials",
+    "plan": "--plan",
+    "plan_tok_s": "--plan-tok-s",
+    "budget": "--budget",
+    "again": "--again",
+}
 
 
 @click.command()
 @search_models_option
 @measurement_options
 @server_bin_option
-@click.option("--strategy", type=click.Choice(["predict", "measure"]), default="predict", show_default=True,
-              help="predict: measure the baseline once, predict every configuration from its output and the step "
-                   "costs, then race the best few on llama-server; measure: a TPE study of --trials measured "
-                   "trials, then the same race. Prediction needs temperature 0, one stream and the decode "
-                   "objective; otherwise the search measures and says so.")
-@click.option("--confirm/--no-confirm", "confirm_enabled", default=True, show_default=True,
-              help="[measure] End with the race of the best trials on llama-server (in-process when none resolves).")
-@click.option("--race-top", type=click.IntRange(min=1), default=4, show_default=True,
-              help="How many of the best configurations race the baseline and --spec-default.")
-@click.option("--race-budget", default=DEFAULT_BUDGET, show_default=True,
-              help="The most the race may take: rounds (6) or time (5m, 300s). It stops earlier once a winner is "
-                   "proven or no entrant can still win.")
-@click.option("--predict-trials", type=click.IntRange(min=1), default=400, show_default=True,
-              help="[predict] Configurations the predicted study samples (TPE) where the grid is larger than it "
-                   "can replay point by point.")
-@click.option("--budget", default=None,
-              help="[predict] The most the whole search may take, its downloads aside (15m, 1h, 900s; none: no cap): "
-                   "the prediction runs on fewer prompts and tokens where it would take over half of it, the race "
-                   "gets the rest, and a budget too small for a verdict is refused with the smallest that works. "
-                   "Default: the search space's budget_per_target a target (none stated: no cap).")
-@click.option("--again", is_flag=True,
-              help="[predict] Measure anew even where this search waited on another of the same model, files, space, "
-                   "prompts and length, which just finished (by default it answers from that one).")
-@click.option("--plan", is_flag=True,
-              help="[predict] Measure one prompt of the baseline, print what the search would download, record and "
-                   "race with the minutes of each phase on this machine, and stop (nothing is downloaded or stored).")
-@click.option("--plan-tok-s", type=click.FloatRange(min=0, min_open=True), default=None,
-              help="[predict] With --plan: price the plan at this baseline decode tok/s instead of measuring it "
-                   "(where no target is on disk yet).")
-def search(options, queue, server_bin, strategy, confirm_enabled, race_top, race_budget, predict_trials, budget,
-           again, plan, plan_tok_s):
+@click.option(
+    "--strategy",
+    type=click.Choice(["predict", "measure"]),
+    default="predict",
+    show_default=True,
+    help="predict: measure the baseline once, predict every configuration from its output and the step "
+    "costs, then race the best few on llama-server; measure: a TPE study of --trials measured "
+    "trials, then the same race. Prediction needs temperature 0, one stream and the decode "
+    "objective; otherwise the search measures and says so.",
+)
+@click.option(
+    "--confirm/--no-confirm",
+    "confirm_enabled",
+    default=True,
+    show_default=True,
+    help="[measure] End with the race of the best trials on llama-server (in-process when none resolves).",
+)
+@click.option(
+    "--race-top",
+    type=click.IntRange(min=1),
+    default=4,
+    show_default=True,
+    help="How many of the best configurations race the baseline and --spec-default.",
+)
+@click.option(
+    "--race-budget",
+    default=DEFAULT_BUDGET,
+    show_default=True,
+    help="The most the race may take: rounds (6) or time (5m, 300s). It stops earlier once a winner is "
+    "proven or no entrant can still win.",
+)
+@click.option(
+    "--predict-trials",
+    type=click.IntRange(min=1),
+    default=400,
+    show_default=True,
+    help="[predict] Configurations the predicted study samples (TPE) where the grid is larger than it "
+    "can replay point by point.",
+)
+@click.option(
+    "--budget",
+    default=None,
+    help="[predict] The most the whole search may take, its downloads aside (15m, 1h, 900s; none: no cap): "
+    "the prediction runs on fewer prompts and tokens where it would take over half of it, the race "
+    "gets the rest, and a budget too small for a verdict is refused with the smallest that works. "
+    "Default: the search space's budget_per_target a target (none stated: no cap).",
+)
+@click.option(
+    "--again",
+    is_flag=True,
+    help="[predict] Measure anew even where this search waited on another of the same model, files, space, "
+    "prompts and length, which just finished (by default it answers from that one).",
+)
+@click.option(
+    "--plan",
+    is_flag=True,
+    help="[predict] Measure one prompt of the baseline, print what the search would download, record and "
+    "race with the minutes of each phase on this machine, and stop (nothing is downloaded or stored).",
+)
+@click.option(
+    "--plan-tok-s",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="[predict] With --plan: price the plan at this baseline decode tok/s instead of measuring it "
+    "(where no target is on disk yet).",
+)
+def search(
+    options,
+    queue,
+    server_bin,
+    strategy,
+    confirm_enabled,
+    race_top,
+    race_budget,
+    predict_trials,
+    budget,
+    again,
+    plan,
+    plan_tok_s,
+):
     """Find the fastest speculative settings for MODEL on this machine and print their command line.
 
     By default (`--strategy predict`) the baseline is measured once; every configuration of the search
@@ -83,13 +147,13 @@ def search(options, queue, server_bin, strategy, confirm_enabled, race_top, race
     from autotune.cli.progress import TerminalReporter
     from autotune.engines import choose_engine
     from autotune.errors import UsageError
-    from autotune.search.plan import SearchBudget
-    from autotune.search.predicted import cannot_predict, run_predicted_search
     from autotune.race.race import RaceBudget
-    from autotune.study.records import PREDICTED_ENGINE
+    from autotune.search.fleet import run_work_queue
     from autotune.search.inputs import RaceOptions
     from autotune.search.measured import run_search
-    from autotune.search.fleet import run_work_queue
+    from autotune.search.plan import SearchBudget
+    from autotune.search.predicted import cannot_predict, run_predicted_search
+    from autotune.study.records import PREDICTED_ENGINE
 
     for level in options.levels:  # bad input (no llama-server for N > 1) before anything is measured
         choose_engine(options.engine_name, concurrency=level, server_bin=server_bin)
@@ -108,18 +172,32 @@ def search(options, queue, server_bin, strategy, confirm_enabled, race_top, race
         from autotune.search.predicted import plan_search
 
         for model_options in queue:
-            for line in plan_search(model_options, race_options, server_bin=server_bin, note=TerminalReporter().note,
-                                    assume_tok_s=plan_tok_s, predict_trials=predict_trials, budget=budget):
+            for line in plan_search(
+                model_options,
+                race_options,
+                server_bin=server_bin,
+                note=TerminalReporter().note,
+                assume_tok_s=plan_tok_s,
+                predict_trials=predict_trials,
+                budget=budget,
+            ):
                 click.echo(line)
         return
 
     def search_one(options, lease=None):
         if strategy == "predict":
-            return run_predicted_search(options, reporter=TerminalReporter(), server_bin=server_bin,
-                                        race_options=race_options, predict_trials=predict_trials, lease=lease,
-                                        budget=budget)
-        return run_search(options, reporter=TerminalReporter(), server_bin=server_bin, race_options=race_options,
-                          lease=lease)
+            return run_predicted_search(
+                options,
+                reporter=TerminalReporter(),
+                server_bin=server_bin,
+                race_options=race_options,
+                predict_trials=predict_trials,
+                lease=lease,
+                budget=budget,
+            )
+        return run_search(
+            options, reporter=TerminalReporter(), server_bin=server_bin, race_options=race_options, lease=lease
+        )
 
     def answer_engine(options):
         if strategy == "predict" and cannot_predict(options.settings) is None:
@@ -139,14 +217,19 @@ def search(options, queue, server_bin, strategy, confirm_enabled, race_top, race
 @study_options
 @json_option
 @server_bin_option
-@click.option("--by-category", is_flag=True,
-              help="Add each prompt category's raced speedup [95% CI] and predicted one, for the pick and for "
-                   "--spec-default (the best draft length differs between code and chat).")
-@click.option("--hf-command", is_flag=True,
-              help="Print the command with its model files named on the Hugging Face Hub (-hf, -hfd) instead of "
-                   "local paths, to run on another machine.")
-def best(model, hardware, engine, objective, concurrency, run, storage, as_json, server_bin, by_category,
-         hf_command):
+@click.option(
+    "--by-category",
+    is_flag=True,
+    help="Add each prompt category's raced speedup [95% CI] and predicted one, for the pick and for "
+    "--spec-default (the best draft length differs between code and chat).",
+)
+@click.option(
+    "--hf-command",
+    is_flag=True,
+    help="Print the command with its model files named on the Hugging Face Hub (-hf, -hfd) instead of "
+    "local paths, to run on another machine.",
+)
+def best(model, hardware, engine, objective, concurrency, run, storage, as_json, server_bin, by_category, hf_command):
     """Print the fastest configuration found for MODEL as a llama-server command line.
 
     The first line is the command; then its mix tok/s, the baseline's and the speedup. Without a
@@ -173,8 +256,18 @@ def best(model, hardware, engine, objective, concurrency, run, storage, as_json,
 
     check = command_check(server_bin)
     try:
-        result = best_result(open_study_of(model, hardware=hardware, engine=engine, storage_url=storage,
-                                           objective=objective, concurrency=concurrency, run=run), check=check)
+        result = best_result(
+            open_study_of(
+                model,
+                hardware=hardware,
+                engine=engine,
+                storage_url=storage,
+                objective=objective,
+                concurrency=concurrency,
+                run=run,
+            ),
+            check=check,
+        )
     except StudyNotFoundError:
         preset = stored_preset(model, hardware=hardware, storage_url=storage, concurrency=concurrency or 1)
         if preset is None:
@@ -209,12 +302,19 @@ def trials(model, hardware, engine, objective, concurrency, run, storage, as_jso
         autotune trials --model gemma3-270m
         autotune trials --model gemma3-270m --run 1
     """
-    from autotune.study.catalog import open_study_of
     from autotune.study.best import trial_rows
+    from autotune.study.catalog import open_study_of
     from autotune.study.runs import base_name, runs_of
 
-    study = open_study_of(model, hardware=hardware, engine=engine, storage_url=storage, objective=objective,
-                          concurrency=concurrency, run=run)
+    study = open_study_of(
+        model,
+        hardware=hardware,
+        engine=engine,
+        storage_url=storage,
+        objective=objective,
+        concurrency=concurrency,
+        run=run,
+    )
     rows = trial_rows(study)
     if as_json:
         click.echo(json.dumps(rows, indent=2))
@@ -226,9 +326,16 @@ def trials(model, hardware, engine, objective, concurrency, run, storage, as_jso
 
 
 @click.command()
-@model_hardware_options("Hardware key of the studies (default: this machine's).",
-                        click.option("--keep", type=click.IntRange(min=1), default=1, show_default=True,
-                                     help="Runs whose race finished to keep of each study."))
+@model_hardware_options(
+    "Hardware key of the studies (default: this machine's).",
+    click.option(
+        "--keep",
+        type=click.IntRange(min=1),
+        default=1,
+        show_default=True,
+        help="Runs whose race finished to keep of each study.",
+    ),
+)
 def prune(model, hardware, keep, storage):
     """Delete MODEL's old runs: of each of its studies on this hardware, every run older than the newest
     KEEP whose race finished. Runs newer than those stay (a search may be writing one), and a study
@@ -249,20 +356,36 @@ def prune(model, hardware, keep, storage):
 
 @click.command()
 @model_option
-@click.option("--top", type=click.IntRange(min=1), default=3, show_default=True, help="How many of the best configurations to re-measure.")
-@click.option("--repeats", type=click.IntRange(min=1), default=int(DEFAULT_BUDGET), show_default=True,
-              help="The most rounds the race may take; it stops earlier once a winner is proven or none can win.")
+@click.option(
+    "--top",
+    type=click.IntRange(min=1),
+    default=3,
+    show_default=True,
+    help="How many of the best configurations to re-measure.",
+)
+@click.option(
+    "--repeats",
+    type=click.IntRange(min=1),
+    default=int(DEFAULT_BUDGET),
+    show_default=True,
+    help="The most rounds the race may take; it stops earlier once a winner is proven or none can win.",
+)
 @study_engine_option
 @study_objective_option
-@click.option("--concurrency", type=ConcurrencyLevels(), default=None,
-              help="The studies of these loads (N[,N...] concurrent streams), each confirmed with its own -np N "
-                   "[default: the model's only study].")
+@click.option(
+    "--concurrency",
+    type=ConcurrencyLevels(),
+    default=None,
+    help="The studies of these loads (N[,N...] concurrent streams), each confirmed with its own -np N "
+    "[default: the model's only study].",
+)
 @storage_option
 @server_bin_option
 @with_options(sampling_options(defaults=False))
 @click.option("--seed", type=click.IntRange(min=0), help="Seed of token sampling [default: the study's].")
-def confirm(model, top, repeats, engine, objective, concurrency, storage, server_bin, temperature, top_k, top_p, min_p,
-            seed):
+def confirm(
+    model, top, repeats, engine, objective, concurrency, storage, server_bin, temperature, top_k, top_p, min_p, seed
+):
     """Race the study's best configurations against the baseline on a real llama-server.
 
     The same race as `search`'s: round after round, each prompt paired with the baseline's, until one
@@ -276,7 +399,6 @@ def confirm(model, top, repeats, engine, objective, concurrency, storage, server
         autotune confirm --model gemma3-270m --top 3 --repeats 3
     """
     from autotune.presets.confirmed import run_confirm
-
     from autotune.race.race import RaceBudget, round_line
     from autotune.study.verdict import CONFIRM_ROUNDS_CAP
 
@@ -285,8 +407,16 @@ def confirm(model, top, repeats, engine, objective, concurrency, storage, server
 
     sampling = {"temperature": temperature, "top_k": top_k, "top_p": top_p, "min_p": min_p, "seed": seed}
     for level in concurrency or (None,):
-        result = run_confirm(model=model, engine_name=engine, objective=objective, top=top,
-                             budget=RaceBudget(rounds=repeats, cap=CONFIRM_ROUNDS_CAP),
-                             storage_url=storage, server_bin=server_bin, sampling=sampling, on_measured=on_measured,
-                             concurrency=level)
+        result = run_confirm(
+            model=model,
+            engine_name=engine,
+            objective=objective,
+            top=top,
+            budget=RaceBudget(rounds=repeats, cap=CONFIRM_ROUNDS_CAP),
+            storage_url=storage,
+            server_bin=server_bin,
+            sampling=sampling,
+            on_measured=on_measured,
+            concurrency=level,
+        )
         click.echo(confirmation_table(result))

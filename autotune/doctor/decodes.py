@@ -18,8 +18,14 @@ from autotune.engines import memory
 from autotune.engines.server_process import ServerProcess
 from autotune.engines.worker import WorkerEngine
 from autotune.errors import AutotuneError, LlamaCppCrashed
-from autotune.llamacpp.builds import Build, in_process_build, llama_cpp_library_dir, package_version, server_build, \
-    with_system_info
+from autotune.llamacpp.builds import (
+    Build,
+    in_process_build,
+    llama_cpp_library_dir,
+    package_version,
+    server_build,
+    with_system_info,
+)
 from autotune.llamacpp.capabilities import read_capabilities
 from autotune.llamacpp.server_binary import is_packaged
 from autotune.measure.prompts import Prompt, PromptMix
@@ -94,16 +100,24 @@ def on_server(binary: str, target: Path | None) -> tuple[Build, Decode | None]:
     try:
         argv = server_argv(SpecConfig(target), context_size=SMOKE_CONTEXT, binary=binary)
         argv += list(TRACE_VERBOSITY) if read_capabilities(binary).has_flag(TRACE_VERBOSITY[0]) else []
-        with ServerProcess(argv, startup_timeout_s=SERVER_STARTUP_TIMEOUT_S,
-                           request_timeout_s=SERVER_REQUEST_TIMEOUT_S) as server:
-            answer = server.post("/completion", {"prompt": SMOKE_PROMPT.text, "n_predict": SMOKE_TOKENS,
-                                                 "cache_prompt": False}, what=f"a {SMOKE_TOKENS}-token decode")
+        with ServerProcess(
+            argv, startup_timeout_s=SERVER_STARTUP_TIMEOUT_S, request_timeout_s=SERVER_REQUEST_TIMEOUT_S
+        ) as server:
+            answer = server.post(
+                "/completion",
+                {"prompt": SMOKE_PROMPT.text, "n_predict": SMOKE_TOKENS, "cache_prompt": False},
+                what=f"a {SMOKE_TOKENS}-token decode",
+            )
             system_info = _system_info(server.log_path)
     except AutotuneError as exc:
         return build, Decode.failed("llama-server", exc, time.perf_counter() - started)
     timings = answer.get("timings", {})
-    decode = Decode("llama-server", int(timings.get("predicted_n", 0)), timings.get("predicted_per_second"),
-                    time.perf_counter() - started)
+    decode = Decode(
+        "llama-server",
+        int(timings.get("predicted_n", 0)),
+        timings.get("predicted_per_second"),
+        time.perf_counter() - started,
+    )
     return (with_system_info(build, system_info) if system_info else build), decode
 
 

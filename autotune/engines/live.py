@@ -15,8 +15,8 @@ import subprocess
 from pathlib import Path
 from typing import Sequence
 
-from autotune.hardware import cuda_visible
 from autotune.engines.memory import ContextShape, estimate
+from autotune.hardware import cuda_visible
 from autotune.spec.config import SpecConfig
 
 #: the share of free memory the servers may take (llama.cpp's buffers differ from the estimate)
@@ -48,10 +48,17 @@ def _free_memory() -> tuple[int | None, bool]:
     smi = shutil.which("nvidia-smi")
     if smi is not None:
         try:
-            out = subprocess.run([smi, "--query-gpu=index,uuid,memory.free", "--format=csv,noheader,nounits"],
-                                 capture_output=True, text=True, timeout=20, check=True).stdout
-            gpus = [{"index": int(i), "uuid": u.strip(), "free_mib": int(f)}
-                    for i, u, f in (line.split(",") for line in out.strip().splitlines() if line.count(",") == 2)]
+            out = subprocess.run(
+                [smi, "--query-gpu=index,uuid,memory.free", "--format=csv,noheader,nounits"],
+                capture_output=True,
+                text=True,
+                timeout=20,
+                check=True,
+            ).stdout
+            gpus = [
+                {"index": int(i), "uuid": u.strip(), "free_mib": int(f)}
+                for i, u, f in (line.split(",") for line in out.strip().splitlines() if line.count(",") == 2)
+            ]
             free_mib = [g["free_mib"] for g in cuda_visible(gpus, os.environ.get("CUDA_VISIBLE_DEVICES"))]
         except (OSError, subprocess.SubprocessError, ValueError):
             free_mib = []

@@ -25,8 +25,17 @@ __all__ = ["GIB", "ContextShape", "DeviceMemory", "devices", "estimate", "free_b
 GIB = 1024**3
 
 #: bytes per element of the KV cache types llama-server's -ctk/-ctv take (ggml block sizes folded in)
-_CACHE_TYPE_BYTES = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32, "q4_1": 20 / 32,
-                     "iq4_nl": 18 / 32, "q5_0": 22 / 32, "q5_1": 24 / 32}
+_CACHE_TYPE_BYTES = {
+    "f32": 4.0,
+    "f16": 2.0,
+    "bf16": 2.0,
+    "q8_0": 34 / 32,
+    "q4_0": 18 / 32,
+    "q4_1": 20 / 32,
+    "iq4_nl": 18 / 32,
+    "q5_0": 22 / 32,
+    "q5_1": 24 / 32,
+}
 _GPU_TYPES = (1, 2)  # enum ggml_backend_dev_type: CPU 0, GPU 1, IGPU 2, ACCEL 3, META 4
 
 
@@ -52,7 +61,11 @@ def _ggml():
         getattr(lib, name).restype = ctypes.c_char_p
     lib.ggml_backend_dev_type.argtypes = [ctypes.c_void_p]
     lib.ggml_backend_dev_type.restype = ctypes.c_int
-    lib.ggml_backend_dev_memory.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t)]
+    lib.ggml_backend_dev_memory.argtypes = [
+        ctypes.c_void_p,
+        ctypes.POINTER(ctypes.c_size_t),
+        ctypes.POINTER(ctypes.c_size_t),
+    ]
     lib.ggml_backend_dev_memory.restype = None
     return lib
 
@@ -67,8 +80,15 @@ def devices() -> list[DeviceMemory]:
         dev = lib.ggml_backend_dev_get(i)
         free, total = ctypes.c_size_t(0), ctypes.c_size_t(0)
         lib.ggml_backend_dev_memory(dev, ctypes.byref(free), ctypes.byref(total))
-        out.append(DeviceMemory(lib.ggml_backend_dev_name(dev).decode(), lib.ggml_backend_dev_description(dev).decode(),
-                                lib.ggml_backend_dev_type(dev) in _GPU_TYPES, free.value, total.value))
+        out.append(
+            DeviceMemory(
+                lib.ggml_backend_dev_name(dev).decode(),
+                lib.ggml_backend_dev_description(dev).decode(),
+                lib.ggml_backend_dev_type(dev) in _GPU_TYPES,
+                free.value,
+                total.value,
+            )
+        )
     return out
 
 
@@ -118,7 +138,11 @@ def _context(shape: ContextShape) -> int:
     width_k = int(key("attention.key_length", n_embd // n_head)) * n_head_kv
     width_v = int(key("attention.value_length", n_embd // n_head)) * n_head_kv
     n_layer = int(key("block_count"))
-    kv = shape.n_ctx * n_layer * (width_k * _CACHE_TYPE_BYTES[shape.cache_type_k] + width_v * _CACHE_TYPE_BYTES[shape.cache_type_v])
+    kv = (
+        shape.n_ctx
+        * n_layer
+        * (width_k * _CACHE_TYPE_BYTES[shape.cache_type_k] + width_v * _CACHE_TYPE_BYTES[shape.cache_type_v])
+    )
     n_vocab = len(header.get("tokenizer.ggml.tokens") or ())
     n_ff = int(key("feed_forward_length", 4 * n_embd))
     compute = 4 * shape.n_ubatch * (n_vocab + 2 * n_ff + 4 * n_embd)

@@ -14,8 +14,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterable
 
-from autotune.llamacpp.bindings import LoadedModel
 from autotune.errors import UsageError
+from autotune.llamacpp.bindings import LoadedModel
 from autotune.measure.prompts import Prompt
 
 

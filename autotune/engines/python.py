@@ -20,26 +20,26 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from autotune.llamacpp.bindings import Context, LoadedModel, llama_build
-from autotune.engines.prompt_tokens import PromptTokens
-from autotune.engines.sampler import SamplerChain
-from autotune.engines.speculation import speculate
+from autotune.engines import memory
 from autotune.engines.base import WARMUP_TOKENS, Engine, ProgressCallback
+from autotune.engines.dflash.contexts import DFlashPair, dflash_available
+from autotune.engines.dflash.drafter import DFlashDrafter
 from autotune.engines.drafters.base import Drafter
 from autotune.engines.drafters.build import build_drafter
 from autotune.engines.drafters.draft_model import DraftModelDrafter
-from autotune.engines.dflash.drafter import DFlashDrafter
-from autotune.engines.dflash.contexts import DFlashPair, dflash_available
-from autotune.engines import memory
 from autotune.engines.memory import ContextShape
+from autotune.engines.prompt_tokens import PromptTokens
+from autotune.engines.sampler import SamplerChain
+from autotune.engines.speculation import speculate
+from autotune.errors import ModelFileError, TrialFailure
+from autotune.llamacpp.bindings import Context, LoadedModel, llama_build
+from autotune.llamacpp.runtime import Runtime, runtime_from_flags
 from autotune.measure.lossless import TieEvidence
 from autotune.measure.measurement import GenerationResult, Measurement, timed_result
 from autotune.measure.prompts import Prompt, PromptMix
-from autotune.llamacpp.runtime import Runtime, runtime_from_flags
-from autotune.spec.sampling import GREEDY, Sampling
-from autotune.errors import ModelFileError, TrialFailure
 from autotune.spec.config import SpecConfig
 from autotune.spec.params import SpecParam
+from autotune.spec.sampling import GREEDY, Sampling
 from autotune.spec.types import CHAINABLE_TYPES, DFLASH_TYPES, combinations_of
 
 #: Parameters only llama-server applies (probabilistic drafting verifies by rejection sampling).
@@ -54,14 +54,23 @@ Generate = Callable[[Prompt, list[int], int], GenerationResult]
 class PythonEngine(Engine):
     name = "python"
 
-    def __init__(self, *, context_size: int = 4096, threads: int | None = None, base_flags: Sequence[str] = (),
-                 sampling: Sampling = GREEDY, memory_budget_gib: float | None = None):
+    def __init__(
+        self,
+        *,
+        context_size: int = 4096,
+        threads: int | None = None,
+        base_flags: Sequence[str] = (),
+        sampling: Sampling = GREEDY,
+        memory_budget_gib: float | None = None,
+    ):
         """`memory_budget_gib` (else `AUTOTUNE_MEMORY_BUDGET_GIB`): count at most this much device memory
         as free, for a device shared with other work (and tests); see `load`."""
         self.context_size = context_size
         budget = memory_budget_gib if memory_budget_gib is not None else os.environ.get("AUTOTUNE_MEMORY_BUDGET_GIB")
         self.memory_budget = None if budget is None else int(float(budget) * memory.GIB)
-        self.base_runtime: Runtime = runtime_from_flags(base_flags, threads=threads, source="the search space's base_flags")
+        self.base_runtime: Runtime = runtime_from_flags(
+            base_flags, threads=threads, source="the search space's base_flags"
+        )
         self.runtime = self.base_runtime  # the contexts' settings: base_flags with the configuration's [runtime]
         self.sampling = sampling
         self._models: dict[Path, LoadedModel] = {}
@@ -113,8 +122,10 @@ class PythonEngine(Engine):
         shapes = self._context_shapes(config)
         for key in [k for k in self._contexts if k not in shapes]:
             self._contexts.pop(key).free()
-        self._check_fits([p for p in needed if p not in self._models],
-                         [shape for key, group in shapes.items() if key not in self._contexts for shape in group])
+        self._check_fits(
+            [p for p in needed if p not in self._models],
+            [shape for key, group in shapes.items() if key not in self._contexts for shape in group],
+        )
         for path in needed:
             if path not in self._models:
                 self._models[path] = _load_model(path)
@@ -129,8 +140,10 @@ class PythonEngine(Engine):
         if self.memory_budget is not None:
             free = min(free, self.memory_budget)
         if needs > free:
-            raise TrialFailure(f"out of {'GPU' if on_gpu else 'host'} memory: needs {needs / memory.GIB:.3g} GiB, "
-                               f"free {free / memory.GIB:.3g} GiB")
+            raise TrialFailure(
+                f"out of {'GPU' if on_gpu else 'host'} memory: needs {needs / memory.GIB:.3g} GiB, "
+                f"free {free / memory.GIB:.3g} GiB"
+            )
 
     def _context_shapes(self, config: SpecConfig) -> dict[tuple, list[ContextShape]]:
         """The contexts `config` runs on, by key in `_contexts`, as memory.estimate sees them."""
@@ -142,7 +155,9 @@ class PythonEngine(Engine):
         shapes = {("target", config.target): [target]}
         if config.draft is not None:
             d = rt.for_draft()
-            shapes[("draft", config.draft)] = [ContextShape(config.draft, self.context_size, d.ubatch_size, d.cache_type_k, d.cache_type_v)]
+            shapes[("draft", config.draft)] = [
+                ContextShape(config.draft, self.context_size, d.ubatch_size, d.cache_type_k, d.cache_type_v)
+            ]
         return shapes
 
     def prepare(self, config: SpecConfig, mix: PromptMix, *, max_tokens: int) -> None:
@@ -248,8 +263,11 @@ class PythonEngine(Engine):
         key = (role, path)
         if key not in self._samplers:
             model = self._models[path]
-            self._samplers[key] = (SamplerChain.for_request(model.vocab, model.n_vocab, self.sampling) if role == "target"
-                                   else SamplerChain.for_greedy_draft(model.vocab, model.n_vocab))
+            self._samplers[key] = (
+                SamplerChain.for_request(model.vocab, model.n_vocab, self.sampling)
+                if role == "target"
+                else SamplerChain.for_greedy_draft(model.vocab, model.n_vocab)
+            )
         return self._samplers[key]
 
     def _generator(self, config: SpecConfig) -> Generate:
@@ -271,12 +289,18 @@ class PythonEngine(Engine):
         return self._contexts[key]
 
     def _drafter(self, config: SpecConfig) -> Drafter | None:
-        return build_drafter(config, lambda: DraftModelDrafter(self.context("draft", config.draft),
-                                                               self.sampler("draft", config.draft), config))
+        return build_drafter(
+            config,
+            lambda: DraftModelDrafter(self.context("draft", config.draft), self.sampler("draft", config.draft), config),
+        )
 
     @staticmethod
     def _generate(
-        target: Context, sampler: SamplerChain, drafter: Drafter | None, prompt: Prompt, tokens: list[int],
+        target: Context,
+        sampler: SamplerChain,
+        drafter: Drafter | None,
+        prompt: Prompt,
+        tokens: list[int],
         max_tokens: int,
     ) -> GenerationResult:
         model = target.model
@@ -298,10 +322,21 @@ class PythonEngine(Engine):
             return emitted
 
         generated = [last]
-        steps = speculate(drafter, verify, history=list(tokens), generated=generated, max_tokens=max_tokens,
-                          is_eog=model.is_eog)
-        return timed_result(prompt.id, prompt.category, len(tokens), start, first_token_at, time.perf_counter(),
-                            generated, steps.drafted, steps.accepted, steps.verify_steps)
+        steps = speculate(
+            drafter, verify, history=list(tokens), generated=generated, max_tokens=max_tokens, is_eog=model.is_eog
+        )
+        return timed_result(
+            prompt.id,
+            prompt.category,
+            len(tokens),
+            start,
+            first_token_at,
+            time.perf_counter(),
+            generated,
+            steps.drafted,
+            steps.accepted,
+            steps.verify_steps,
+        )
 
 
 def _load_model(path: Path) -> LoadedModel:

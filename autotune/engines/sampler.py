@@ -38,7 +38,8 @@ class SamplerChain:
         suppressed = _suppressed_tokens(vocab)
         if suppressed:
             biases = (llama_cpp.llama_logit_bias * len(suppressed))(
-                *[llama_cpp.llama_logit_bias(token=t, bias=float("-inf")) for t in suppressed])
+                *[llama_cpp.llama_logit_bias(token=t, bias=float("-inf")) for t in suppressed]
+            )
             samplers = [llama_cpp.llama_sampler_init_logit_bias(n_vocab, len(suppressed), biases), *samplers]
         for sampler in samplers:
             llama_cpp.llama_sampler_chain_add(self.ptr, sampler)
@@ -46,19 +47,25 @@ class SamplerChain:
     @classmethod
     def for_request(cls, vocab, n_vocab: int, sampling: Sampling) -> "SamplerChain":
         """The target's chain for a request with `sampling`."""
-        return cls(vocab, n_vocab, [
-            llama_cpp.llama_sampler_init_top_k(sampling.top_k),
-            llama_cpp.llama_sampler_init_top_p(sampling.top_p, 1),
-            llama_cpp.llama_sampler_init_min_p(sampling.min_p, 1),
-            llama_cpp.llama_sampler_init_temp_ext(sampling.temperature, 0.0, 1.0),
-            llama_cpp.llama_sampler_init_dist(sampling.seed),
-        ])
+        return cls(
+            vocab,
+            n_vocab,
+            [
+                llama_cpp.llama_sampler_init_top_k(sampling.top_k),
+                llama_cpp.llama_sampler_init_top_p(sampling.top_p, 1),
+                llama_cpp.llama_sampler_init_min_p(sampling.min_p, 1),
+                llama_cpp.llama_sampler_init_temp_ext(sampling.temperature, 0.0, 1.0),
+                llama_cpp.llama_sampler_init_dist(sampling.seed),
+            ],
+        )
 
     @classmethod
     def for_greedy_draft(cls, vocab, n_vocab: int) -> "SamplerChain":
         """A draft-simple draft's chain: top-10, then its first candidate (greedy drafting takes
         `cur_p->data[0]`, the top one, whatever dist would have drawn)."""
-        return cls(vocab, n_vocab, [llama_cpp.llama_sampler_init_top_k(DRAFT_TOP_K), llama_cpp.llama_sampler_init_greedy()])
+        return cls(
+            vocab, n_vocab, [llama_cpp.llama_sampler_init_top_k(DRAFT_TOP_K), llama_cpp.llama_sampler_init_greedy()]
+        )
 
     def sample(self, context: Context, row: int) -> int:
         """The token for output row `row` of `context`'s last decode (llama_sampler_sample also

@@ -34,22 +34,22 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from autotune.llamacpp.capabilities import ServerCapabilities, read_capabilities
-from autotune.spec.command import server_argv
-from autotune.engines.prompt_tokens import PromptTokens
-from autotune.engines.orphans import stop_orphaned_servers
-from autotune.engines.server_process import ServerProcess
 from autotune.engines.base import WARMUP_TOKENS, Engine, ProgressCallback
 from autotune.engines.live import fits_at_once
-from autotune.errors import EngineError, LlamaCppCrashed, ModelFileError, ServerFailure
-from autotune.measure.lossless import TieEvidence
+from autotune.engines.orphans import stop_orphaned_servers
+from autotune.engines.prompt_tokens import PromptTokens
+from autotune.engines.server_process import ServerProcess
 from autotune.engines.server_requests import LiveServers, complete, generate_concurrent, generate_mix
+from autotune.errors import EngineError, LlamaCppCrashed, ModelFileError, ServerFailure
+from autotune.llamacpp.capabilities import ServerCapabilities, read_capabilities
+from autotune.llamacpp.server_binary import resolve_server_binary
+from autotune.measure.lossless import TieEvidence
 from autotune.measure.measurement import Measurement
 from autotune.measure.prompts import Prompt, PromptMix
-from autotune.spec.sampling import GREEDY, Sampling
-from autotune.llamacpp.server_binary import resolve_server_binary
+from autotune.spec.command import server_argv
 from autotune.spec.config import SpecConfig
 from autotune.spec.params import SpecParam
+from autotune.spec.sampling import GREEDY, Sampling
 from autotune.spec.types import combinations_of
 
 __all__ = ["ServerEngine", "ServerFailure"]
@@ -95,7 +95,8 @@ class ServerEngine(Engine):
         self._margin_server: tuple[Path, ServerProcess] | None = None
         self.startup_notes = tuple(
             f"stopped llama-server (pid {r.server_pid}) left running by autotune pid {r.owner_pid}, which is gone"
-            for r in stop_orphaned_servers())
+            for r in stop_orphaned_servers()
+        )
 
     @property
     def capabilities(self) -> ServerCapabilities:
@@ -122,8 +123,15 @@ class ServerEngine(Engine):
     def argv(self, config: SpecConfig, context_size: int | None = None) -> list[str]:
         """What is launched for `config`, without `--host/--port` (added at start), at the search space's
         context size or `context_size`."""
-        argv = server_argv(config, context_size=context_size or self.context_size, base_flags=self.base_flags,
-                           binary=self.binary, threads=self.threads, sampling=self.sampling, parallel=self.concurrency)
+        argv = server_argv(
+            config,
+            context_size=context_size or self.context_size,
+            base_flags=self.base_flags,
+            binary=self.binary,
+            threads=self.threads,
+            sampling=self.sampling,
+            parallel=self.concurrency,
+        )
         return argv + [flag for flag in ("--metrics", "--no-webui") if self.capabilities.has_flag(flag)]
 
     def prepare(self, config: SpecConfig, mix: PromptMix, *, max_tokens: int) -> None:
@@ -152,8 +160,9 @@ class ServerEngine(Engine):
                 startup_ms = (time.perf_counter() - launched) * 1000
                 try:
                     if self.concurrency > 1:
-                        measurement = generate_concurrent(server, prompts, max_tokens, self.concurrency, self.sampling,
-                                                          on_prompt)
+                        measurement = generate_concurrent(
+                            server, prompts, max_tokens, self.concurrency, self.sampling, on_prompt
+                        )
                     else:
                         measurement = generate_mix(server, prompts, max_tokens, self.sampling, on_prompt)
                 finally:
@@ -184,15 +193,21 @@ class ServerEngine(Engine):
         """One warmed-up server per configuration, all running until the block ends, each answering one
         prompt at a time: what lets a race measure a prompt's configurations seconds apart."""
         self._stop_margin_server()
-        prompts = {config.target: [self._prompts.tokens(config.target, p, max_tokens) for p in mix]
-                   for config in configs}
+        prompts = {
+            config.target: [self._prompts.tokens(config.target, p, max_tokens) for p in mix] for config in configs
+        }
         context = self.live_context(configs, mix, max_tokens)
         with ExitStack() as stack:
             servers: list[ServerProcess | None] = []
             for config in configs:
                 server = stack.enter_context(self._launch(self.argv(config, context)))
-                complete(server, prompts[config.target][0], min(WARMUP_TOKENS, max_tokens), what="the warm-up request",
-                          sampling=self.sampling)
+                complete(
+                    server,
+                    prompts[config.target][0],
+                    min(WARMUP_TOKENS, max_tokens),
+                    what="the warm-up request",
+                    sampling=self.sampling,
+                )
                 servers.append(server)
             yield LiveServers(servers, [prompts[c.target] for c in configs], list(mix), max_tokens, self.sampling)
 

@@ -88,8 +88,13 @@ class ServerProcess:
             parent = os.getpid()
             with deferred(), open(self.log_path, "ab") as log:
                 self._proc = subprocess.Popen(
-                    self.argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                    env=server_env(), start_new_session=True, preexec_fn=functools.partial(die_with_parent, parent),
+                    self.argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=server_env(),
+                    start_new_session=True,
+                    preexec_fn=functools.partial(die_with_parent, parent),
                 )
                 self._record = record_server(self._proc.pid, self.argv)
             charge(server_starts=1)
@@ -108,8 +113,9 @@ class ServerProcess:
         while True:
             code = self._proc.poll()
             if code is not None:
-                raise self.crash(code, f"while loading {self.model_name}") or \
-                    self.failure(f"llama-server exited with code {code} before it was ready")
+                raise self.crash(code, f"while loading {self.model_name}") or self.failure(
+                    f"llama-server exited with code {code} before it was ready"
+                )
             try:
                 status, _ = self._http("GET", "/health", None, timeout=2.0)
                 if status == 200:
@@ -161,8 +167,9 @@ class ServerProcess:
             raise self.failure(f"llama-server gave no answer to {what} within {self.request_timeout_s:g} s") from exc
         except (OSError, http.client.HTTPException) as exc:
             state = self._state()
-            raise self.crash(self._proc.returncode if self._proc else None, f"during {what}") or \
-                self.failure(f"llama-server {state} during {what} ({exc.__class__.__name__})") from exc
+            raise self.crash(self._proc.returncode if self._proc else None, f"during {what}") or self.failure(
+                f"llama-server {state} during {what} ({exc.__class__.__name__})"
+            ) from exc
         if status != 200:
             raise self.failure(f"llama-server answered {what} with HTTP {status}: {_error_message(data)}")
         return data

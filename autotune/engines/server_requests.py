@@ -25,8 +25,14 @@ _VERIFY_STEPS = re.compile(r"^llamacpp:spec_decode_num_drafts_total\s+(\S+)", re
 class LiveServers:
     """The running servers of `ServerEngine.live`, by position; one prompt per call."""
 
-    def __init__(self, servers: list[ServerProcess | None], tokens: list[list[list[int]]], prompts: list[Prompt],
-                 max_tokens: int, sampling: Sampling):
+    def __init__(
+        self,
+        servers: list[ServerProcess | None],
+        tokens: list[list[list[int]]],
+        prompts: list[Prompt],
+        max_tokens: int,
+        sampling: Sampling,
+    ):
         self._servers, self._tokens, self._prompts = servers, tokens, prompts
         self._max_tokens, self._sampling = max_tokens, sampling
 
@@ -35,8 +41,13 @@ class LiveServers:
         server = self._servers[index]
         prompt = self._prompts[prompt_index]
         steps_before = _verify_steps(server)
-        answer = complete(server, self._tokens[index][prompt_index], self._max_tokens, what=f"prompt {prompt.id}",
-                           sampling=self._sampling)
+        answer = complete(
+            server,
+            self._tokens[index][prompt_index],
+            self._max_tokens,
+            what=f"prompt {prompt.id}",
+            sampling=self._sampling,
+        )
         return _result(prompt, answer, _verify_steps(server) - steps_before)
 
     def error_lines(self, index: int) -> tuple[str, ...]:
@@ -85,6 +96,7 @@ def generate_concurrent(
     """N streams at once on a server with N slots: each sends the whole mix, rotated (`stream_order`),
     one request after the other. Warm-up: one short request per stream, all at once. `on_prompt` sees
     stream 0's results in mix order once the busy period is over (never during it)."""
+
     def run_streams(orders: list[list[tuple[Prompt, list[int]]]], n_predict: int) -> list[list[tuple]]:
         finished: list[list[tuple]] = [[] for _ in orders]
         errors: list[BaseException] = []
@@ -94,8 +106,9 @@ def generate_concurrent(
             try:
                 start.wait()
                 for prompt, tokens in orders[index]:
-                    answer = complete(server, tokens, n_predict, what=f"prompt {prompt.id} (stream {index + 1})",
-                                       sampling=sampling)
+                    answer = complete(
+                        server, tokens, n_predict, what=f"prompt {prompt.id} (stream {index + 1})", sampling=sampling
+                    )
                     finished[index].append((prompt, answer))
             except BaseException as exc:  # noqa: BLE001 - re-raised in the calling thread
                 errors.append(exc)
@@ -118,7 +131,9 @@ def generate_concurrent(
     finished = run_streams(orders, max_tokens)
     busy_ms = (time.perf_counter() - began) * 1000
     steps = max(_verify_steps(server) - steps_before, 0)
-    results = [replace(_result(prompt, answer, 0), stream=s) for s, done in enumerate(finished) for prompt, answer in done]
+    results = [
+        replace(_result(prompt, answer, 0), stream=s) for s, done in enumerate(finished) for prompt, answer in done
+    ]
     if on_prompt is not None:
         first = {r.prompt_id: r for r in results if r.stream == 0}
         for index, (prompt, _) in enumerate(prompts):
@@ -129,8 +144,15 @@ def generate_concurrent(
     return Measurement(results, concurrency=n_streams, busy_ms=busy_ms, n_verify_steps_total=steps)
 
 
-def complete(server: ServerProcess, tokens: list[int], n_predict: int, *, what: str, n_probs: int = 0,
-              sampling: Sampling = GREEDY) -> dict:
+def complete(
+    server: ServerProcess,
+    tokens: list[int],
+    n_predict: int,
+    *,
+    what: str,
+    n_probs: int = 0,
+    sampling: Sampling = GREEDY,
+) -> dict:
     """One `/completion` request; the divergence replays (n_probs) always run greedily."""
     body = {
         "prompt": tokens,

@@ -32,8 +32,15 @@ class Steps:
     verify_steps: int = 0  # steps that verified a draft (llama-server's spec_decode_num_drafts)
 
 
-def speculate(drafter: Drafter | None, verify: Verify, *, history: list[int], generated: list[int],
-              max_tokens: int, is_eog: Callable[[int], bool]) -> Steps:
+def speculate(
+    drafter: Drafter | None,
+    verify: Verify,
+    *,
+    history: list[int],
+    generated: list[int],
+    max_tokens: int,
+    is_eog: Callable[[int], bool],
+) -> Steps:
     """Generate after `generated[-1]` (the first token, sampled from the prompt) until `max_tokens` or an
     end-of-generation token; `history` holds every token in the target's KV cache and grows with it."""
     steps = Steps()

@@ -39,20 +39,25 @@ from autotune.errors import EngineError, TrialFailure, WorkerCrashed, WorkerDied
 from autotune.interrupts import STOP_SIGNALS, deferred
 from autotune.llamacpp.builds import llama_cpp_library_dir
 from autotune.llamacpp.crash import crash_line, fatal_signal
+from autotune.llamacpp.runtime import runtime_from_flags
 from autotune.measure.ledger import charge
 from autotune.measure.lossless import TieEvidence
 from autotune.measure.measurement import Measurement
 from autotune.measure.prompts import Prompt, PromptMix
-from autotune.llamacpp.runtime import runtime_from_flags
-from autotune.spec.sampling import GREEDY, Sampling
 from autotune.spec.config import SpecConfig
 from autotune.spec.params import SpecParam
+from autotune.spec.sampling import GREEDY, Sampling
 
 STDERR_TAIL_LINES = 3  # of the dead worker's stderr, quoted in the failure reason
 CLOSE_TIMEOUT_S = 10  # for the worker to free its models and exit before it is killed
 #: what the worker was doing, by the call that was in flight when it died (for the crash line)
-_DOING = {"prepare": "while loading the models", "load": "while loading the models", "measure": "while generating",
-          "tie_evidence": "while replaying a divergence", "run": "while measuring in-process"}
+_DOING = {
+    "prepare": "while loading the models",
+    "load": "while loading the models",
+    "measure": "while generating",
+    "tie_evidence": "while replaying a divergence",
+    "run": "while measuring in-process",
+}
 
 
 class WorkerEngine(Engine):
@@ -60,12 +65,22 @@ class WorkerEngine(Engine):
 
     name = "python"
 
-    def __init__(self, *, context_size: int = 4096, threads: int | None = None, base_flags: Sequence[str] = (),
-                 sampling: Sampling = GREEDY):
+    def __init__(
+        self,
+        *,
+        context_size: int = 4096,
+        threads: int | None = None,
+        base_flags: Sequence[str] = (),
+        sampling: Sampling = GREEDY,
+    ):
         # a flag the python engine cannot apply is bad input: refuse it here, before any process starts
         self.runtime = runtime_from_flags(base_flags, threads=threads, source="the search space's base_flags")
-        self._engine_kwargs = {"context_size": context_size, "threads": threads, "base_flags": tuple(base_flags),
-                               "sampling": sampling}
+        self._engine_kwargs = {
+            "context_size": context_size,
+            "threads": threads,
+            "base_flags": tuple(base_flags),
+            "sampling": sampling,
+        }
         self._process: multiprocessing.process.BaseProcess | None = None
         self._conn: Any = None
         self._stderr: tuple[int, Path] | None = None  # the worker's stderr file: our descriptor, its path
@@ -111,8 +126,9 @@ class WorkerEngine(Engine):
     ) -> TieEvidence:
         return self._call("tie_evidence", target, prompt, list(generated), token_a, token_b)
 
-    def run(self, function: Callable[..., Any], *args: Any, on_note: Callable[[str], None] | None = None,
-            **kwargs: Any) -> Any:
+    def run(
+        self, function: Callable[..., Any], *args: Any, on_note: Callable[[str], None] | None = None, **kwargs: Any
+    ) -> Any:
         """`function(engine, *args, note=..., **kwargs)` in the worker, `engine` being its PythonEngine;
         `function` must be importable by name (module level), its arguments and result picklable. Each
         line it passes to `note` reaches `on_note` as it is said."""
@@ -136,8 +152,15 @@ class WorkerEngine(Engine):
             self._answers[key] = self._call(method, *args)
         return self._answers[key]
 
-    def _call(self, method: str, *args: Any, on_prompt: ProgressCallback | None = None,
-              on_note: Callable[[str], None] | None = None, deadline_s: float | None = None, **kwargs: Any) -> Any:
+    def _call(
+        self,
+        method: str,
+        *args: Any,
+        on_prompt: ProgressCallback | None = None,
+        on_note: Callable[[str], None] | None = None,
+        deadline_s: float | None = None,
+        **kwargs: Any,
+    ) -> Any:
         """Send one request and wait for its reply, handing each streamed prompt result to `on_prompt`.
 
         Only an exception after which the worker is known to wait for the next request leaves it
@@ -201,8 +224,12 @@ class WorkerEngine(Engine):
             context = multiprocessing.get_context("spawn")
             parent_end, child_end = context.Pipe()
             fd, stderr_path = tempfile.mkstemp(prefix="autotune-worker-", suffix=".stderr")
-            process = context.Process(target=_serve, args=(child_end, self._engine_kwargs, stderr_path, os.getpid()),
-                                      name="autotune python engine", daemon=True)
+            process = context.Process(
+                target=_serve,
+                args=(child_end, self._engine_kwargs, stderr_path, os.getpid()),
+                name="autotune python engine",
+                daemon=True,
+            )
             self._stderr = (fd, Path(stderr_path))
             try:
                 process.start()

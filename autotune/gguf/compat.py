@@ -22,11 +22,33 @@ FIRST_COMPARED_TOKEN_ID = 5
 #: "layer input tensor is null" (src/llama-graph.cpp). Names are from src/llama-arch.cpp, via the
 #: arch -> model class map in src/llama-model.cpp (llama_model_mapping) and the graph aliases in
 #: src/models/models.h (llama-embed, lfm2moe, nemotron_h_moe, hunyuan-dense reuse another graph).
-LAYER_INPUT_ARCHITECTURES = frozenset({
-    "bailingmoe3", "deepseek4", "gemma4", "gpt-oss", "hunyuan-dense", "hunyuan_vl", "lfm2", "lfm2moe",
-    "llama", "llama-embed", "mimo2", "minimax-01", "minimax-m2", "muse-glimmer", "nanbeige", "nemotron_h",
-    "nemotron_h_moe", "qwen3", "qwen35", "qwen35moe", "qwen3moe", "qwen3next", "qwen4exp",
-})
+LAYER_INPUT_ARCHITECTURES = frozenset(
+    {
+        "bailingmoe3",
+        "deepseek4",
+        "gemma4",
+        "gpt-oss",
+        "hunyuan-dense",
+        "hunyuan_vl",
+        "lfm2",
+        "lfm2moe",
+        "llama",
+        "llama-embed",
+        "mimo2",
+        "minimax-01",
+        "minimax-m2",
+        "muse-glimmer",
+        "nanbeige",
+        "nemotron_h",
+        "nemotron_h_moe",
+        "qwen3",
+        "qwen35",
+        "qwen35moe",
+        "qwen3moe",
+        "qwen3next",
+        "qwen4exp",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -63,8 +85,10 @@ def check_pair(spec_type: str, target: GGUFInfo, draft: GGUFInfo | None) -> Verd
 def _vocabulary_problem(target: GGUFInfo, draft: GGUFInfo) -> str:
     """common_speculative_are_compatible (common/speculative.cpp)."""
     if draft.vocab_type != target.vocab_type:
-        return (f"draft tokenizer {draft.tokenizer_model} ({draft.vocab_type}) differs from "
-                f"the target's {target.tokenizer_model} ({target.vocab_type})")
+        return (
+            f"draft tokenizer {draft.tokenizer_model} ({draft.vocab_type}) differs from "
+            f"the target's {target.tokenizer_model} ({target.vocab_type})"
+        )
     special_tokens = (
         ("BOS", target.add_bos, draft.add_bos, target.bos_id, draft.bos_id),
         ("EOS", target.add_eos, draft.add_eos, target.eos_id, draft.eos_id),
@@ -75,8 +99,10 @@ def _vocabulary_problem(target: GGUFInfo, draft: GGUFInfo) -> str:
         if target_adds and draft_id != target_id:
             return f"draft {name} id {draft_id} differs from the target's {target_id}"
     if abs(draft.n_vocab - target.n_vocab) > MAX_VOCAB_SIZE_DIFFERENCE:
-        return (f"draft vocabulary size {draft.n_vocab} is more than {MAX_VOCAB_SIZE_DIFFERENCE} "
-                f"away from the target's {target.n_vocab}")
+        return (
+            f"draft vocabulary size {draft.n_vocab} is more than {MAX_VOCAB_SIZE_DIFFERENCE} "
+            f"away from the target's {target.n_vocab}"
+        )
     differing = first_differing_token(target, draft, start=FIRST_COMPARED_TOKEN_ID)
     if differing is not None:
         return f"draft vocabulary differs from the target's at token {differing}"
@@ -140,4 +166,3 @@ def _layer_input_problem(kind: str, target: GGUFInfo, draft: GGUFInfo) -> str:
     if beyond:
         return f"the {kind} draft reads target layer {beyond[0]}, but the target has {target.n_main_layers} layers"
     return ""
-

@@ -78,7 +78,9 @@ def check_gguf(path: Path) -> GGUFHeader:
     size = path.stat().st_size
     for tensor in header.tensors:
         if tensor.data_offset + tensor.n_bytes > size:
-            raise ModelFileError(f"{path}: truncated GGUF (tensor {tensor.name} ends past the end of the file); re-download it")
+            raise ModelFileError(
+                f"{path}: truncated GGUF (tensor {tensor.name} ends past the end of the file); re-download it"
+            )
     return header
 
 

@@ -20,8 +20,14 @@ from pathlib import Path
 
 from autotune.install.build_args import BACKENDS, choose_backend, cmake_args
 from autotune.install.cpu_isa import enabled_extensions
-from autotune.install.wheelhouse import LLAMA_CPP_PACKAGES, InstallError, build_wheel, installed_from, pip, \
-    wheelhouse_root
+from autotune.install.wheelhouse import (
+    LLAMA_CPP_PACKAGES,
+    InstallError,
+    build_wheel,
+    installed_from,
+    pip,
+    wheelhouse_root,
+)
 
 CHECKOUT = Path(__file__).resolve().parents[2]
 
@@ -68,8 +74,12 @@ def _dist_name(wheel: Path) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m autotune.install", description=__doc__.split("\n\n")[0])
     parser.add_argument("extras", nargs="*", help="autotune's extras to install from the checkout (demo, test, server)")
-    parser.add_argument("--backend", choices=BACKENDS, default="auto",
-                        help="auto: CUDA where nvidia-smi lists a GPU and nvcc is found, else the CPU")
+    parser.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        default="auto",
+        help="auto: CUDA where nvidia-smi lists a GPU and nvcc is found, else the CPU",
+    )
     parser.add_argument("--rebuild", action="store_true", help="compile llama.cpp again even if built before")
     parser.add_argument("--print-cmake-args", action="store_true", help="print the CMake arguments and stop")
     options = parser.parse_args(argv)

@@ -52,8 +52,10 @@ def choose_backend(requested: str, user_args: list[str]) -> tuple[str, str | Non
     if requested == "cuda" or (gpus and compiler):
         return "cuda", None
     if gpus:
-        return "cpu", (f"{len(gpus)} NVIDIA GPU(s) seen but no CUDA compiler (nvcc): building for the CPU; install "
-                       "the CUDA toolkit and rerun with --backend cuda for a CUDA build")
+        return "cpu", (
+            f"{len(gpus)} NVIDIA GPU(s) seen but no CUDA compiler (nvcc): building for the CPU; install "
+            "the CUDA toolkit and rerun with --backend cuda for a CUDA build"
+        )
     return "cpu", None
 
 

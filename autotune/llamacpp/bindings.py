@@ -64,7 +64,9 @@ class LoadedModel:
         with deferred():  # a load logs all along: see _capture_log
             self.ptr = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
         if not self.ptr:
-            raise ModelFileError(f"{path}: llama.cpp cannot load this GGUF ({last_log_error()}); re-download or re-convert it")
+            raise ModelFileError(
+                f"{path}: llama.cpp cannot load this GGUF ({last_log_error()}); re-download or re-convert it"
+            )
         self.vocab = llama_cpp.llama_model_get_vocab(self.ptr)
         self.n_vocab = llama_cpp.llama_vocab_n_tokens(self.vocab)
         self.add_bos = bool(llama_cpp.llama_vocab_get_add_bos(self.vocab))
@@ -180,7 +182,9 @@ class Context:
             batch.n_tokens = len(chunk)
             status = llama_cpp.llama_decode(self.ptr, batch)
             if status != 0:
-                raise EngineError(f"{self.model.path.name}: llama_decode failed with status {status} ({last_log_error()})")
+                raise EngineError(
+                    f"{self.model.path.name}: llama_decode failed with status {status} ({last_log_error()})"
+                )
         logits = llama_cpp.llama_get_logits(self.ptr)
         return np.ctypeslib.as_array(logits, shape=(n_outputs, self.model.n_vocab))
 

@@ -149,9 +149,12 @@ def in_process_build(devices: Sequence[str] = ()) -> Build:
 
     commit = text(_ggml.libggml, "ggml_commit")
     build = Build(
-        engine="in-process", package=package_version("llama-cpp-python"), path=llama_cpp_library_dir(),
+        engine="in-process",
+        package=package_version("llama-cpp-python"),
+        path=llama_cpp_library_dir(),
         version=text(llama_cpp.llama_cpp._lib, "llama_version"),
-        commit=None if commit in (None, "unknown") else commit, devices=tuple(devices),
+        commit=None if commit in (None, "unknown") else commit,
+        devices=tuple(devices),
     )
     return with_system_info(build, llama_cpp.llama_print_system_info().decode("utf-8", errors="replace"))
 
@@ -165,5 +168,12 @@ def server_build(binary: str, package: str = "") -> Build:
     version, commit = parse_server_version(answer_of(binary, "--version"))
     devices = parse_device_list(answer_of(binary, "--list-devices"))
     backends = tuple(dict.fromkeys(backend_name(d.split(":", 1)[0]) for d in devices))
-    return Build(engine="llama-server", package=package, path=binary, version=version, commit=commit,
-                 backends=backends + ("CPU",), devices=devices)
+    return Build(
+        engine="llama-server",
+        package=package,
+        path=binary,
+        version=version,
+        commit=commit,
+        backends=backends + ("CPU",),
+        devices=devices,
+    )

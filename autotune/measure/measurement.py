@@ -77,10 +77,13 @@ class Measurement:
         """Several measurements of one configuration as one (their busy periods add up)."""
         busy = [m.busy_ms for m in measurements]
         steps = [m.n_verify_steps_total for m in measurements]
-        return cls([r for m in measurements for r in m.results], sum(m.startup_ms for m in measurements),
-                   concurrency=measurements[0].concurrency if measurements else 1,
-                   busy_ms=None if None in busy else sum(busy),
-                   n_verify_steps_total=None if None in steps else sum(steps))
+        return cls(
+            [r for m in measurements for r in m.results],
+            sum(m.startup_ms for m in measurements),
+            concurrency=measurements[0].concurrency if measurements else 1,
+            busy_ms=None if None in busy else sum(busy),
+            n_verify_steps_total=None if None in steps else sum(steps),
+        )
 
     @property
     def aggregate_tok_s(self) -> float:
@@ -178,8 +181,16 @@ def extend_until_stop(generated: list[int], new_tokens: list[int], max_tokens: i
 
 
 def timed_result(
-    prompt_id: str, category: str, n_prompt: int, started: float, first_token_at: float, ended: float,
-    generated: list[int], n_drafted: int, n_accepted: int, n_verify_steps: int,
+    prompt_id: str,
+    category: str,
+    n_prompt: int,
+    started: float,
+    first_token_at: float,
+    ended: float,
+    generated: list[int],
+    n_drafted: int,
+    n_accepted: int,
+    n_verify_steps: int,
 ) -> GenerationResult:
     """A GenerationResult from perf_counter stamps: start, first token, last token (its tokens charged to
     the ledger's active phase)."""

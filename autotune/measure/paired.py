@@ -69,10 +69,14 @@ class Units:
     order: tuple[tuple[int, ...], ...] = ()
 
     @classmethod
-    def of(cls, decode_ms: Sequence[Sequence[float]], tokens: Sequence[Sequence[int]],
-           order: Sequence[Sequence[int]] = ()) -> "Units":
-        return cls(tuple(tuple(float(v) for v in r) for r in decode_ms), tuple(tuple(int(v) for v in r) for r in tokens),
-                   tuple(tuple(int(v) for v in r) for r in order))
+    def of(
+        cls, decode_ms: Sequence[Sequence[float]], tokens: Sequence[Sequence[int]], order: Sequence[Sequence[int]] = ()
+    ) -> "Units":
+        return cls(
+            tuple(tuple(float(v) for v in r) for r in decode_ms),
+            tuple(tuple(int(v) for v in r) for r in tokens),
+            tuple(tuple(int(v) for v in r) for r in order),
+        )
 
     @property
     def rounds(self) -> int:
@@ -86,9 +90,11 @@ class Units:
         """These units restricted to the prompts at `indices` of the mix (a category)."""
         wanted = set(indices)
         keep = [[j for j, p in enumerate(self.prompt_order(k)) if p in wanted] for k in range(self.rounds)]
-        return Units(tuple(tuple(r[j] for j in js) for r, js in zip(self.decode_ms, keep)),
-                     tuple(tuple(r[j] for j in js) for r, js in zip(self.tokens, keep)),
-                     tuple(tuple(self.prompt_order(k)[j] for j in js) for k, js in enumerate(keep)))
+        return Units(
+            tuple(tuple(r[j] for j in js) for r, js in zip(self.decode_ms, keep)),
+            tuple(tuple(r[j] for j in js) for r, js in zip(self.tokens, keep)),
+            tuple(tuple(self.prompt_order(k)[j] for j in js) for k, js in enumerate(keep)),
+        )
 
     def tok_s(self) -> float:
         """Mix tok/s over every unit: sum of tokens over sum of decode time."""
@@ -159,7 +165,7 @@ class Speedup:
         full_round = float(a.mean()) * max(self.prompts, 1)
         weights = np.array([a[rounds == k].sum() for k in np.unique(rounds)]) / full_round
         sd = max(self.instance_sd, _between_round_sd(a, np.array(self.entrant_ms), rounds, self.prompts))
-        v = float(np.sum(weights ** 2))
+        v = float(np.sum(weights**2))
         return bound * math.exp(side * sd * mixture_bound(v, alpha * share, 1.0) / float(weights.sum()))
 
 
@@ -170,12 +176,30 @@ def sums(a: np.ndarray, b: np.ndarray, axis=None) -> tuple[np.ndarray, ...]:
     n = np.sum(run, axis=axis)
     safe = np.maximum(n, 1)
     total_a, total_b = np.sum(a, axis=axis), np.sum(b, axis=axis)
-    return (n, total_a, total_b, np.sum(a * a, axis=axis) - total_a ** 2 / safe,
-            np.sum(a * b, axis=axis) - total_a * total_b / safe, np.sum(b * b, axis=axis) - total_b ** 2 / safe)
+    return (
+        n,
+        total_a,
+        total_b,
+        np.sum(a * a, axis=axis) - total_a**2 / safe,
+        np.sum(a * b, axis=axis) - total_a * total_b / safe,
+        np.sum(b * b, axis=axis) - total_b**2 / safe,
+    )
 
 
-def prompt_term(n, total_a, total_b, saa, sab, sbb, u, side: int, *, prior_sd: float = PRIOR_UNIT_SD,
-                prior_df: float = PRIOR_DF, min_units: int = MIN_UNITS) -> np.ndarray:
+def prompt_term(
+    n,
+    total_a,
+    total_b,
+    saa,
+    sab,
+    sbb,
+    u,
+    side: int,
+    *,
+    prior_sd: float = PRIOR_UNIT_SD,
+    prior_df: float = PRIOR_DF,
+    min_units: int = MIN_UNITS,
+) -> np.ndarray:
     """The prompt term: the least (side -1) or greatest (side 1) r the test of E[a - r b] = 0 keeps, where
     the standardised sum sum(a - r b) / sd(r) reaches the boundary `u`. The unit variance sd(r)^2 =
     (centred sum of squares of a - r b + the prior's) / (n - 1 + prior_df) is quadratic in r, so the
@@ -185,9 +209,9 @@ def prompt_term(n, total_a, total_b, saa, sab, sbb, u, side: int, *, prior_sd: f
     safe = np.maximum(n, 1.0)
     c = np.asarray(u, dtype=float) ** 2 / np.maximum(n - 1 + prior_df, 1e-9)
     prior = prior_df * (prior_sd * total_a / safe) ** 2
-    q2 = total_b ** 2 - c * sbb
+    q2 = total_b**2 - c * sbb
     q1 = total_a * total_b - c * sab
-    q0 = total_a ** 2 - c * (saa + prior)
+    q0 = total_a**2 - c * (saa + prior)
     disc = q1 * q1 - q2 * q0
     ok = (n >= min_units) & (q2 > 0) & (disc >= 0) & (total_b > 0)
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -207,13 +231,14 @@ def _between_round_sd(a: np.ndarray, b: np.ndarray, rounds: np.ndarray, prompts:
         ratio = ak.sum() / bk.sum()
         logs.append(math.log(ratio))
         x = ak - ratio * bk
-        within.append(len(x) / (len(x) - 1) * float(np.sum(x ** 2)) / float(ak.sum()) ** 2)
+        within.append(len(x) / (len(x) - 1) * float(np.sum(x**2)) / float(ak.sum()) ** 2)
     excess = float(np.var(logs, ddof=1)) - float(np.mean(within))
     return math.sqrt(excess) if excess > 0 else 0.0
 
 
-def paired_speedup(reference: Units, entrant: Units, *, pair_by_unit: bool,
-                   instance_sd: float = INSTANCE_PAIR_SD) -> Speedup:
+def paired_speedup(
+    reference: Units, entrant: Units, *, pair_by_unit: bool, instance_sd: float = INSTANCE_PAIR_SD
+) -> Speedup:
     """`entrant`'s speedup over `reference` on the units both measured: per round, the prompts both ran
     (the first of each round's order: an entrant that left mid-round ran a prefix of it).
 
@@ -228,7 +253,11 @@ def paired_speedup(reference: Units, entrant: Units, *, pair_by_unit: bool,
             continue
         a = np.array(reference.decode_ms[k][:n], dtype=float)
         own_tokens = np.maximum(np.array(entrant.tokens[k][:n], dtype=float), 1.0)
-        b = np.array(entrant.decode_ms[k][:n], dtype=float) * np.array(reference.tokens[k][:n], dtype=float) / own_tokens
+        b = (
+            np.array(entrant.decode_ms[k][:n], dtype=float)
+            * np.array(reference.tokens[k][:n], dtype=float)
+            / own_tokens
+        )
         if pair_by_unit:
             a_units += a.tolist()
             b_units += b.tolist()
@@ -239,5 +268,6 @@ def paired_speedup(reference: Units, entrant: Units, *, pair_by_unit: bool,
             unit_rounds.append(k)
     total_b = sum(b_units)
     ratio = sum(a_units) / total_b if total_b > 0 else 0.0
-    return Speedup(ratio, tuple(a_units), tuple(b_units), tuple(unit_rounds),
-                   instance_sd if pair_by_unit else 0.0, rounds, prompts)
+    return Speedup(
+        ratio, tuple(a_units), tuple(b_units), tuple(unit_rounds), instance_sd if pair_by_unit else 0.0, rounds, prompts
+    )

@@ -90,7 +90,8 @@ def default_mix_path(targets: Sequence[Path]) -> tuple[Path, str | None]:
     has = "has no chat template (a base model)" if len(targets) == 1 else "have no chat template (base models)"
     return continuation_mix_path(), (
         f"{names} {has}: measuring the bundled continuation mix, "
-        f"passages to continue rather than instructions (--prompts FILE to choose another)")
+        f"passages to continue rather than instructions (--prompts FILE to choose another)"
+    )
 
 
 def load_prompt_mix(path: Path | None = None) -> PromptMix:

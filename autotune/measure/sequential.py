@@ -60,8 +60,9 @@ class Look:
     def evidence(self, reference: np.ndarray) -> Evidence:
         """Each entrant's evidence against `reference` (broadcast to the entrants' shape)."""
         noise = Noise(self.noise.tau2[:, None], self.noise.sigma2[:, None])
-        return Evidence(np.broadcast_to(reference, self.entrants.shape), self.entrants, noise,
-                        per_prompt=self.per_prompt)
+        return Evidence(
+            np.broadcast_to(reference, self.entrants.shape), self.entrants, noise, per_prompt=self.per_prompt
+        )
 
 
 @dataclass(frozen=True)
@@ -88,7 +89,9 @@ def bounds(evidence: Evidence, level, side: int, per_prompt: bool) -> tuple[np.n
     if not per_prompt:
         return evidence.prompt_bound(level, side), np.full(evidence.ratio.shape, 0.0 if side < 0 else np.inf)
     level = np.asarray(level, dtype=float)
-    return evidence.prompt_bound(level * PROMPT_SHARE, side), evidence.stratified_bound(level * (1 - PROMPT_SHARE), side)
+    return evidence.prompt_bound(level * PROMPT_SHARE, side), evidence.stratified_bound(
+        level * (1 - PROMPT_SHARE), side
+    )
 
 
 def decide(look: Look, family: int, alpha: float = ALPHA) -> Decision:

@@ -47,8 +47,10 @@ def scenarios() -> list[tuple["Scenario", int | None, str]]:
     false winner: at most the nominal rate) or "power" (at least 95 %)."""
     found = [(Scenario("A/A", (1.0,), ("uniform",)), 0, "error")]
     found += [(Scenario(f"edge 1.02x, {p}", (1.02,), (p,)), 0, "error") for p in PROFILES]
-    found += [(Scenario("edge 1.02x, 2 % instance sd", (1.02,), ("spread",), instance_sd=0.02), 0, "error"),
-              (Scenario("edge 1.02x, slow instances", (1.02,), ("spread",), slow=0.1), 0, "error")]
+    found += [
+        (Scenario("edge 1.02x, 2 % instance sd", (1.02,), ("spread",), instance_sd=0.02), 0, "error"),
+        (Scenario("edge 1.02x, slow instances", (1.02,), ("spread",), slow=0.1), 0, "error"),
+    ]
     found += [(Scenario(f"1.10x, {p}", (1.10,), (p,)), 0, "power") for p in PROFILES]
     found += [(Scenario("1.08x uniform against 1.20x skewed", (1.08, 1.20), ("uniform", "skewed")), 1, "power")]
     return found
@@ -118,10 +120,10 @@ def simulate(scenario: Scenario, races: int, *, budget: int = 4, family: int = 3
             if not active.any():
                 return Outcomes(pick, named, rounds, voids)
             seen = (slot_index < slot) | ((slot_index == slot) & (positions <= position))
-            seen = seen[..., :slot + 1, :] & ~void[:, :slot + 1, None]
+            seen = seen[..., : slot + 1, :] & ~void[:, : slot + 1, None]
             now = np.flatnonzero(active)
-            ref = np.where(seen, baseline[:, :slot + 1], np.nan)[now]
-            ctrl = np.where(seen, control[:, :slot + 1], np.nan)[now]
+            ref = np.where(seen, baseline[:, : slot + 1], np.nan)[now]
+            ctrl = np.where(seen, control[:, : slot + 1], np.nan)[now]
             moved = void_rounds(ref, ctrl)[:, slot]
             void[now[moved], slot] = True
             voids[now[moved]] += 1
@@ -131,9 +133,10 @@ def simulate(scenario: Scenario, races: int, *, budget: int = 4, family: int = 3
             now, ref, ctrl = now[keep], ref[keep], ctrl[keep]
             if now.size == 0:
                 continue
-            shown = np.where(seen[now][:, None], entrants[now][:, :, :slot + 1], np.nan)
-            decision = decide(Look(np.broadcast_to(ref[:, None], shown.shape), shown, alive[now],
-                                   control_noise(ref, ctrl)), family)
+            shown = np.where(seen[now][:, None], entrants[now][:, :, : slot + 1], np.nan)
+            decision = decide(
+                Look(np.broadcast_to(ref[:, None], shown.shape), shown, alive[now], control_noise(ref, ctrl)), family
+            )
             won = decision.winner >= 0
             pick[now[won]], named[now[won]] = decision.winner[won], True
             rounds[now[won]] = slot + (position == PROMPTS - 1)

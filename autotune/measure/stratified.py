@@ -83,7 +83,7 @@ def _rounds(run: np.ndarray, a: np.ndarray, b: np.ndarray):
         logs = np.where(run.any(-1), np.log(round_a / np.where(round_b > 0, round_b, 1.0)), 0.0)
         shares = a / np.where(round_a > 0, round_a, 1.0)[..., None]
         by_prompt = np.where(run, np.log(np.where(run, a, 1.0) / np.where(run, b, 1.0)), 0.0)
-    return logs, (shares ** 2).sum(-1), by_prompt
+    return logs, (shares**2).sum(-1), by_prompt
 
 
 def control_noise(reference: np.ndarray, control: np.ndarray) -> Noise:
@@ -97,7 +97,7 @@ def void_rounds(reference: np.ndarray, control: np.ndarray) -> np.ndarray:
     its sd sqrt(tau^2 + sigma^2 sum w^2) with tau estimated from the other rounds."""
     noise, run, logs, squares, excess, complete = _control(reference, control)
     others = np.maximum(complete.sum(-1, keepdims=True) - complete, 1)
-    tau2 = np.maximum(TAU_FLOOR ** 2, (excess.sum(-1, keepdims=True) - excess) / others)
+    tau2 = np.maximum(TAU_FLOOR**2, (excess.sum(-1, keepdims=True) - excess) / others)
     sd = np.sqrt(tau2 + noise.sigma2[..., None] * squares)
     return run.any(-1) & (np.abs(logs) > VOID_SD * sd)
 
@@ -111,10 +111,10 @@ def _control(reference: np.ndarray, control: np.ndarray):
     counts = run.sum(-1)
     within = np.where(run, by_prompt - (by_prompt.sum(-1) / np.maximum(counts, 1))[..., None], 0.0)
     df = np.maximum(counts - 1, 0).sum(-1)
-    sigma2 = ((within ** 2).sum((-2, -1)) + PRIOR_PAIR_DF * PRIOR_PAIR_SD ** 2) / (df + PRIOR_PAIR_DF)
+    sigma2 = ((within**2).sum((-2, -1)) + PRIOR_PAIR_DF * PRIOR_PAIR_SD**2) / (df + PRIOR_PAIR_DF)
     complete = run.all(-1)
-    excess = np.where(complete, logs ** 2 - sigma2[..., None] * squares, 0.0)
-    tau2 = np.maximum(TAU_FLOOR ** 2, excess.sum(-1) / np.maximum(complete.sum(-1), 1))
+    excess = np.where(complete, logs**2 - sigma2[..., None] * squares, 0.0)
+    tau2 = np.maximum(TAU_FLOOR**2, excess.sum(-1) / np.maximum(complete.sum(-1), 1))
     return Noise(tau2, sigma2), run, logs, squares, excess, complete
 
 
@@ -142,7 +142,9 @@ class Evidence:
         logs, squares, by_prompt = _rounds(run, a, b)
         k = np.maximum(self.rounds, 1)
         self.log_ratio = np.where(complete, logs, 0.0).sum(-1) / k
-        self.variance = noise.tau2 + self._sigma2(complete, by_prompt, noise) * np.where(complete, squares, 0).sum(-1) / k
+        self.variance = (
+            noise.tau2 + self._sigma2(complete, by_prompt, noise) * np.where(complete, squares, 0).sum(-1) / k
+        )
 
     @staticmethod
     def _sigma2(complete: np.ndarray, by_prompt: np.ndarray, noise: Noise) -> np.ndarray:
@@ -155,7 +157,7 @@ class Evidence:
         grand = row.sum(-2, keepdims=True) / rounds[..., None]
         residual = np.where(complete[..., None], d - row - column + grand, 0.0)
         df = (complete.sum(-1) - 1) * (prompts - 1)
-        own = (residual ** 2).sum((-2, -1)) / np.maximum(df, 1)
+        own = (residual**2).sum((-2, -1)) / np.maximum(df, 1)
         return np.maximum(noise.sigma2, np.where(df > 0, own, 0.0))
 
     @property
@@ -176,11 +178,14 @@ class Evidence:
         if share == 0:
             return bound
         weight = self._shares.sum(-1)
-        v = np.maximum((self._shares ** 2).sum(-1), 1e-4)
+        v = np.maximum((self._shares**2).sum(-1), 1e-4)
         term = _at_levels(lambda level: mixture_bounds(v, level * share, 1.0), alpha, v)
         with np.errstate(invalid="ignore", over="ignore"):
-            return np.where(np.isfinite(bound) & (bound > 0),
-                            bound * np.exp(side * self._tau * term / np.maximum(weight, 1e-9)), bound)
+            return np.where(
+                np.isfinite(bound) & (bound > 0),
+                bound * np.exp(side * self._tau * term / np.maximum(weight, 1e-9)),
+                bound,
+            )
 
     def stratified_bound(self, alpha, side: int) -> np.ndarray:
         """The stratified test's bound at one-sided level `alpha`; none (0 or inf) before MIN_ROUNDS complete

@@ -27,12 +27,20 @@ from autotune.spec.space import DRAFT_IS_TARGET, SearchSpace, parse_space
 SPEC_TYPE_RANGES: dict[str, dict[str, list]] = {
     "ngram-simple": {"ngram_simple_size_n": [1, 6], "ngram_simple_size_m": [2, 32]},
     "ngram-map-k": {"ngram_map_k_size_n": [2, 8], "ngram_map_k_size_m": [4, 32]},  # it never reads min_hits
-    "ngram-map-k4v": {"ngram_map_k4v_size_n": [2, 8], "ngram_map_k4v_size_m": [4, 24], "ngram_map_k4v_min_hits": [1, 3]},
+    "ngram-map-k4v": {
+        "ngram_map_k4v_size_n": [2, 8],
+        "ngram_map_k4v_size_m": [4, 24],
+        "ngram_map_k4v_min_hits": [1, 3],
+    },
     "ngram-mod": {"ngram_mod_n_match": [4, 32], "ngram_mod_n_max": [8, 64], "ngram_mod_n_min": [0, 8]},
     "ngram-cache": {},
     "draft-simple": {"draft_n_max": [1, 8], "draft_n_min": [0, 2], "draft_p_min": [0.0, 0.9, 0.1]},
-    "draft-dspark": {"draft_n_max": [1, 8], "dspark_pctree": [False, True], "dspark_pctree_k": [2, 4],
-                     "dspark_pctree_n": [8, 32]},
+    "draft-dspark": {
+        "draft_n_max": [1, 8],
+        "dspark_pctree": [False, True],
+        "dspark_pctree_k": [2, 4],
+        "dspark_pctree_n": [8, 32],
+    },
     "draft-dflash": {"draft_n_max": [1, 8]},
     "draft-eagle3": {"draft_n_max": [1, 8]},
     "draft-mtp": {"draft_n_max": [1, 4]},
@@ -70,14 +78,18 @@ def adhoc_space(target: Path, drafts: Sequence[Path] = (), *, name: str | None =
     for draft in (Path(d).resolve() for d in drafts):
         spec_type = draft_type_of(read_gguf_info(draft))
         if spec_type in typed:
-            raise ModelFileError(f"{draft.name} and {typed[spec_type].name} are both {spec_type} "
-                                 "drafts: pass one --draft per draft type")
+            raise ModelFileError(
+                f"{draft.name} and {typed[spec_type].name} are both {spec_type} drafts: pass one --draft per draft type"
+            )
         typed[spec_type] = draft
     info = read_gguf_info(target)
     return inferred_space(
-        name or adhoc_name(target), target, {"target": str(target)},
+        name or adhoc_name(target),
+        target,
+        {"target": str(target)},
         [SpaceDraft(path, {"file": str(path)}, spec_type) for spec_type, path in typed.items()],
-        description=f"{target.name} ({info.architecture}, {info.quant}), no search-space file")
+        description=f"{target.name} ({info.architecture}, {info.quant}), no search-space file",
+    )
 
 
 @dataclass(frozen=True)
@@ -90,8 +102,9 @@ class SpaceDraft:
     spec_type: str | None = None
 
 
-def inferred_space(name: str, target: Path, target_table: dict, drafts: Sequence[SpaceDraft], *,
-                   description: str) -> SearchSpace:
+def inferred_space(
+    name: str, target: Path, target_table: dict, drafts: Sequence[SpaceDraft], *, description: str
+) -> SearchSpace:
     """The space of a target and its drafts: each draft's spec type (given, else from its header) checked
     against `target`'s header, several drafts of one type searched side by side, the target's own MTP head
     where it has one, the n-gram types always. `target_table`: the [model] table's file keys (`target`,

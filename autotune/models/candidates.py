@@ -11,8 +11,8 @@ from pathlib import Path
 
 from autotune.gguf.compat import check_pair
 from autotune.gguf.info import read_gguf_info
-from autotune.models.hub import file_revision
 from autotune.models.files import ModelFiles
+from autotune.models.hub import file_revision
 from autotune.spec.types import draft_member
 
 
@@ -63,7 +63,9 @@ def find_candidates(files: ModelFiles) -> Candidates:
         for target in files.targets:
             for draft in drafts:
                 # a combination's draft is its draft member's (`ngram-mod,draft-simple`: draft-simple's checks)
-                verdict = check_pair(draft_member(spec_type) or spec_type, read_gguf_info(target), read_gguf_info(draft))
+                verdict = check_pair(
+                    draft_member(spec_type) or spec_type, read_gguf_info(target), read_gguf_info(draft)
+                )
                 if verdict.runnable:
                     runnable.append((target, draft))
                 else:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+import fnmatch
 import functools
 import hashlib
 import importlib
-import fnmatch
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -14,7 +14,6 @@ from autotune.gguf.header import check_gguf
 from autotune.models.hub import HubFile, cached_file, hub_files
 from autotune.spec.space import DRAFT_IS_TARGET, FilePattern, SearchSpace
 from autotune.spec.types import DRAFT_MODEL_TYPES
-
 
 #: How a missing file a hub source names is got (the note that leaves it out says so).
 PULL_HINT = "`autotune pull` downloads it"
@@ -39,8 +38,9 @@ class ModelFiles:
         return list(dict.fromkeys([*self.targets, *(p for found in self.drafts.values() for p in found)]))
 
 
-def resolve_model_files(space: SearchSpace, models_dir: Path, *, write_demo: bool = True,
-                        offline: bool = False) -> ModelFiles:
+def resolve_model_files(
+    space: SearchSpace, models_dir: Path, *, write_demo: bool = True, offline: bool = False
+) -> ModelFiles:
     """The target and draft files under `models_dir`; the demo package writes its model there if missing
     (unless `write_demo` is off, as when only listing). `offline`: the hub was not asked (the missing
     target's message says how to download it then).
@@ -55,9 +55,14 @@ def resolve_model_files(space: SearchSpace, models_dir: Path, *, write_demo: boo
         missing.clear()
         targets = _find_each(models_dir, model.targets, missing) if demo else []
     if not targets and model.hf:
-        how = ("offline, nothing was downloaded: run again without --offline (and HF_HUB_OFFLINE) to download it"
-               if offline else f"run `autotune pull --model {model.name}` to download it")
-        raise ModelFileError(f"no file matching {model.target!r} from {model.hf} in the hub cache or {models_dir}: {how}")
+        how = (
+            "offline, nothing was downloaded: run again without --offline (and HF_HUB_OFFLINE) to download it"
+            if offline
+            else f"run `autotune pull --model {model.name}` to download it"
+        )
+        raise ModelFileError(
+            f"no file matching {model.target!r} from {model.hf} in the hub cache or {models_dir}: {how}"
+        )
     if not targets:
         raise ModelFileError(
             f"no file matching {model.target!r} in {models_dir}: put the GGUF there or pass --models-dir DIR"
@@ -68,8 +73,11 @@ def resolve_model_files(space: SearchSpace, models_dir: Path, *, write_demo: boo
         patterns = space.draft_files(spec_type) if spec_type in DRAFT_MODEL_TYPES else ()
         if not patterns:
             continue
-        found = [path for pattern in patterns
-                 for path in (targets if pattern.pattern == DRAFT_IS_TARGET else _find_each(models_dir, pattern, missing))]
+        found = [
+            path
+            for pattern in patterns
+            for path in (targets if pattern.pattern == DRAFT_IS_TARGET else _find_each(models_dir, pattern, missing))
+        ]
         drafts[spec_type] = tuple(dict.fromkeys(found))
     for path in {*targets, *(p for found in drafts.values() for p in found)}:
         check_gguf(path)
@@ -79,8 +87,11 @@ def resolve_model_files(space: SearchSpace, models_dir: Path, *, write_demo: boo
 def missing_hub_files(space: SearchSpace, models_dir: Path) -> list[HubFile]:
     """The hub files of `space` found neither in the hub cache nor in `models_dir`: what a search downloads."""
     candidates = _files_under(models_dir)
-    return [f for f in hub_files(space)
-            if cached_file(f.source, f.filename) is None and _in_models_dir(models_dir, candidates, f.filename) is None]
+    return [
+        f
+        for f in hub_files(space)
+        if cached_file(f.source, f.filename) is None and _in_models_dir(models_dir, candidates, f.filename) is None
+    ]
 
 
 def _files_under(models_dir: Path) -> list[Path]:
@@ -89,8 +100,9 @@ def _files_under(models_dir: Path) -> list[Path]:
 
 def _in_models_dir(models_dir: Path, candidates: list[Path], pattern: str) -> Path | None:
     """The first of `candidates` whose path under `models_dir` matches the glob `pattern`, case-insensitively."""
-    return next((p for p in candidates if fnmatch.fnmatch(p.relative_to(models_dir).as_posix().lower(),
-                                                          pattern.lower())), None)
+    return next(
+        (p for p in candidates if fnmatch.fnmatch(p.relative_to(models_dir).as_posix().lower(), pattern.lower())), None
+    )
 
 
 def _find_each(models_dir: Path, files: FilePattern, missing: list[str]) -> list[Path]:

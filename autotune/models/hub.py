@@ -68,8 +68,12 @@ def hub_files(space: SearchSpace) -> list[HubFile]:
     """Every file the space names on the hub: the targets, then the files of each draft type it searches."""
     found = []
     tables = [("model", space.model.targets)]
-    tables += [(f"drafts.{name}", pattern) for name, patterns in space.drafts.items()
-               if name in DRAFT_MODEL_TYPES and name in space.spec_types for pattern in patterns]
+    tables += [
+        (f"drafts.{name}", pattern)
+        for name, patterns in space.drafts.items()
+        if name in DRAFT_MODEL_TYPES and name in space.spec_types
+        for pattern in patterns
+    ]
     for role, pattern in tables:
         if pattern.source is not None:
             found += [HubFile(role, pattern.source, name, quant) for quant, name in pattern.patterns()]
@@ -83,8 +87,13 @@ def cached_file(source: HubSource, filename: str, cache_dir: Path | None = None)
     from huggingface_hub.errors import LocalEntryNotFoundError
 
     try:
-        path = hf_hub_download(source.repo, filename, revision=source.revision, cache_dir=cache_dir or hub_cache_dir(),
-                               local_files_only=True)
+        path = hf_hub_download(
+            source.repo,
+            filename,
+            revision=source.revision,
+            cache_dir=cache_dir or hub_cache_dir(),
+            local_files_only=True,
+        )
     except LocalEntryNotFoundError:
         return None
     return Path(path)
@@ -95,7 +104,7 @@ def file_revision(path: Path) -> dict[str, str] | None:
     parts = Path(path).parts
     for i in range(len(parts) - 2, 0, -1):
         if parts[i] == "snapshots" and parts[i - 1].startswith("models--"):
-            return {"repo": parts[i - 1][len("models--"):].replace("--", "/", 1), "revision": parts[i + 1]}
+            return {"repo": parts[i - 1][len("models--") :].replace("--", "/", 1), "revision": parts[i + 1]}
     return None
 
 
@@ -112,9 +121,15 @@ class PullResult:
     unreachable: str | None = None  # why the hub could not be asked (nothing was downloaded then)
 
 
-def pull(space: SearchSpace, *, latest: bool, offline: bool = False, cache_dir: Path | None = None,
-         on_file: Callable[[HubFile, str], None] = lambda f, what: None,
-         on_commits: Callable[[dict[HubSource, str]], None] = lambda commits: None) -> PullResult:
+def pull(
+    space: SearchSpace,
+    *,
+    latest: bool,
+    offline: bool = False,
+    cache_dir: Path | None = None,
+    on_file: Callable[[HubFile, str], None] = lambda f, what: None,
+    on_commits: Callable[[dict[HubSource, str]], None] = lambda commits: None,
+) -> PullResult:
     """Download the space's hub files into the hub cache.
 
     `latest` off (`autotune pull`): only the files not in the cache. `latest` on (nightly): ask the hub
@@ -143,7 +158,9 @@ def pull(space: SearchSpace, *, latest: bool, offline: bool = False, cache_dir: 
     done = []
     for hub_file in files:
         before = cached[hub_file]
-        if hub_file not in wanted or (before is not None and file_revision(before)["revision"] == commits[hub_file.source]):
+        if hub_file not in wanted or (
+            before is not None and file_revision(before)["revision"] == commits[hub_file.source]
+        ):
             done.append((hub_file, before, False))
             continue
         if before is not None and not _will_download(hub_file, cache_dir):  # a new revision, the same bytes
@@ -155,8 +172,13 @@ def pull(space: SearchSpace, *, latest: bool, offline: bool = False, cache_dir: 
     return PullResult(done)
 
 
-def fetch_missing(missing: list[HubFile], *, offline: bool = False, cache_dir: Path | None = None,
-                  on_start: Callable[[str], None] = lambda line: None) -> str | None:
+def fetch_missing(
+    missing: list[HubFile],
+    *,
+    offline: bool = False,
+    cache_dir: Path | None = None,
+    on_start: Callable[[str], None] = lambda line: None,
+) -> str | None:
     """Download `missing` (hub files a search needs that are on neither the hub cache nor the models dir)
     before the first trial: `on_start` hears one line naming them and their sizes (from the hub's
     metadata), then each shows huggingface_hub's progress bar. Offline (`offline`, or HF_HUB_OFFLINE) or
@@ -193,10 +215,18 @@ def download_line(missing: list[HubFile], sizes: dict[HubFile, int | None], cach
     for f in missing:
         if f.role.startswith("drafts.") and f.quant:
             by_quant.setdefault(f.quant, []).append(sizes.get(f))
-    quants = "" if len(by_quant) < 2 else ", drafts " + ", ".join(
-        f"{quant} {format_size(sum(v)) if None not in v else 'size unknown'}" for quant, v in by_quant.items())
-    return (f"downloading {len(missing)} file{'s' if len(missing) > 1 else ''} from the hub ({total}{quants}) into "
-            f"{cache_dir}: " + "; ".join(f"{f.label} ({format_size(sizes.get(f))})" for f in missing))
+    quants = (
+        ""
+        if len(by_quant) < 2
+        else ", drafts "
+        + ", ".join(
+            f"{quant} {format_size(sum(v)) if None not in v else 'size unknown'}" for quant, v in by_quant.items()
+        )
+    )
+    return (
+        f"downloading {len(missing)} file{'s' if len(missing) > 1 else ''} from the hub ({total}{quants}) into "
+        f"{cache_dir}: " + "; ".join(f"{f.label} ({format_size(sizes.get(f))})" for f in missing)
+    )
 
 
 def format_size(size: int | None) -> str:
@@ -236,7 +266,11 @@ def repo_info(source: HubSource, *, offline: bool):
     that does not exist or is gated."""
     from huggingface_hub import HfApi
     from huggingface_hub.errors import (
-        GatedRepoError, HfHubHTTPError, OfflineModeIsEnabled, RepositoryNotFoundError, RevisionNotFoundError,
+        GatedRepoError,
+        HfHubHTTPError,
+        OfflineModeIsEnabled,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
     )
 
     try:
@@ -248,13 +282,15 @@ def repo_info(source: HubSource, *, offline: bool):
     except OfflineModeIsEnabled as exc:
         raise HubUnreachable(f"offline mode ({exc})") from None
     except GatedRepoError:
-        raise HubSourceError(f"{source.repo} is gated: accept its terms on the hub and set HF_TOKEN "
-                             "(or run `hf auth login`)") from None
+        raise HubSourceError(
+            f"{source.repo} is gated: accept its terms on the hub and set HF_TOKEN (or run `hf auth login`)"
+        ) from None
     except RevisionNotFoundError:
         raise HubSourceError(f"{source.repo} has no revision {source.revision!r}") from None
     except RepositoryNotFoundError:
-        raise HubSourceError(f"no repository {source.repo} on the hub (or it is private: set HF_TOKEN "
-                             "or run `hf auth login`)") from None
+        raise HubSourceError(
+            f"no repository {source.repo} on the hub (or it is private: set HF_TOKEN or run `hf auth login`)"
+        ) from None
     except HfHubHTTPError as exc:
         if exc.response is not None and exc.response.status_code < 500:
             raise HubSourceError(f"{source.repo}: the hub refused: {_first_line(exc)}") from None
@@ -270,11 +306,19 @@ def _download(hub_file: HubFile, cache_dir: Path) -> Path:
     from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
 
     try:
-        return Path(hf_hub_download(hub_file.source.repo, hub_file.filename, revision=hub_file.source.revision,
-                                    cache_dir=cache_dir, endpoint=hub_endpoint()))
+        return Path(
+            hf_hub_download(
+                hub_file.source.repo,
+                hub_file.filename,
+                revision=hub_file.source.revision,
+                cache_dir=cache_dir,
+                endpoint=hub_endpoint(),
+            )
+        )
     except (HfHubHTTPError, LocalEntryNotFoundError, OSError, *transport_errors()) as exc:
-        raise AutotuneError(f"download of {hub_file.label} failed: {_first_line(exc)}; "
-                            "run the command again to retry") from None
+        raise AutotuneError(
+            f"download of {hub_file.label} failed: {_first_line(exc)}; run the command again to retry"
+        ) from None
 
 
 def _will_download(hub_file: HubFile, cache_dir: Path) -> bool:
@@ -284,8 +328,14 @@ def _will_download(hub_file: HubFile, cache_dir: Path) -> bool:
     from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
 
     try:
-        return hf_hub_download(hub_file.source.repo, hub_file.filename, revision=hub_file.source.revision,
-                               cache_dir=cache_dir, endpoint=hub_endpoint(), dry_run=True).will_download
+        return hf_hub_download(
+            hub_file.source.repo,
+            hub_file.filename,
+            revision=hub_file.source.revision,
+            cache_dir=cache_dir,
+            endpoint=hub_endpoint(),
+            dry_run=True,
+        ).will_download
     except (HfHubHTTPError, LocalEntryNotFoundError, OSError, *transport_errors()):
         return True
 

@@ -31,8 +31,7 @@ class HubCommand:
 
     def note(self) -> str:
         """The line printed under the command: -hf fetches a repo's current files, not the measured ones."""
-        return (f"# measured with the files of {', '.join(self.measured_at)}; -hf downloads each repo's current "
-                "revision")
+        return f"# measured with the files of {', '.join(self.measured_at)}; -hf downloads each repo's current revision"
 
 
 def hub_command(argv: Sequence[str], config: SpecConfig, check: CommandCheck) -> HubCommand:
@@ -55,8 +54,10 @@ def hub_command(argv: Sequence[str], config: SpecConfig, check: CommandCheck) ->
 def _hub_file(path: Path, role: str) -> dict[str, str]:
     revision = file_revision(path)
     if revision is None:
-        raise UsageError(f"the {role} {path} is a local file, not one from the hub cache: --hf-command names hub "
-                         "files only (tune with --hf ORG/REPO or a search space with hf = \"org/repo\")")
+        raise UsageError(
+            f"the {role} {path} is a local file, not one from the hub cache: --hf-command names hub "
+            'files only (tune with --hf ORG/REPO or a search space with hf = "org/repo")'
+        )
     return revision
 
 
@@ -65,6 +66,8 @@ def _draft_quant(draft: Path, spec_type: str) -> str:
     quant = quant_tag(draft.name)
     kind = sidecar_type(draft.name)
     if quant is None or f"-{quant}." not in draft.name.upper() or kind not in (None, spec_type):
-        raise UsageError(f"-hfd cannot name {draft.name} for {spec_type}: llama-server finds a draft by its type's "
-                         "prefix (dspark-, dflash-, mtp-, eagle3-) and a -QUANT.gguf ending")
+        raise UsageError(
+            f"-hfd cannot name {draft.name} for {spec_type}: llama-server finds a draft by its type's "
+            "prefix (dspark-, dflash-, mtp-, eagle3-) and a -QUANT.gguf ending"
+        )
     return quant

@@ -36,7 +36,9 @@ class HubRef:
     def parse(cls, text: str, option: str = "--hf") -> "HubRef":
         repo, _, quant = text.strip().partition(":")
         if not _REPO.match(repo) or "--" in repo or ".." in repo or (_ and not quant):
-            raise UsageError(f"{option} {text!r}: expected ORG/REPO or ORG/REPO:QUANT, e.g. ggml-org/Qwen3-8B-GGUF:Q8_0")
+            raise UsageError(
+                f"{option} {text!r}: expected ORG/REPO or ORG/REPO:QUANT, e.g. ggml-org/Qwen3-8B-GGUF:Q8_0"
+            )
         return cls(repo, quant.upper() or None)
 
     def __str__(self) -> str:

@@ -52,8 +52,11 @@ def cached_repo(repo: str, cache_dir: Path | None = None) -> RepoFiles | None:
         return None
     commit = ref.read_text().strip()
     snapshot = folder / "snapshots" / commit
-    files = {p.relative_to(snapshot).as_posix(): p.stat().st_size
-             for p in sorted(snapshot.rglob("*")) if p.is_file()} if snapshot.is_dir() else {}
+    files = (
+        {p.relative_to(snapshot).as_posix(): p.stat().st_size for p in sorted(snapshot.rglob("*")) if p.is_file()}
+        if snapshot.is_dir()
+        else {}
+    )
     return RepoFiles(repo, commit, files, from_cache=True) if files else None
 
 
@@ -74,8 +77,10 @@ class HubModel:
     @property
     def quants(self) -> tuple[str, ...]:
         """The targets' quantizations as their names spell them (what `target_pattern`'s `{quant}` stands for)."""
-        return tuple(name[len(self.target_pattern.split(QUANT_PLACEHOLDER)[0]):][: len(quant_tag(name))]
-                     for name in self.targets)
+        return tuple(
+            name[len(self.target_pattern.split(QUANT_PLACEHOLDER)[0]) :][: len(quant_tag(name))]
+            for name in self.targets
+        )
 
 
 def discover(ref: HubRef, files: RepoFiles, *, with_sidecars: bool = True) -> HubModel:
@@ -94,8 +99,11 @@ def discover(ref: HubRef, files: RepoFiles, *, with_sidecars: bool = True) -> Hu
     patterns = Counter(_pattern(name) for name in whole)
     pattern = patterns.most_common(1)[0][0]
     targets = tuple(name for name in whole if _pattern(name) == pattern)
-    drafts = {name: sidecar_type(name) for name in files.sizes
-              if with_sidecars and sidecar_type(name) and not is_split_part(name)}
+    drafts = {
+        name: sidecar_type(name)
+        for name in files.sizes
+        if with_sidecars and sidecar_type(name) and not is_split_part(name)
+    }
     return HubModel(files, targets, pattern, drafts, tuple(name for name in models if name not in targets))
 
 
@@ -108,23 +116,25 @@ def found_line(model: HubModel, helper: HubModel | None = None, *, missing: set[
     for spec_type in dict.fromkeys(model.drafts.values()):
         parts.append(f"{spec_type} drafts {_sized(model, [n for n, t in model.drafts.items() if t == spec_type])}")
     if helper is not None:
-        parts.append(f"draft-simple drafts from {helper.repo}@{helper.files.commit[:7]} {_sized(helper, helper.targets)}")
+        parts.append(
+            f"draft-simple drafts from {helper.repo}@{helper.files.commit[:7]} {_sized(helper, helper.targets)}"
+        )
     if model.left_out:
         parts.append(f"left out {', '.join(model.left_out)} (split, or named unlike the targets)")
     total = _total([sizes.get(n) for n in names])
     fetch = [n for n in names if n in missing]
-    download = (f", {len(fetch)} to download ({_total([sizes.get(n) for n in fetch])})" if fetch
-                else ", all in the hub cache")
+    download = (
+        f", {len(fetch)} to download ({_total([sizes.get(n) for n in fetch])})" if fetch else ", all in the hub cache"
+    )
     source = " (from the hub cache)" if model.files.from_cache else ""
-    return (f"{model.repo}@{model.files.commit[:7]}{source}: {'; '.join(parts)}: {len(names)} files, {total}"
-            f"{download}")
+    return f"{model.repo}@{model.files.commit[:7]}{source}: {'; '.join(parts)}: {len(names)} files, {total}{download}"
 
 
 def _pattern(name: str) -> str:
     """The name with its quantization as `{quant}`: `Qwen3.6-27B-Q8_0.gguf` -> `Qwen3.6-27B-{quant}.gguf`."""
     tag = quant_tag(name)
     stem = name[: -len(".gguf")]
-    return stem[: len(stem) - len(tag)] + QUANT_PLACEHOLDER + name[len(stem):]
+    return stem[: len(stem) - len(tag)] + QUANT_PLACEHOLDER + name[len(stem) :]
 
 
 def _sized(model: HubModel, names) -> str:

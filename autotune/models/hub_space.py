@@ -22,8 +22,9 @@ from autotune.models.hub_repo import HubModel, discover, found_line, list_repo
 from autotune.spec.space import HubSource, SearchSpace
 
 
-def hub_space(ref: HubRef, *, draft_ref: HubRef | None = None, name: str | None = None, offline: bool,
-              note: Callable[[str], None]) -> SearchSpace:
+def hub_space(
+    ref: HubRef, *, draft_ref: HubRef | None = None, name: str | None = None, offline: bool, note: Callable[[str], None]
+) -> SearchSpace:
     """The space of `ref`'s repo (and `draft_ref`'s models as draft-simple drafts), its files downloaded
     into the hub cache first unless `offline`. Raises HubSourceError for a repo without a model file of
     the wanted quantization, or with none of its targets on disk offline; ModelFileError for a draft the
@@ -39,18 +40,28 @@ def hub_space(ref: HubRef, *, draft_ref: HubRef | None = None, name: str | None 
     paths = {f: path for f in files if (path := cached_file(f.source, f.filename)) is not None}
     targets = [f for f in files if f.role == "model" and f in paths]
     if not targets:
-        raise HubSourceError(f"none of {model.repo}'s targets ({', '.join(model.targets)}) is in the hub cache: "
-                             "run again without --offline (and HF_HUB_OFFLINE) to download them")
-    drafts = [SpaceDraft(paths[f], {"hf": f.source.repo, "file": f.filename}, _spec_type(f))
-              for f in files if f.role != "model" and f in paths]
+        raise HubSourceError(
+            f"none of {model.repo}'s targets ({', '.join(model.targets)}) is in the hub cache: "
+            "run again without --offline (and HF_HUB_OFFLINE) to download them"
+        )
+    drafts = [
+        SpaceDraft(paths[f], {"hf": f.source.repo, "file": f.filename}, _spec_type(f))
+        for f in files
+        if f.role != "model" and f in paths
+    ]
     space = inferred_space(
-        name or ref.model_name, paths[targets[0]],
-        {"hf": model.repo, "target": model.target_pattern, "quants": list(model.quants)}, drafts,
+        name or ref.model_name,
+        paths[targets[0]],
+        {"hf": model.repo, "target": model.target_pattern, "quants": list(model.quants)},
+        drafts,
         description=f"{ref} from the hub ({len(model.targets)} target{'s' if len(model.targets) > 1 else ''}, "
-                    f"{len(drafts)} draft{'s' if len(drafts) != 1 else ''})")
+        f"{len(drafts)} draft{'s' if len(drafts) != 1 else ''})",
+    )
     if not space.drafts:
-        note(f"{model.repo} has no draft ({', '.join(SIDECAR_TYPES)} file, or MTP head) and no --draft-hf was "
-             "given: searching the n-gram types only")
+        note(
+            f"{model.repo} has no draft ({', '.join(SIDECAR_TYPES)} file, or MTP head) and no --draft-hf was "
+            "given: searching the n-gram types only"
+        )
     return space
 
 

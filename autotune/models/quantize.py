@@ -14,18 +14,34 @@ from typing import Callable
 
 import llama_cpp
 
-from autotune.llamacpp.bindings import last_log_error
 from autotune.errors import EngineError, UsageError
-from autotune.gguf.info import read_gguf_info
 from autotune.gguf.header import check_gguf
+from autotune.gguf.info import read_gguf_info
+from autotune.llamacpp.bindings import last_log_error
 from autotune.models.files import resolve_model_files
 from autotune.spec.space import QUANT_PLACEHOLDER, SearchSpace
 
 #: Approximate bits per weight of the llama.cpp types, for the progress estimate only.
 _BITS_PER_WEIGHT = {
-    "F32": 32, "F16": 16, "BF16": 16, "Q8_0": 8.5, "Q6_K": 6.56, "Q5_K_M": 5.7, "Q5_K_S": 5.5, "Q5_0": 5.5,
-    "Q5_1": 6, "Q4_K_M": 4.85, "Q4_K_S": 4.6, "Q4_0": 4.5, "Q4_1": 5, "Q3_K_L": 4.3, "Q3_K_M": 3.9,
-    "Q3_K_S": 3.5, "Q2_K": 2.6, "IQ4_XS": 4.25, "IQ4_NL": 4.5,
+    "F32": 32,
+    "F16": 16,
+    "BF16": 16,
+    "Q8_0": 8.5,
+    "Q6_K": 6.56,
+    "Q5_K_M": 5.7,
+    "Q5_K_S": 5.5,
+    "Q5_0": 5.5,
+    "Q5_1": 6,
+    "Q4_K_M": 4.85,
+    "Q4_K_S": 4.6,
+    "Q4_0": 4.5,
+    "Q4_1": 5,
+    "Q3_K_L": 4.3,
+    "Q3_K_M": 3.9,
+    "Q3_K_S": 3.5,
+    "Q2_K": 2.6,
+    "IQ4_XS": 4.25,
+    "IQ4_NL": 4.5,
 }
 #: Types a source can have without losing more by being quantized again.
 UNQUANTIZED = frozenset({"F32", "F16", "BF16"})
@@ -33,7 +49,9 @@ UNQUANTIZED = frozenset({"F32", "F16", "BF16"})
 
 def quant_types() -> list[str]:
     """Every quantization name this llama-cpp-python can write (`Q4_K_M`, `Q8_0`, `BF16`, ...)."""
-    return sorted(name.removeprefix("LLAMA_FTYPE_MOSTLY_") for name in dir(llama_cpp) if name.startswith("LLAMA_FTYPE_MOSTLY_"))
+    return sorted(
+        name.removeprefix("LLAMA_FTYPE_MOSTLY_") for name in dir(llama_cpp) if name.startswith("LLAMA_FTYPE_MOSTLY_")
+    )
 
 
 def quantize_file(
@@ -52,7 +70,9 @@ def quantize_file(
     expected_bytes = max(1, int(plan.n_weights * _BITS_PER_WEIGHT.get(quant, 8) / 8))
     outcome: list[int] = []
     worker = threading.Thread(
-        target=lambda: outcome.append(llama_cpp.llama_model_quantize(str(source).encode(), str(partial).encode(), params)),
+        target=lambda: outcome.append(
+            llama_cpp.llama_model_quantize(str(source).encode(), str(partial).encode(), params)
+        ),
         daemon=True,
     )
     worker.start()
@@ -96,7 +116,9 @@ def plan_quantization(space: SearchSpace, models_dir: Path, quant: str, source: 
     patterns = [space.model.targets, *(p for found in space.drafts.values() for p in found)]
     pattern = next((p for p in patterns if quant in (q.upper() for q in p.quants)), space.model.targets)
     if QUANT_PLACEHOLDER not in pattern.pattern:
-        raise UsageError(f"{space.path}: the file pattern {pattern.pattern!r} has no {QUANT_PLACEHOLDER} to name a new quant")
+        raise UsageError(
+            f"{space.path}: the file pattern {pattern.pattern!r} has no {QUANT_PLACEHOLDER} to name a new quant"
+        )
     destination = models_dir / pattern.pattern.replace(QUANT_PLACEHOLDER, quant)
     if destination.exists():
         raise UsageError(f"{destination} exists already: remove it first to write it again")

@@ -21,8 +21,16 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from autotune.models.hub import (HubFile, cached_file, file_revision, hub_cache_dir, hub_endpoint, hub_files, pull,
-                                 transport_errors)
+from autotune.models.hub import (
+    HubFile,
+    cached_file,
+    file_revision,
+    hub_cache_dir,
+    hub_endpoint,
+    hub_files,
+    pull,
+    transport_errors,
+)
 from autotune.spec.space import HubSource, SearchSpace
 
 SOURCE_COMMITS_FILE = ".src_sha"
@@ -69,9 +77,14 @@ def follow_releases(space: SearchSpace, note: Callable[[str], None], *, offline:
             note(line)
         news.extend(lines)
 
-    result = pull(space, latest=True, offline=offline, cache_dir=cache_dir,
-                  on_commits=lambda commits: say(watch.releases(commits)),
-                  on_file=lambda f, why: note(f"downloading {f.label} ({why})"))
+    result = pull(
+        space,
+        latest=True,
+        offline=offline,
+        cache_dir=cache_dir,
+        on_commits=lambda commits: say(watch.releases(commits)),
+        on_file=lambda f, why: note(f"downloading {f.label} ({why})"),
+    )
     if result.unreachable:
         note(f"hub not asked for new revisions: {result.unreachable}; going on with the files on disk")
         return []
@@ -142,8 +155,9 @@ class RevisionWatch:
             if not moved:
                 continue
             repos = linked_sources(_text_at(source.repo, new, README_FILE, self.cache_dir) or "", new_sources)
-            lines += [SourceRelease(key, repos.get(key), commit, old_sources.get(key)).line()
-                      for key, commit in moved.items()]
+            lines += [
+                SourceRelease(key, repos.get(key), commit, old_sources.get(key)).line() for key, commit in moved.items()
+            ]
         return lines
 
     def unchanged(self, after: Iterable[tuple[HubFile, Path | None, bool]]) -> list[str]:

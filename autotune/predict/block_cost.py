@@ -28,6 +28,7 @@ from autotune.predict.cost import Curve, grid_sizes, timed_curve
 
 def _draft_after(pair: DFlashPair, features: np.ndarray) -> Callable[[int], None]:
     """A curve's `prepare` for the draft: its cache then holds the target's layer inputs of `depth` positions."""
+
     def prepare(depth: int) -> None:
         pair.draft.clear()
         pair.draft.inject(features[:depth], 0)
@@ -35,8 +36,9 @@ def _draft_after(pair: DFlashPair, features: np.ndarray) -> Callable[[int], None
     return prepare
 
 
-def measure_block_curve(pair: DFlashPair, features: np.ndarray, fill: Sequence[int], *, max_rows: int,
-                        depths: Sequence[int]) -> Curve:
+def measure_block_curve(
+    pair: DFlashPair, features: np.ndarray, fill: Sequence[int], *, max_rows: int, depths: Sequence[int]
+) -> Curve:
     """The draft's decode of a noise block of each grid size up to `max_rows`, after `depth` injected rows,
     and the read-out of its greedy chain (each row's argmax, over the whole vocabulary)."""
     draft = pair.draft
@@ -58,7 +60,7 @@ def measure_inject_curve(pair: DFlashPair, features: np.ndarray, *, max_rows: in
 
     def step(rows: int, depth: int) -> float:
         started = time.perf_counter()
-        draft.inject(features[depth:depth + rows], depth)
+        draft.inject(features[depth : depth + rows], depth)
         elapsed = (time.perf_counter() - started) * 1000
         draft.truncate(depth)
         return elapsed
@@ -91,7 +93,9 @@ def measure_tree_curve(pair: DFlashPair, fill: Sequence[int], trees: Sequence[Tr
     return timed_curve(sorted(by_size), depths, prepare, step)
 
 
-def block_rows(pair: DFlashPair, features: np.ndarray, fill: Sequence[int], *, spec_type: str, depth: int) -> np.ndarray:
+def block_rows(
+    pair: DFlashPair, features: np.ndarray, fill: Sequence[int], *, spec_type: str, depth: int
+) -> np.ndarray:
     """The rows a draft reads of its largest block after `depth` positions of `fill` (a copy)."""
     draft = pair.draft
     first_row = 0 if pair.anchor_first(spec_type) else 1
@@ -114,8 +118,17 @@ def sample_trees(rows: np.ndarray, last: int, markov: MarkovHead, *, k: int, n: 
     return [trees[size] for size in sorted(trees)]
 
 
-def measure_tree_builds(rows: np.ndarray, last: int, markov: MarkovHead, trees: Sequence[Tree], *, k: int,
-                        max_leaves: int, depth: int, repeats: int = 5) -> Curve:
+def measure_tree_builds(
+    rows: np.ndarray,
+    last: int,
+    markov: MarkovHead,
+    trees: Sequence[Tree],
+    *,
+    k: int,
+    max_leaves: int,
+    depth: int,
+    repeats: int = 5,
+) -> Curve:
     """The in-process engine's host time to build each tree from whole block rows (its candidates read off
     the vocabulary, then the tree): what a PCTree step costs it between two decodes, in Python. The
     PCTree fork of llama-server does this in C++, where it is negligible."""
@@ -130,24 +143,35 @@ def measure_tree_builds(rows: np.ndarray, last: int, markov: MarkovHead, trees: 
     return timed_curve(sorted(budgets), [depth], lambda _depth: None, step, repeats=repeats)
 
 
-def measure_block_costs(pair: DFlashPair, fill: Sequence[int], *, spec_type: str, depths: Sequence[int],
-                        markov: MarkovHead | None = None, k: int = 0, n: int = 0, in_process: bool = False,
-                        ) -> dict[str, Curve]:
+def measure_block_costs(
+    pair: DFlashPair,
+    fill: Sequence[int],
+    *,
+    spec_type: str,
+    depths: Sequence[int],
+    markov: MarkovHead | None = None,
+    k: int = 0,
+    n: int = 0,
+    in_process: bool = False,
+) -> dict[str, Curve]:
     """The "blocks" and "injects" curves of one pair, and with `markov` its "trees" (PCTree up to k children
     and n nodes), and with `in_process` the "tree_builds" the in-process engine pays; `fill` must reach
     the last depth plus the draft's block."""
     rows = pair.n_draft_max(spec_type) + 1
-    features = layer_inputs(pair, fill[:depths[-1] + rows])
-    curves = {"blocks": measure_block_curve(pair, features, fill, max_rows=rows, depths=depths),
-              "injects": measure_inject_curve(pair, features, max_rows=rows, depths=depths)}
+    features = layer_inputs(pair, fill[: depths[-1] + rows])
+    curves = {
+        "blocks": measure_block_curve(pair, features, fill, max_rows=rows, depths=depths),
+        "injects": measure_inject_curve(pair, features, max_rows=rows, depths=depths),
+    }
     if markov is not None:
         block = block_rows(pair, features, fill, spec_type=spec_type, depth=depths[0])
         leaves = pair.target.n_seq_max
         trees = sample_trees(block, fill[depths[0]], markov, k=k, n=n, max_leaves=leaves)
         curves["trees"] = measure_tree_curve(pair, fill, trees, depths=depths)
         if in_process:
-            curves["tree_builds"] = measure_tree_builds(block, fill[depths[0]], markov, trees, k=k, max_leaves=leaves,
-                                                        depth=depths[0])
+            curves["tree_builds"] = measure_tree_builds(
+                block, fill[depths[0]], markov, trees, k=k, max_leaves=leaves, depth=depths[0]
+            )
     pair.draft.clear()
     pair.target.clear()
     return curves

@@ -39,7 +39,7 @@ CHECK_POSITIONS = 256
 #: the share of those positions whose chains must agree for the cut to stand for the size
 AGREEMENT = 0.99
 #: what PCTree candidates may take in memory, all pairs of a target together
-CANDIDATE_BUDGET = 2 * 1024 ** 3
+CANDIDATE_BUDGET = 2 * 1024**3
 _CANDIDATE_ROW_BYTES = 256 * 8  # int32 ids and float32 logits of a row's leading 256 tokens
 
 
@@ -74,10 +74,14 @@ class BlockPlan:
     @classmethod
     def of(cls, space: SearchSpace, spec_type: str) -> "BlockPlan":
         pctree = spec_type == "draft-dspark" and True in param_values(space, spec_type, "dspark_pctree")
-        return cls(spec_type, tuple(param_values(space, spec_type, "draft_n_max")), pctree,
-                   any(float(p) > 0 for p in param_values(space, spec_type, "draft_p_min")),
-                   max(param_values(space, spec_type, "dspark_pctree_k")) if pctree else 0,
-                   max(param_values(space, spec_type, "dspark_pctree_n")) if pctree else 0)
+        return cls(
+            spec_type,
+            tuple(param_values(space, spec_type, "draft_n_max")),
+            pctree,
+            any(float(p) > 0 for p in param_values(space, spec_type, "draft_p_min")),
+            max(param_values(space, spec_type, "dspark_pctree_k")) if pctree else 0,
+            max(param_values(space, spec_type, "dspark_pctree_n")) if pctree else 0,
+        )
 
 
 @dataclass
@@ -96,9 +100,15 @@ class BlockDraft:
     draft_decodes_own: int | None = None  # what this draft decoded itself, where it shares another's blocks
 
     @classmethod
-    def record(cls, pair: DFlashPair, plan: BlockPlan, trajectories: Trajectories, *,
-               budget: int = CANDIDATE_BUDGET, sample_positions: int | None = SAMPLE_POSITIONS,
-               ) -> tuple["BlockDraft", str | None]:
+    def record(
+        cls,
+        pair: DFlashPair,
+        plan: BlockPlan,
+        trajectories: Trajectories,
+        *,
+        budget: int = CANDIDATE_BUDGET,
+        sample_positions: int | None = SAMPLE_POSITIONS,
+    ) -> tuple["BlockDraft", str | None]:
         """Record `plan`'s blocks with `pair` at about `sample_positions` positions per block size (all of
         them where the mix has fewer: autotune.predict.block_sample); with a note where PCTree candidates
         did not fit `budget`."""
@@ -111,31 +121,52 @@ class BlockDraft:
             for n in sizes:  # the smallest first: the most sizes within the budget
                 cost = positions * n * _CANDIDATE_ROW_BYTES
                 if used + cost > budget:
-                    note = (f"PCTree with draft_n_max {n}..{max(sizes)} is not predicted: its candidates would take "
-                            f"more than {budget / 1024 ** 3:.0f} GiB over {positions} positions "
-                            "(fewer prompts or --max-tokens, or --strategy measure)")
+                    note = (
+                        f"PCTree with draft_n_max {n}..{max(sizes)} is not predicted: its candidates would take "
+                        f"more than {budget / 1024**3:.0f} GiB over {positions} positions "
+                        "(fewer prompts or --max-tokens, or --strategy measure)"
+                    )
                     break
                 kept.append(n)
                 used += cost
         dspark = plan.spec_type == "draft-dspark"  # its p_min reads the confidence head, refused without one
 
         def recorded(n_maxes: list[int]) -> dict[int, DraftBlocks]:
-            return DraftBlocks.record(pair, trajectories, spec_type=plan.spec_type, n_maxes=n_maxes,
-                                      p_min=plan.p_min and (pair.has_confidence_head or not dspark), confidence=dspark,
-                                      candidates=[n for n in kept if n in n_maxes], fraction=fraction)
+            return DraftBlocks.record(
+                pair,
+                trajectories,
+                spec_type=plan.spec_type,
+                n_maxes=n_maxes,
+                p_min=plan.p_min and (pair.has_confidence_head or not dspark),
+                confidence=dspark,
+                candidates=[n for n in kept if n in n_maxes],
+                fraction=fraction,
+            )
 
         blocks = recorded(sizes[-1:])
-        derived = _derived(pair, plan.spec_type, trajectories, blocks[sizes[-1]],
-                           [n for n in sizes[:-1] if n not in kept or sizes[-1] in kept])
+        derived = _derived(
+            pair,
+            plan.spec_type,
+            trajectories,
+            blocks[sizes[-1]],
+            [n for n in sizes[:-1] if n not in kept or sizes[-1] in kept],
+        )
         blocks.update({n: cut for n, (cut, _) in derived.items()})
         blocks.update(recorded([n for n in sizes if n not in blocks]) if len(blocks) < len(sizes) else {})
         markov = pair.markov() if plan.pctree and pair.has_markov_head else None
-        return cls(plan.spec_type, dict(sorted(blocks.items())), limit, markov, pair.has_confidence_head,
-                   {n: agreement for n, (_, agreement) in derived.items()}), note
+        return cls(
+            plan.spec_type,
+            dict(sorted(blocks.items())),
+            limit,
+            markov,
+            pair.has_confidence_head,
+            {n: agreement for n, (_, agreement) in derived.items()},
+        ), note
 
     @classmethod
-    def shared(cls, pair: DFlashPair, plan: BlockPlan, trajectories: Trajectories, source: "BlockDraft",
-               source_name: str) -> "BlockDraft | None":
+    def shared(
+        cls, pair: DFlashPair, plan: BlockPlan, trajectories: Trajectories, source: "BlockDraft", source_name: str
+    ) -> "BlockDraft | None":
         """`source`'s blocks (another quant of this draft, recorded along the same trajectories) for `pair`,
         where its own largest block agrees with them at a sample of the positions (module docstring); None
         where it does not, or it drafts another block size."""
@@ -144,14 +175,28 @@ class BlockDraft:
         largest = max(source.by_n_max)
         dspark = plan.spec_type == "draft-dspark"
         positions = sum(len(t.tokens) for t in trajectories.prompts)
-        check = DraftBlocks.record(pair, trajectories, spec_type=plan.spec_type, n_maxes=[largest], seed=1,
-                                   fraction=min(1.0, CHECK_POSITIONS / max(positions, 1)))[largest]
+        check = DraftBlocks.record(
+            pair,
+            trajectories,
+            spec_type=plan.spec_type,
+            n_maxes=[largest],
+            seed=1,
+            fraction=min(1.0, CHECK_POSITIONS / max(positions, 1)),
+        )[largest]
         share, compared = source.by_n_max[largest].agreement(check)
         if share < AGREEMENT or (dspark and pair.has_confidence_head != source.has_confidence_head):
             return None
         markov = pair.markov() if source.markov is not None and pair.has_markov_head else None
-        return cls(plan.spec_type, dict(source.by_n_max), source.limit, markov, pair.has_confidence_head,
-                   dict(source.derived), (source_name, share, compared), check.draft_decodes)
+        return cls(
+            plan.spec_type,
+            dict(source.by_n_max),
+            source.limit,
+            markov,
+            pair.has_confidence_head,
+            dict(source.derived),
+            (source_name, share, compared),
+            check.draft_decodes,
+        )
 
     @property
     def draft_decodes(self) -> int:
@@ -193,20 +238,37 @@ class BlockDraft:
 
 def other_quant(a: GGUFInfo, b: GGUFInfo) -> bool:
     """Whether `a` and `b` are one draft in two quants: every header fact alike but the file type."""
-    return a.quant != b.quant and all(getattr(a, f) == getattr(b, f) for f in (
-        "architecture", "n_embd", "n_layers", "n_vocab", "token_text_hashes", "target_layers", "block_size",
-        "has_markov_head"))
+    return a.quant != b.quant and all(
+        getattr(a, f) == getattr(b, f)
+        for f in (
+            "architecture",
+            "n_embd",
+            "n_layers",
+            "n_vocab",
+            "token_text_hashes",
+            "target_layers",
+            "block_size",
+            "has_markov_head",
+        )
+    )
 
 
-def _derived(pair: DFlashPair, spec_type: str, trajectories: Trajectories, largest: DraftBlocks,
-             smaller: list[int]) -> dict[int, tuple[DraftBlocks, tuple[float, int]]]:
+def _derived(
+    pair: DFlashPair, spec_type: str, trajectories: Trajectories, largest: DraftBlocks, smaller: list[int]
+) -> dict[int, tuple[DraftBlocks, tuple[float, int]]]:
     """The sizes of `smaller` whose blocks at a sample of the positions agree with `largest` cut to them (module
     docstring), each as that cut with its (agreement, positions compared); its check's decodes are its cost."""
     if not smaller:
         return {}
     positions = sum(len(t.tokens) for t in trajectories.prompts)
-    checks = DraftBlocks.record(pair, trajectories, spec_type=spec_type, n_maxes=smaller,
-                                fraction=min(1.0, CHECK_POSITIONS / max(positions, 1)), seed=1)
+    checks = DraftBlocks.record(
+        pair,
+        trajectories,
+        spec_type=spec_type,
+        n_maxes=smaller,
+        fraction=min(1.0, CHECK_POSITIONS / max(positions, 1)),
+        seed=1,
+    )
     found = {}
     for n, check in checks.items():
         share, compared = largest.head(n).agreement(check)

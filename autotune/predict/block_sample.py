@@ -65,8 +65,9 @@ def sample_fraction(trajectories: Trajectories, positions: int | None = SAMPLE_P
     return min(1.0, positions / total) if total and positions is not None else 1.0
 
 
-def walk_window(trajectory: Trajectory, blocks: Sequence, window: tuple[int, int], max_tokens: int,
-                step: DraftStep) -> tuple[Steps, int, int]:
+def walk_window(
+    trajectory: Trajectory, blocks: Sequence, window: tuple[int, int], max_tokens: int, step: DraftStep
+) -> tuple[Steps, int, int]:
     """The engine's step loop over `trajectory` from the window's first position until a step starts past
     its last one; returns the steps, the draft decodes (a block read) and the tokens emitted. `blocks[i]`
     is the block drafted after the trajectory's token i (past the list: no cache room, no draft)."""
@@ -79,7 +80,7 @@ def walk_window(trajectory: Trajectory, blocks: Sequence, window: tuple[int, int
         room = max_tokens - (index + 1) - 1
         block = blocks[index] if room > 0 and index < len(blocks) else None
         size, drafted, kept = step(block, room, script, index + 1) if block is not None else (1, 0, 0)
-        emitted = len(script[index + 1:index + 2 + kept])
+        emitted = len(script[index + 1 : index + 2 + kept])
         if not emitted:  # the trajectory ends here (no end-of-generation token, no budget left)
             break
         decodes += block is not None
@@ -102,8 +103,13 @@ class WindowCounts:
     steps: int
 
 
-def replay_windows(trajectories: Trajectories, windows_of: dict[tuple[int, ...], tuple[tuple[int, int], ...]],
-                   blocks_of: dict[tuple[int, ...], list], step: DraftStep, fraction: float) -> Replay:
+def replay_windows(
+    trajectories: Trajectories,
+    windows_of: dict[tuple[int, ...], tuple[tuple[int, int], ...]],
+    blocks_of: dict[tuple[int, ...], list],
+    step: DraftStep,
+    fraction: float,
+) -> Replay:
     """A configuration's replay over the recorded windows of every trajectory (module docstring), with
     its tokens per step's relative sampling error."""
     prompts, units = [], []
@@ -111,8 +117,9 @@ def replay_windows(trajectories: Trajectories, windows_of: dict[tuple[int, ...],
         key = tuple(trajectory.prompt_tokens)
         merged, decodes, emitted = Steps(), 0, 0
         for window in windows_of[key]:
-            steps, window_decodes, window_tokens = walk_window(trajectory, blocks_of[key], window,
-                                                               trajectories.max_tokens, step)
+            steps, window_decodes, window_tokens = walk_window(
+                trajectory, blocks_of[key], window, trajectories.max_tokens, step
+            )
             _extend(merged, steps)
             decodes += window_decodes
             emitted += window_tokens
@@ -142,5 +149,5 @@ def ratio_error(units: Sequence[WindowCounts], fraction: float) -> float:
     ratio = tokens / steps
     residual = sum((u.tokens - ratio * u.steps) ** 2 for u in units) / (len(units) - 1)
     mean_steps = steps / len(units)
-    variance = (1 - fraction) * residual / (len(units) * mean_steps ** 2)
+    variance = (1 - fraction) * residual / (len(units) * mean_steps**2)
     return math.sqrt(variance) / ratio

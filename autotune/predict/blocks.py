@@ -57,9 +57,19 @@ class DraftBlocks:
     draft_decodes: int = 0  # what recording cost: blocks and injections
 
     @classmethod
-    def record(cls, pair: DFlashPair, trajectories: Trajectories, *, spec_type: str, n_maxes: Sequence[int],
-               p_min: bool = False, confidence: bool = False, candidates: Sequence[int] = (),
-               fraction: float = 1.0, seed: int = 0) -> dict[int, "DraftBlocks"]:
+    def record(
+        cls,
+        pair: DFlashPair,
+        trajectories: Trajectories,
+        *,
+        spec_type: str,
+        n_maxes: Sequence[int],
+        p_min: bool = False,
+        confidence: bool = False,
+        candidates: Sequence[int] = (),
+        fraction: float = 1.0,
+        seed: int = 0,
+    ) -> dict[int, "DraftBlocks"]:
         """Walk every trajectory through the target once and the draft once per block size, decoding one
         block per recorded position and size; keyed by n_max, each clamped to what the draft's block
         gives, as llama.cpp clamps it. `p_min`: keep what a p_min cut reads (DSpark's confidence with
@@ -68,8 +78,10 @@ class DraftBlocks:
         positions recorded, in windows (`sample_windows`, seeded by `seed` and the prompt's index)."""
         first_row = 0 if pair.anchor_first(spec_type) else 1
         limit = pair.n_draft_max(spec_type)
-        found = {n: cls(spec_type, n + first_row, first_row, limit, min(fraction, 1.0))
-                 for n in sorted({min(n, limit) for n in n_maxes})}
+        found = {
+            n: cls(spec_type, n + first_row, first_row, limit, min(fraction, 1.0))
+            for n in sorted({min(n, limit) for n in n_maxes})
+        }
         keep = {min(n, limit) for n in candidates}
         for index, trajectory in enumerate(trajectories.prompts):
             key = tuple(trajectory.prompt_tokens)
@@ -78,13 +90,27 @@ class DraftBlocks:
             for n, blocks in found.items():
                 blocks.windows[key] = sample_windows(length, fraction, seed=seed * 1_000_003 + index)
                 blocks.blocks[key] = blocks._walk(
-                    pair, trajectory, features, blocks.windows[key], p_min=p_min and not confidence,
-                    confidence=p_min and confidence, candidates=n in keep)
+                    pair,
+                    trajectory,
+                    features,
+                    blocks.windows[key],
+                    p_min=p_min and not confidence,
+                    confidence=p_min and confidence,
+                    candidates=n in keep,
+                )
         return found
 
-    def _walk(self, pair: DFlashPair, trajectory: Trajectory, features: np.ndarray,
-              windows: tuple[tuple[int, int], ...], *, p_min: bool, confidence: bool,
-              candidates: bool) -> list[Block | None]:
+    def _walk(
+        self,
+        pair: DFlashPair,
+        trajectory: Trajectory,
+        features: np.ndarray,
+        windows: tuple[tuple[int, int], ...],
+        *,
+        p_min: bool,
+        confidence: bool,
+        candidates: bool,
+    ) -> list[Block | None]:
         """The blocks at the positions of `windows` (None between them), the draft fed the target's layer
         inputs one position at a time inside a window and in one batch across a gap."""
         draft = pair.draft
@@ -94,7 +120,7 @@ class DraftBlocks:
         fed = n_prompt  # the draft's cache holds the layer inputs of the positions before this one
         recorded = {p for start, end in windows for p in range(start, end)}
         blocks: list[Block | None] = []
-        for p, last in enumerate(trajectory.tokens[:max(recorded, default=-1) + 1]):
+        for p, last in enumerate(trajectory.tokens[: max(recorded, default=-1) + 1]):
             position = n_prompt + p
             if position + self.size > pair.target.n_ctx:
                 break
@@ -105,15 +131,17 @@ class DraftBlocks:
                 draft.inject(features[fed:position], fed)
                 self.draft_decodes += 1
             logits, conf = draft.block([last] + [pair.mask_token] * (self.size - 1), position, confidence=confidence)
-            rows = logits[self.first_row:]
-            blocks.append(Block(
-                chain=tuple(int(t) for t in rows.argmax(axis=1)),
-                top_probability=tuple(float(top_k_probability(row)) for row in rows) if p_min else None,
-                confidence=tuple(float(c) for c in conf[self.first_row:]) if confidence else None,
-                candidates=BlockCandidates.of(rows) if candidates else None,
-            ))
+            rows = logits[self.first_row :]
+            blocks.append(
+                Block(
+                    chain=tuple(int(t) for t in rows.argmax(axis=1)),
+                    top_probability=tuple(float(top_k_probability(row)) for row in rows) if p_min else None,
+                    confidence=tuple(float(c) for c in conf[self.first_row :]) if confidence else None,
+                    candidates=BlockCandidates.of(rows) if candidates else None,
+                )
+            )
             draft.truncate(position)
-            draft.inject(features[position:position + 1], position)
+            draft.inject(features[position : position + 1], position)
             fed = position + 1
             self.draft_decodes += 2
         return blocks
@@ -121,9 +149,17 @@ class DraftBlocks:
     def head(self, n_max: int) -> "DraftBlocks":
         """These blocks cut to their first `n_max` rows read: what a block of that size would be if the rows
         after did not change the ones before (they can: `agreement` measures it). Records nothing."""
-        cut = DraftBlocks(self.spec_type, n_max + self.first_row, self.first_row, self.limit, self.fraction,
-                          windows=dict(self.windows))
-        cut.blocks = {key: [None if b is None else _head(b, n_max) for b in blocks] for key, blocks in self.blocks.items()}
+        cut = DraftBlocks(
+            self.spec_type,
+            n_max + self.first_row,
+            self.first_row,
+            self.limit,
+            self.fraction,
+            windows=dict(self.windows),
+        )
+        cut.blocks = {
+            key: [None if b is None else _head(b, n_max) for b in blocks] for key, blocks in self.blocks.items()
+        }
         return cut
 
     def agreement(self, other: "DraftBlocks") -> tuple[float, int]:
@@ -147,9 +183,12 @@ class DraftBlocks:
 
 
 def _head(block: Block, n: int) -> Block:
-    return Block(block.chain[:n], None if block.top_probability is None else block.top_probability[:n],
-                 None if block.confidence is None else block.confidence[:n],
-                 None if block.candidates is None else block.candidates.head(n))
+    return Block(
+        block.chain[:n],
+        None if block.top_probability is None else block.top_probability[:n],
+        None if block.confidence is None else block.confidence[:n],
+        None if block.candidates is None else block.candidates.head(n),
+    )
 
 
 def layer_inputs(pair: DFlashPair, tokens: Sequence[int]) -> np.ndarray:
@@ -158,7 +197,7 @@ def layer_inputs(pair: DFlashPair, tokens: Sequence[int]) -> np.ndarray:
     target.clear()
     parts = []
     for start in range(0, len(tokens), target.n_batch):
-        chunk = list(tokens[start:start + target.n_batch])
+        chunk = list(tokens[start : start + target.n_batch])
         target.decode(chunk, start)
         parts.append(np.array(target.features(slice(0, len(chunk)))))
     return np.concatenate(parts)
@@ -206,8 +245,14 @@ def _agreed(chain: list[int], script: list[int], k_next: int) -> int:
     return n
 
 
-def replay_tree(blocks: DraftBlocks, config: SpecConfig, markov: MarkovHead, trajectories: Trajectories, *,
-                max_leaves: int = MAX_TREE_LEAVES) -> Replay:
+def replay_tree(
+    blocks: DraftBlocks,
+    config: SpecConfig,
+    markov: MarkovHead,
+    trajectories: Trajectories,
+    *,
+    max_leaves: int = MAX_TREE_LEAVES,
+) -> Replay:
     """PCTree (draft-dspark with `dspark_pctree`) over every trajectory (its recorded windows): each step's
     tree is built from the recorded block as `DFlashDrafter._verify_tree` builds it, and its accepted path
     is the longest one the trajectory follows; drafted counts the tree's nodes, as llama-server does."""

@@ -67,8 +67,9 @@ class DraftChains:
             chains.append((tuple(chain), tuple(probs)))
         return chains
 
-    def _extend(self, context: Context, sampler: SamplerChain, token: int, position: int, chain: list[int],
-                probs: list[float]) -> None:
+    def _extend(
+        self, context: Context, sampler: SamplerChain, token: int, position: int, chain: list[int], probs: list[float]
+    ) -> None:
         """Decode `token` at `position`; the draft's next token and its probability join the chain."""
         row = context.decode([token], position)[-1]
         self.draft_decodes += 1
@@ -111,5 +112,7 @@ class ChainCutDrafter(Drafter):
 
 def chain_length(space: SearchSpace) -> int:
     """The longest draft-simple draft a space allows: the chains are recorded that long."""
-    return max((int(r.high) for ranges in space.spec_types.values() for r in ranges if r.param.name == "draft_n_max"),
-               default=3)
+    return max(
+        (int(r.high) for ranges in space.spec_types.values() for r in ranges if r.param.name == "draft_n_max"),
+        default=3,
+    )

@@ -51,8 +51,12 @@ class Curve:
         return max(low_ms + weight * (dense[-1][size] - low_ms), 0.0)
 
     def as_dict(self) -> dict:
-        return {"sizes": list(self.sizes), "depths": list(self.depths), "ms": [list(r) for r in self.ms],
-                "spread": self.spread}
+        return {
+            "sizes": list(self.sizes),
+            "depths": list(self.depths),
+            "ms": [list(r) for r in self.ms],
+            "spread": self.spread,
+        }
 
 
 @dataclass(frozen=True)
@@ -74,18 +78,31 @@ class CostModel:
     tree_builds: dict[str, Curve] = field(default_factory=dict)
 
     def as_dict(self) -> dict:
-        return {"target": self.target.as_dict(), "sampler_ms": self.sampler_ms,
-                "drafts": _curves(self.drafts), "draft_sampler_ms": self.draft_sampler_ms,
-                "blocks": _curves(self.blocks), "injects": _curves(self.injects), "trees": _curves(self.trees),
-                "tree_builds": _curves(self.tree_builds)}
+        return {
+            "target": self.target.as_dict(),
+            "sampler_ms": self.sampler_ms,
+            "drafts": _curves(self.drafts),
+            "draft_sampler_ms": self.draft_sampler_ms,
+            "blocks": _curves(self.blocks),
+            "injects": _curves(self.injects),
+            "trees": _curves(self.trees),
+            "tree_builds": _curves(self.tree_builds),
+        }
 
 
 def _curves(curves: dict[str, Curve]) -> dict:
     return {k: v.as_dict() for k, v in curves.items()}
 
 
-def measure_curve(context: Context, fill: Sequence[int], *, depths: Sequence[int], max_size: int,
-                  repeats: int = REPEATS, seed: int = 0) -> Curve:
+def measure_curve(
+    context: Context,
+    fill: Sequence[int],
+    *,
+    depths: Sequence[int],
+    max_size: int,
+    repeats: int = REPEATS,
+    seed: int = 0,
+) -> Curve:
     """Decode batches of each grid size (up to `max_size`) with every row output, at each depth (`fill`
     supplies the tokens)."""
     sizes = grid_sizes(max_size)
@@ -96,7 +113,7 @@ def measure_curve(context: Context, fill: Sequence[int], *, depths: Sequence[int
 
     def step(size: int, depth: int) -> float:
         started = time.perf_counter()
-        context.decode(list(fill[depth:depth + size]), depth, n_outputs=size)
+        context.decode(list(fill[depth : depth + size]), depth, n_outputs=size)
         elapsed = (time.perf_counter() - started) * 1000
         context.truncate(depth)
         return elapsed
@@ -109,8 +126,15 @@ def grid_sizes(max_size: int) -> tuple[int, ...]:
     return tuple(s for s in BATCH_GRID if s < max_size) + (max_size,)
 
 
-def timed_curve(sizes: Sequence[int], depths: Sequence[int], prepare: Callable[[int], None],
-                step: Callable[[int, int], float], *, repeats: int = REPEATS, seed: int = 0) -> Curve:
+def timed_curve(
+    sizes: Sequence[int],
+    depths: Sequence[int],
+    prepare: Callable[[int], None],
+    step: Callable[[int, int], float],
+    *,
+    repeats: int = REPEATS,
+    seed: int = 0,
+) -> Curve:
     """A Curve of `step(size, depth)` (which returns the ms it timed and leaves the state as `prepare(depth)`
     left it) at every size and depth: one untimed warm-up at the largest size, then `repeats` passes in
     shuffled order so drift spreads over all sizes."""

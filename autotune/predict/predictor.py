@@ -52,8 +52,13 @@ from autotune.predict.replay import PromptReplay, Replay
 FACTORS = ("scale", "per_step_ms", "per_row_ms", "draft_scale", "block_scale")
 #: each factor's prior, (value, spread), in units of the baseline's pace; the additive terms' also in
 #: units of the in-process cost of a one-token step (per step) and of one more verified row (per row)
-PRIOR = {"scale": (1.0, 2.0), "per_step_ms": (0.0, 2.0), "per_row_ms": (0.0, 2.0), "draft_scale": (1.0, 2.0),
-         "block_scale": (1.0, 2.0)}
+PRIOR = {
+    "scale": (1.0, 2.0),
+    "per_step_ms": (0.0, 2.0),
+    "per_row_ms": (0.0, 2.0),
+    "draft_scale": (1.0, 2.0),
+    "block_scale": (1.0, 2.0),
+}
 
 
 @dataclass(frozen=True)
@@ -85,9 +90,15 @@ class Calibration:
     worst_error: float | None = None
 
     def factors(self) -> np.ndarray:
-        return np.array([self.scale, self.per_step_ms, self.per_row_ms,
-                         self.scale if self.draft_scale is None else self.draft_scale,
-                         self.scale if self.block_scale is None else self.block_scale])
+        return np.array(
+            [
+                self.scale,
+                self.per_step_ms,
+                self.per_row_ms,
+                self.scale if self.draft_scale is None else self.draft_scale,
+                self.scale if self.block_scale is None else self.block_scale,
+            ]
+        )
 
     def decode_ms(self, terms: CostTerms) -> float:
         return float(self.factors() @ terms.vector())
@@ -96,11 +107,17 @@ class Calibration:
         def rounded(value: float | None) -> float | None:
             return None if value is None else round(value, 5)
 
-        return {"scale": rounded(self.scale), "per_step_ms": rounded(self.per_step_ms),
-                "per_row_ms": rounded(self.per_row_ms), "draft_scale": rounded(self.draft_scale),
-                "block_scale": rounded(self.block_scale), "points": self.points,
-                "configurations": self.configurations, "error": rounded(self.error),
-                "worst_error": rounded(self.worst_error)}
+        return {
+            "scale": rounded(self.scale),
+            "per_step_ms": rounded(self.per_step_ms),
+            "per_row_ms": rounded(self.per_row_ms),
+            "draft_scale": rounded(self.draft_scale),
+            "block_scale": rounded(self.block_scale),
+            "points": self.points,
+            "configurations": self.configurations,
+            "error": rounded(self.error),
+            "worst_error": rounded(self.worst_error),
+        }
 
     @classmethod
     def from_dict(cls, data: dict) -> "Calibration":
@@ -119,8 +136,11 @@ class Prediction:
     def as_dict(self, baseline: "Prediction | None" = None, categories: Sequence[str] = ()) -> dict:
         """JSON-ready figures; with the `baseline`'s prediction and each prompt's category, the predicted
         speedup of each category too."""
-        found = {**self.replay.counts(), "tok_s": round(self.tok_s, 3),
-                 "speedup": None if self.speedup is None else round(self.speedup, 4)}
+        found = {
+            **self.replay.counts(),
+            "tok_s": round(self.tok_s, 3),
+            "speedup": None if self.speedup is None else round(self.speedup, 4),
+        }
         if baseline is not None and categories:
             found["by_category"] = self.by_category(baseline, categories)
         return found
@@ -181,8 +201,14 @@ def raw_decode_ms(prompt: PromptReplay, cost: CostModel, charge: DraftCharge) ->
     return terms.target_ms + terms.draft_ms + terms.block_ms
 
 
-def predict(replay: Replay, cost: CostModel, calibration: Calibration, *, charge: DraftCharge = DraftCharge(),
-            baseline_tok_s: float | None = None) -> Prediction:
+def predict(
+    replay: Replay,
+    cost: CostModel,
+    calibration: Calibration,
+    *,
+    charge: DraftCharge = DraftCharge(),
+    baseline_tok_s: float | None = None,
+) -> Prediction:
     """`replay`'s predicted llama-server figures; `charge`: the draft costs its steps pay."""
     decode_ms = tuple(calibration.decode_ms(cost_terms(p, cost, charge)) for p in replay.prompts)
     tokens = sum(p.decode_tokens for p in replay.prompts)
@@ -207,12 +233,20 @@ def fit_calibration(runs: Sequence[tuple[Replay, DraftCharge, Sequence[float]]],
     plain = a[np.all(a[:, 2:] == 0, axis=1) & (a[:, 0] > 0), 0]  # the baseline's prompts: target / measured
     prior, spread = _prior(cost, pace=float(np.median(1.0 / plain)) if len(plain) else 1.0)
     weights = np.diag(1.0 / spread[used])
-    solution, _ = nnls(np.vstack([a[:, used], weights]), np.concatenate([np.ones(len(rows)), prior[used] / spread[used]]))
+    solution, _ = nnls(
+        np.vstack([a[:, used], weights]), np.concatenate([np.ones(len(rows)), prior[used] / spread[used]])
+    )
     factors = {name: float(value) for name, value in zip(FACTORS, prior)}
     factors.update({FACTORS[i]: float(v) for i, v in zip(used, solution)})
-    calibration = Calibration(factors["scale"], factors["per_step_ms"], factors["per_row_ms"],
-                              factors["draft_scale"] if 3 in used else None,
-                              factors["block_scale"] if 4 in used else None, len(rows), len(runs))
+    calibration = Calibration(
+        factors["scale"],
+        factors["per_step_ms"],
+        factors["per_row_ms"],
+        factors["draft_scale"] if 3 in used else None,
+        factors["block_scale"] if 4 in used else None,
+        len(rows),
+        len(runs),
+    )
     errors = []
     for (_, _, measured), terms in zip(runs, terms_of):
         pairs = [(t, ms) for t, ms in zip(terms, measured) if ms > 0]  # the prompts it was measured on

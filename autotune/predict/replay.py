@@ -74,9 +74,13 @@ class Replay:
         for prompt in self.prompts:
             for size in prompt.steps.batch_sizes:
                 sizes[size] = sizes.get(size, 0) + prompt.scale
-        found = {"drafted": self.drafted, "accepted": self.accepted, "verify_steps": self.verify_steps,
-                 "acceptance": None if self.acceptance is None else round(self.acceptance, 4),
-                 "batch_sizes": {str(k): round(v) for k, v in sorted(sizes.items())}}
+        found = {
+            "drafted": self.drafted,
+            "accepted": self.accepted,
+            "verify_steps": self.verify_steps,
+            "acceptance": None if self.acceptance is None else round(self.acceptance, 4),
+            "batch_sizes": {str(k): round(v) for k, v in sorted(sizes.items())},
+        }
         if self.sampling_error is not None:
             found.update(tokens_per_step=round(self.tokens_per_step, 4), sampling_error=round(self.sampling_error, 5))
         return found
@@ -102,12 +106,18 @@ def replay_prompt(drafter: Drafter | None, trajectory: Trajectory, max_tokens: i
         n_ok = 0
         while n_ok < len(draft) and k + n_ok < len(script) and draft[n_ok] == script[k + n_ok]:
             n_ok += 1
-        return script[k:k + n_ok + 1]
+        return script[k : k + n_ok + 1]
 
     decodes_before = drafter.draft_decodes if drafter is not None else 0
     generated = script[:1]
-    steps = speculate(drafter, verify, history=list(prompt), generated=generated, max_tokens=max_tokens,
-                      is_eog=lambda token: token == END)
+    steps = speculate(
+        drafter,
+        verify,
+        history=list(prompt),
+        generated=generated,
+        max_tokens=max_tokens,
+        is_eog=lambda token: token == END,
+    )
     decodes = drafter.draft_decodes - decodes_before if drafter is not None else 0
     return PromptReplay(trajectory.prompt_id, len(generated), steps, decodes)
 

@@ -54,8 +54,10 @@ class TargetModel:
         if config.spec_type in DFLASH_TYPES:
             block_draft = self.block_drafts[(config.spec_type, draft)]
             pctree = config.spec_type == "draft-dspark" and bool(config.value("dspark_pctree"))
-            return (block_draft.replay(config, self.trajectories),
-                    DraftCharge(draft, block_draft.blocks_for(config).size, pctree))
+            return (
+                block_draft.replay(config, self.trajectories),
+                DraftCharge(draft, block_draft.blocks_for(config).size, pctree),
+            )
         drafter = build_drafter(config, lambda: self.chains[draft].drafter(config))
         return replay(drafter, self.trajectories), DraftCharge(draft)
 
@@ -68,15 +70,26 @@ class TargetModel:
 
     def calibrate(self, measured: list[tuple[SpecConfig, list[float]]]) -> Calibration:
         """Fit the calibration to llama-server's per-prompt decode ms of these configurations."""
-        self.calibration = fit_calibration([(*self.replay(config), decode_ms) for config, decode_ms in measured],
-                                           self.cost)
+        self.calibration = fit_calibration(
+            [(*self.replay(config), decode_ms) for config, decode_ms in measured], self.cost
+        )
         self.baseline_tok_s = self.prediction(self.target).tok_s
         return self.calibration
 
 
-def measure_target(local: PythonEngine, target: Path, baseline: Measurement, mix: PromptMix, *, arbiter: str,
-                   max_tokens: int, drafts: list[Path], chain_length: int, block_drafts: list[tuple[BlockPlan, Path]],
-                   note: Callable[[str], None]) -> TargetModel:
+def measure_target(
+    local: PythonEngine,
+    target: Path,
+    baseline: Measurement,
+    mix: PromptMix,
+    *,
+    arbiter: str,
+    max_tokens: int,
+    drafts: list[Path],
+    chain_length: int,
+    block_drafts: list[tuple[BlockPlan, Path]],
+    note: Callable[[str], None],
+) -> TargetModel:
     """`target`'s model from the arbiter's baseline measurement (its output is the trajectory, its decode
     times the first calibration: no second decode of the mix) and what `local` measures of it; its `ledger`
     has the phases "trajectory" (where the in-process greedy output would part from it), "step costs",
@@ -89,12 +102,16 @@ def measure_target(local: PythonEngine, target: Path, baseline: Measurement, mix
         trajectories = Trajectories.from_measurement(str(target), arbiter, baseline, prompt_tokens, max_tokens, is_eog)
         if arbiter != "python":
             context = local.context("target", target)
-            trajectories = replace(trajectories, divergence=tuple(
-                greedy_divergence(context, t, is_eog, max_tokens) for t in trajectories.prompts))
+            trajectories = replace(
+                trajectories,
+                divergence=tuple(greedy_divergence(context, t, is_eog, max_tokens) for t in trajectories.prompts),
+            )
             parted = sum(d is not None for d in trajectories.divergence)
             if parted:
-                note(f"the in-process greedy output parts from llama-server's on {parted} of {len(prompt_tokens)} "
-                     "prompts: the replay follows llama-server's")
+                note(
+                    f"the in-process greedy output parts from llama-server's on {parted} of {len(prompt_tokens)} "
+                    "prompts: the replay follows llama-server's"
+                )
     note(f"measuring the step costs of {target.name} in-process")
     lengths = sorted(len(t) for t in prompt_tokens)
     depths = [lengths[len(lengths) // 2], lengths[len(lengths) // 2] + max_tokens]
@@ -102,8 +119,10 @@ def measure_target(local: PythonEngine, target: Path, baseline: Measurement, mix
     fill = fill_tokens([list(t.prompt_tokens) + list(t.tokens) for t in trajectories.prompts], depths[-1] + MAX_BATCH)
     with ledger.phase("step costs"):
         context = local.context("target", target)
-        cost = CostModel(measure_curve(context, fill, depths=depths, max_size=largest),
-                         measure_sampler(context, local.sampler("target", target), fill[0]))
+        cost = CostModel(
+            measure_curve(context, fill, depths=depths, max_size=largest),
+            measure_sampler(context, local.sampler("target", target), fill[0]),
+        )
     chains = {}
     for draft in drafts:
         with ledger.phase("step costs"):
@@ -114,16 +133,34 @@ def measure_target(local: PythonEngine, target: Path, baseline: Measurement, mix
         with ledger.phase("chains"):
             chains[draft.name] = DraftChains.record(draft_context, draft_sampler, trajectories, chain_length)
             charge(decodes=chains[draft.name].draft_decodes)
-        note(f"recorded {draft.name}'s greedy chains along the trajectories ({chains[draft.name].draft_decodes} "
-             "draft decodes)")
+        note(
+            f"recorded {draft.name}'s greedy chains along the trajectories ({chains[draft.name].draft_decodes} "
+            "draft decodes)"
+        )
     recorded = {}
     for plan, draft in block_drafts:
-        other = next(((d, recorded[(plan.spec_type, d.name)]) for _, d in block_drafts
-                      if (plan.spec_type, d.name) in recorded and recorded[(plan.spec_type, d.name)].shared_from is None
-                      and other_quant(read_gguf_info(d), read_gguf_info(draft))), None)
-        recorded[(plan.spec_type, draft.name)] = _record_block_draft(local, SpecConfig(target, plan.spec_type, draft),
-                                                                      plan, trajectories, cost, fill, depths, note,
-                                                                      ledger, other)
+        other = next(
+            (
+                (d, recorded[(plan.spec_type, d.name)])
+                for _, d in block_drafts
+                if (plan.spec_type, d.name) in recorded
+                and recorded[(plan.spec_type, d.name)].shared_from is None
+                and other_quant(read_gguf_info(d), read_gguf_info(draft))
+            ),
+            None,
+        )
+        recorded[(plan.spec_type, draft.name)] = _record_block_draft(
+            local,
+            SpecConfig(target, plan.spec_type, draft),
+            plan,
+            trajectories,
+            cost,
+            fill,
+            depths,
+            note,
+            ledger,
+            other,
+        )
     found = TargetModel(SpecConfig(target), trajectories, cost, baseline, chains, recorded, ledger=ledger)
     found.calibrate([(SpecConfig(target), [r.decode_ms for r in baseline.results])])
     note(f"cost model of {target.name}: spread {cost.target.spread:.0%} over repeats")
@@ -139,7 +176,7 @@ def greedy_divergence(context, trajectory: Trajectory, is_eog: Callable[[int], b
     context.clear()
     choices = [int(context.decode(prompt, 0)[-1].argmax())]
     for start in range(0, len(tokens), DIVERGENCE_CHUNK):
-        chunk = tokens[start:start + DIVERGENCE_CHUNK]
+        chunk = tokens[start : start + DIVERGENCE_CHUNK]
         choices += context.decode(chunk, len(prompt) + start, n_outputs=len(chunk)).argmax(axis=1).tolist()
     found = next((i for i, (chosen, token) in enumerate(zip(choices, tokens)) if chosen != token), None)
     if found is None and len(tokens) < max_tokens and not is_eog(choices[len(tokens)]):
@@ -147,9 +184,18 @@ def greedy_divergence(context, trajectory: Trajectory, is_eog: Callable[[int], b
     return found
 
 
-def _record_block_draft(local: PythonEngine, config: SpecConfig, plan: BlockPlan, trajectories: Trajectories,
-                        cost: CostModel, fill: list[int], depths: list[int], note: Callable[[str], None],
-                        ledger: Ledger, other: tuple[Path, BlockDraft] | None) -> BlockDraft:
+def _record_block_draft(
+    local: PythonEngine,
+    config: SpecConfig,
+    plan: BlockPlan,
+    trajectories: Trajectories,
+    cost: CostModel,
+    fill: list[int],
+    depths: list[int],
+    note: Callable[[str], None],
+    ledger: Ledger,
+    other: tuple[Path, BlockDraft] | None,
+) -> BlockDraft:
     """A DFlash/DSpark draft's blocks along the trajectories (the ledger's "blocks" phase): `other`'s (another
     quant of it, already recorded) where they agree with its own at a sample, else its own; and (once per
     draft file) its step costs."""
@@ -164,26 +210,40 @@ def _record_block_draft(local: PythonEngine, config: SpecConfig, plan: BlockPlan
     derived = ""
     if block_draft.derived:
         shares = [share for share, _ in block_draft.derived.values()]
-        derived = (f"; n_max {', '.join(map(str, block_draft.derived))} cut from n_max {max(block_draft.by_n_max)}'s "
-                   f"blocks, whose chains agreed with their own at {min(shares):.1%}-{max(shares):.1%} of "
-                   f"{min(c for _, c in block_draft.derived.values())}+ sampled positions")
+        derived = (
+            f"; n_max {', '.join(map(str, block_draft.derived))} cut from n_max {max(block_draft.by_n_max)}'s "
+            f"blocks, whose chains agreed with their own at {min(shares):.1%}-{max(shares):.1%} of "
+            f"{min(c for _, c in block_draft.derived.values())}+ sampled positions"
+        )
     if block_draft.shared_from is not None:
         name, share, compared = block_draft.shared_from
-        note(f"{config.draft.name}'s {plan.spec_type} blocks are {name}'s (another quant of it): its own largest "
-             f"block agreed with them at {share:.1%} of {compared} sampled positions ({block_draft.draft_decodes} "
-             "draft decodes); its cost is its own")
+        note(
+            f"{config.draft.name}'s {plan.spec_type} blocks are {name}'s (another quant of it): its own largest "
+            f"block agreed with them at {share:.1%} of {compared} sampled positions ({block_draft.draft_decodes} "
+            "draft decodes); its cost is its own"
+        )
     else:
-        note(f"recorded {config.draft.name}'s {plan.spec_type} blocks along the trajectories "
-             f"(n_max {', '.join(map(str, block_draft.by_n_max))}: {block_draft.draft_decodes} draft decodes, "
-             f"{block_draft.fraction:.0%} of the positions{derived})")
+        note(
+            f"recorded {config.draft.name}'s {plan.spec_type} blocks along the trajectories "
+            f"(n_max {', '.join(map(str, block_draft.by_n_max))}: {block_draft.draft_decodes} draft decodes, "
+            f"{block_draft.fraction:.0%} of the positions{derived})"
+        )
     if left_out:
         note(left_out)
     name = config.draft.name
     markov = block_draft.markov if block_draft.replays_trees else None
     if name not in cost.blocks or (markov is not None and name not in cost.trees):
         with ledger.phase("step costs"):
-            curves = measure_block_costs(pair, fill, spec_type=plan.spec_type, depths=depths, markov=markov,
-                                         k=plan.tree_k, n=plan.tree_n, in_process=trajectories.engine == "python")
+            curves = measure_block_costs(
+                pair,
+                fill,
+                spec_type=plan.spec_type,
+                depths=depths,
+                markov=markov,
+                k=plan.tree_k,
+                n=plan.tree_n,
+                in_process=trajectories.engine == "python",
+            )
         for kind, curve in curves.items():
             getattr(cost, kind)[name] = curve
     return block_draft

@@ -19,8 +19,12 @@ class Trajectory:
     stopped: bool  # ended by an end-of-generation token before the token budget
 
     def as_dict(self) -> dict:
-        return {"prompt_id": self.prompt_id, "prompt_tokens": list(self.prompt_tokens), "tokens": list(self.tokens),
-                "stopped": self.stopped}
+        return {
+            "prompt_id": self.prompt_id,
+            "prompt_tokens": list(self.prompt_tokens),
+            "tokens": list(self.tokens),
+            "stopped": self.stopped,
+        }
 
     @classmethod
     def from_dict(cls, data: dict) -> "Trajectory":
@@ -39,18 +43,34 @@ class Trajectories:
     divergence: tuple[int | None, ...] = ()
 
     def as_dict(self) -> dict:
-        return {"target": self.target, "engine": self.engine, "max_tokens": self.max_tokens,
-                "prompts": [p.as_dict() for p in self.prompts], "divergence": list(self.divergence)}
+        return {
+            "target": self.target,
+            "engine": self.engine,
+            "max_tokens": self.max_tokens,
+            "prompts": [p.as_dict() for p in self.prompts],
+            "divergence": list(self.divergence),
+        }
 
     @classmethod
     def from_dict(cls, data: dict) -> "Trajectories":
-        return cls(data["target"], data["engine"], int(data["max_tokens"]),
-                   tuple(Trajectory.from_dict(p) for p in data["prompts"]), tuple(data.get("divergence", ())))
+        return cls(
+            data["target"],
+            data["engine"],
+            int(data["max_tokens"]),
+            tuple(Trajectory.from_dict(p) for p in data["prompts"]),
+            tuple(data.get("divergence", ())),
+        )
 
     @classmethod
-    def from_measurement(cls, target: str, engine: str, measurement: Measurement,
-                         prompt_tokens: Sequence[Sequence[int]], max_tokens: int,
-                         is_eog: Callable[[int], bool]) -> "Trajectories":
+    def from_measurement(
+        cls,
+        target: str,
+        engine: str,
+        measurement: Measurement,
+        prompt_tokens: Sequence[Sequence[int]],
+        max_tokens: int,
+        is_eog: Callable[[int], bool],
+    ) -> "Trajectories":
         prompts = []
         for result, tokens in zip(measurement.results, prompt_tokens):
             generated = list(result.tokens)

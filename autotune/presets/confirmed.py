@@ -5,6 +5,7 @@ shows a stored preset where no study of that hardware is at hand."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+
 import optuna
 
 from autotune.hardware import hardware_key
@@ -36,8 +37,15 @@ def run_confirm(
     the settings given on the command line (None: the study's own)."""
     url = resolve_storage_url(storage_url)
     study = open_study_of(model, engine=engine_name, storage_url=url, objective=objective, concurrency=concurrency)
-    confirmation = confirm_study(study, top=top, budget=budget, engine_name="server", server_bin=server_bin,
-                                 on_measured=on_measured, sampling=sampling)
+    confirmation = confirm_study(
+        study,
+        top=top,
+        budget=budget,
+        engine_name="server",
+        server_bin=server_bin,
+        on_measured=on_measured,
+        sampling=sampling,
+    )
     if confirmation.pick is not None:  # the plain command where nothing was significantly faster
         with PresetStore(url) as store:
             store.save(preset_from(model, study, confirmation=confirmation, row=confirmation.pick))
@@ -84,8 +92,10 @@ class PresetResult:
 
     def summary(self) -> str:
         p = self.preset
-        return (f"# preset for {p.hardware}: {p.tok_s:.1f} tok/s, baseline {p.baseline_tok_s:.1f}, speedup "
-                f"{p.speedup:.2f}x (confirmed on {p.engine}, {p.created_at:%Y-%m-%d})")
+        return (
+            f"# preset for {p.hardware}: {p.tok_s:.1f} tok/s, baseline {p.baseline_tok_s:.1f}, speedup "
+            f"{p.speedup:.2f}x (confirmed on {p.engine}, {p.created_at:%Y-%m-%d})"
+        )
 
     def as_dict(self) -> dict:
         p = self.preset

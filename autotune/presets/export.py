@@ -33,8 +33,13 @@ def export_presets(presets: list[Preset], fmt: str) -> str:
 
 def preset_record(preset: Preset) -> dict[str, Any]:
     """Every field of `preset` plus its command line, in a stable key order; `created_at` stays a datetime."""
-    return {"model": preset.model, "hardware": preset.hardware, "command": preset.command, **asdict(preset),
-            "argv": list(preset.argv)}
+    return {
+        "model": preset.model,
+        "hardware": preset.hardware,
+        "command": preset.command,
+        **asdict(preset),
+        "argv": list(preset.argv),
+    }
 
 
 def _to_json(presets: list[Preset]) -> str:
@@ -53,7 +58,13 @@ def _iso_datetime(value: object) -> str:
 _TOML_ESCAPES = str.maketrans(
     {
         **{chr(code): f"\\u{code:04X}" for code in [*range(0x20), 0x7F]},
-        "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r", '"': '\\"', "\\": "\\\\",
+        "\b": "\\b",
+        "\t": "\\t",
+        "\n": "\\n",
+        "\f": "\\f",
+        "\r": "\\r",
+        '"': '\\"',
+        "\\": "\\\\",
     }
 )
 
@@ -153,8 +164,10 @@ def _to_sh(presets: list[Preset]) -> str:
             script.append(f'{shlex.quote(hardware)})\n    case "$model" in\n')
             for model, levels in groupby(group, key=lambda p: p.model):
                 levels = list(levels)
-                script.append(f"    {shlex.quote(model)})\n"
-                              f'        case "$(nearest_level "$concurrency" {" ".join(str(p.concurrency) for p in levels)})" in\n')
+                script.append(
+                    f"    {shlex.quote(model)})\n"
+                    f'        case "$(nearest_level "$concurrency" {" ".join(str(p.concurrency) for p in levels)})" in\n'
+                )
                 for preset in levels:
                     script.append(
                         f"        {preset.concurrency})\n"
@@ -205,8 +218,10 @@ def _export_order(presets: list[Preset]) -> list[Preset]:
 
 
 def _summary(preset: Preset) -> str:
-    return (f"{preset.tok_s:.1f} tok/s, {preset.speedup:.2f}x the baseline on {preset.hardware} "
-            f"({preset.engine}, {preset.llama_cpp_build})")
+    return (
+        f"{preset.tok_s:.1f} tok/s, {preset.speedup:.2f}x the baseline on {preset.hardware} "
+        f"({preset.engine}, {preset.llama_cpp_build})"
+    )
 
 
 def _to_llama_swap(presets: list[Preset]) -> str:
@@ -219,13 +234,19 @@ def _to_llama_swap(presets: list[Preset]) -> str:
         if any("${" in arg for arg in preset.argv):
             raise UsageError(f"preset {name}: an argument contains '${{', which llama-swap reads as a macro")
         cmd = f"{shlex.join(preset.argv)} --port ${{PORT}}"
-        lines += [f"  {_yaml_string(name)}:", f"    description: {_yaml_string(_summary(preset))}",
-                  *(f"    # {line}" for line in revision_lines(preset)), f"    cmd: {_yaml_string(cmd)}"]
+        lines += [
+            f"  {_yaml_string(name)}:",
+            f"    description: {_yaml_string(_summary(preset))}",
+            *(f"    # {line}" for line in revision_lines(preset)),
+            f"    cmd: {_yaml_string(cmd)}",
+        ]
     return "\n".join(lines) + "\n"
 
 
 # YAML double-quoted scalars escape like JSON, but must not hold C1 controls, surrogates or U+FFFE/F.
-_YAML_UNPRINTABLE = str.maketrans({code: f"\\u{code:04X}" for code in [*range(0x7F, 0xA0), *range(0xD800, 0xE000), 0xFFFE, 0xFFFF]})
+_YAML_UNPRINTABLE = str.maketrans(
+    {code: f"\\u{code:04X}" for code in [*range(0x7F, 0xA0), *range(0xD800, 0xE000), 0xFFFE, 0xFFFF]}
+)
 
 
 def _yaml_string(value: str) -> str:
@@ -250,12 +271,18 @@ def _to_ini(presets: list[Preset]) -> str:
     for name, preset in zip(entry_names(ordered), ordered):
         if any(c in name for c in "[]\r\n"):
             raise UsageError(f"preset {name!r}: its name cannot be an INI section name")
-        lines = [f"[{name}]", f"; {_summary(preset)}", f"; measured with {preset.argv[0]}",
-                 *(f"; {line}" for line in revision_lines(preset))]
+        lines = [
+            f"[{name}]",
+            f"; {_summary(preset)}",
+            f"; measured with {preset.argv[0]}",
+            *(f"; {line}" for line in revision_lines(preset)),
+        ]
         for key, value in argv_options(preset.argv[1:]):
             if value == "" or value != value.strip() or any(c in value for c in ";#\r\n"):
-                raise UsageError(f"preset {name}: the value {value!r} of {key} cannot be written to an INI file "
-                                 f"(llama.cpp's reader has no quoting)")
+                raise UsageError(
+                    f"preset {name}: the value {value!r} of {key} cannot be written to an INI file "
+                    f"(llama.cpp's reader has no quoting)"
+                )
             lines.append(f"{key} = {value}")
         sections.append("\n".join(lines) + "\n")
     return "\n".join(sections)
@@ -290,6 +317,10 @@ def _is_flag(arg: str) -> bool:
 
 
 _WRITERS: dict[str, Callable[[list[Preset]], str]] = {
-    "json": _to_json, "toml": _to_toml, "sh": _to_sh, "llama-swap": _to_llama_swap, "ini": _to_ini,
+    "json": _to_json,
+    "toml": _to_toml,
+    "sh": _to_sh,
+    "llama-swap": _to_llama_swap,
+    "ini": _to_ini,
 }
 EXPORT_FORMATS = tuple(_WRITERS)

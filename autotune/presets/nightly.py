@@ -30,11 +30,16 @@ from autotune.presets.confirmed import preset_from
 from autotune.race.confirm import confirm_study, top_trials
 from autotune.race.race import RaceBudget, round_line
 from autotune.search.fleet import search_lease
-from autotune.search.predicted import cannot_predict, measured_only_refused, predict_and_race, PREDICT_TRIALS, replays_at_most
-from autotune.search.inputs import check_inputs, RaceOptions, model_space, SearchInputs, SearchOptions
+from autotune.search.inputs import RaceOptions, SearchInputs, SearchOptions, SearchReporter, check_inputs, model_space
 from autotune.search.measured import run_study
 from autotune.search.plan import NO_BUDGET, make_plan
-from autotune.search.inputs import SearchReporter
+from autotune.search.predicted import (
+    PREDICT_TRIALS,
+    cannot_predict,
+    measured_only_refused,
+    predict_and_race,
+    replays_at_most,
+)
 from autotune.spec.space import SearchSpace, load_model_space
 from autotune.study.catalog import study_name, study_names
 from autotune.study.records import PREDICTED_ENGINE, StudyRecord, config_from_attrs
@@ -81,8 +86,11 @@ def decide(model: str, confirmation: Confirmation, preset: Preset | None) -> Nig
     winner = confirmation.pick
     if winner is None:
         return NightlyOutcome("unchanged", f"{model}: no configuration could be confirmed; preset kept")
-    figures = (f"{winner.label} {winner.mean_tok_s:.1f} tok/s ({winner.speedup:.2f}x)" if winner.role != "baseline" else
-               f"the plain command {winner.mean_tok_s:.1f} tok/s (nothing was proven faster by {confirmation.min_effect:.0%})")
+    figures = (
+        f"{winner.label} {winner.mean_tok_s:.1f} tok/s ({winner.speedup:.2f}x)"
+        if winner.role != "baseline"
+        else f"the plain command {winner.mean_tok_s:.1f} tok/s (nothing was proven faster by {confirmation.min_effect:.0%})"
+    )
     if preset is None:
         return NightlyOutcome("improved", f"{model}: first preset: {figures}", winner)
     current = confirmation.preset
@@ -90,19 +98,28 @@ def decide(model: str, confirmation: Confirmation, preset: Preset | None) -> Nig
     if current is None and raced is not None and list(raced.argv) == list(winner.argv):
         current = winner  # the preset's own row failed, but its command is the pick's, which the race measured
     if current is None:
-        why = (f"the preset failed in tonight's race ({raced.failure})" if raced is not None
-               else "the preset's files are gone")
+        why = (
+            f"the preset failed in tonight's race ({raced.failure})"
+            if raced is not None
+            else "the preset's files are gone"
+        )
         return NightlyOutcome("improved", f"{model}: {why}; new preset {figures}", winner)
     if list(winner.argv) == list(current.argv):
         return _unless_regressed(model, current, preset, f"{model}: the preset is still the best ({figures}); kept")
     versus = confirmation.versus(winner, current)
     low, high = versus.interval()
-    against = (f"{versus.ratio:.2f}x the preset's speed [95% CI {low:.2f}-{high:.2f}], "
-               f"p={versus.p_faster(1 + confirmation.min_effect):.2g}")
+    against = (
+        f"{versus.ratio:.2f}x the preset's speed [95% CI {low:.2f}-{high:.2f}], "
+        f"p={versus.p_faster(1 + confirmation.min_effect):.2g}"
+    )
     if confirmation.beats(winner, current):
         return NightlyOutcome("improved", f"{model}: {figures} beats the preset: {against}", winner)
-    return _unless_regressed(model, current, preset, f"{model}: {figures} is not proven faster than the preset "
-                                                     f"by {confirmation.min_effect:.0%} ({against}); kept")
+    return _unless_regressed(
+        model,
+        current,
+        preset,
+        f"{model}: {figures} is not proven faster than the preset by {confirmation.min_effect:.0%} ({against}); kept",
+    )
 
 
 def _unless_regressed(model: str, current: ConfirmedConfig, preset: Preset, summary: str) -> NightlyOutcome:
@@ -116,8 +133,9 @@ def _unless_regressed(model: str, current: ConfirmedConfig, preset: Preset, summ
     return NightlyOutcome("unchanged", summary)
 
 
-def run_nightly(options: SearchOptions, *, top: int, budget: RaceBudget, server_bin: str | None,
-                reporter: SearchReporter) -> NightlyOutcome:
+def run_nightly(
+    options: SearchOptions, *, top: int, budget: RaceBudget, server_bin: str | None, reporter: SearchReporter
+) -> NightlyOutcome:
     """Re-tune `options.model` (at `options.settings.concurrency` streams) if its files changed since the
     last study version. Files the search space names on the hub are brought up to the hub's current
     revision first."""
@@ -133,21 +151,44 @@ def run_nightly(options: SearchOptions, *, top: int, budget: RaceBudget, server_
         storage = open_storage(url)
         predicted = cannot_predict(settings, inputs.space) is None
         if predicted and options.measured_only:
-            raise measured_only_refused(options.measured_only, "this model's re-tuning is predicted and raced "
-                                                               "(temperature 0, one stream, decode): drop them")
-        engine_name = PREDICTED_ENGINE if predicted else choose_engine(
-            options.engine_name, concurrency=settings.concurrency, server_bin=server_bin, note=reporter.note)
-        base = study_name(model, hardware_key(), engine_name, objective="decode" if predicted else settings.objective,
-                          concurrency=settings.concurrency)
+            raise measured_only_refused(
+                options.measured_only,
+                "this model's re-tuning is predicted and raced (temperature 0, one stream, decode): drop them",
+            )
+        engine_name = (
+            PREDICTED_ENGINE
+            if predicted
+            else choose_engine(
+                options.engine_name, concurrency=settings.concurrency, server_bin=server_bin, note=reporter.note
+            )
+        )
+        base = study_name(
+            model,
+            hardware_key(),
+            engine_name,
+            objective="decode" if predicted else settings.objective,
+            concurrency=settings.concurrency,
+        )
         with search_lease(options, reporter.note) as lease:  # one search of this key at a time, nightly or not
             answer = newest_answer(storage, base)
             previous = optuna.load_study(study_name=answer, storage=storage) if answer in study_names(storage) else None
             preset = store.get(model, hardware_key(), settings.concurrency)
             if previous is not None and preset is not None and StudyRecord.of(previous).file_hashes == hashes:
                 return unchanged_files(model)
-            outcome, new_preset = retune(inputs, options, engine_name=engine_name, url=url, previous=previous,
-                                         preset=preset, hashes=hashes, top=top, budget=budget,
-                                         server_bin=server_bin, reporter=reporter, lease=lease)
+            outcome, new_preset = retune(
+                inputs,
+                options,
+                engine_name=engine_name,
+                url=url,
+                previous=previous,
+                preset=preset,
+                hashes=hashes,
+                top=top,
+                budget=budget,
+                server_bin=server_bin,
+                reporter=reporter,
+                lease=lease,
+            )
         if new_preset is not None:
             why = releases or ([] if previous is None else ["the model files changed"])
             store.save(replace(new_preset, reason="; ".join([*why, outcome.summary.removeprefix(f"{model}: ")])))
@@ -177,10 +218,21 @@ def changed_files(previous: optuna.Study | None, hashes: dict[str, str]) -> froz
     return frozenset(name for name, sha in hashes.items() if before.get(name) != sha)
 
 
-def retune(inputs: SearchInputs, options: SearchOptions, *, engine_name: str, url: str,
-           previous: optuna.Study | None, preset: Preset | None, hashes: dict[str, str], top: int,
-           budget: RaceBudget, server_bin: str | None, reporter: SearchReporter,
-           lease: Lease) -> tuple[NightlyOutcome, Preset | None]:
+def retune(
+    inputs: SearchInputs,
+    options: SearchOptions,
+    *,
+    engine_name: str,
+    url: str,
+    previous: optuna.Study | None,
+    preset: Preset | None,
+    hashes: dict[str, str],
+    top: int,
+    budget: RaceBudget,
+    server_bin: str | None,
+    reporter: SearchReporter,
+    lease: Lease,
+) -> tuple[NightlyOutcome, Preset | None]:
     """Tune on the files as they are now and pit the result against the stored preset, which races beside
     the finalists: predicted and raced (`engine_name` "predicted"), else a new measured study version
     warm-started with the previous winners and raced. Returns the verdict and, on a win over the preset,
@@ -190,25 +242,58 @@ def retune(inputs: SearchInputs, options: SearchOptions, *, engine_name: str, ur
     if in_use is not None and not all(p.is_file() for p in (in_use.target, in_use.draft) if p):
         in_use = None
     if engine_name == PREDICTED_ENGINE:
-        plan = make_plan(options, inputs, RaceOptions(True, top, budget), NO_BUDGET, server_bin=server_bin,
-                         note=reporter.note, replayed=replays_at_most(inputs.space, inputs, PREDICT_TRIALS))
-        study = predict_and_race(inputs, options.settings, plan, storage_url=url, server_bin=server_bin,
-                                 predict_trials=PREDICT_TRIALS, reporter=reporter, lease=lease, preset=in_use,
-                                 study_attrs={"file_hashes": hashes}, new_files=changed_files(previous, hashes))
+        plan = make_plan(
+            options,
+            inputs,
+            RaceOptions(True, top, budget),
+            NO_BUDGET,
+            server_bin=server_bin,
+            note=reporter.note,
+            replayed=replays_at_most(inputs.space, inputs, PREDICT_TRIALS),
+        )
+        study = predict_and_race(
+            inputs,
+            options.settings,
+            plan,
+            storage_url=url,
+            server_bin=server_bin,
+            predict_trials=PREDICT_TRIALS,
+            reporter=reporter,
+            lease=lease,
+            preset=in_use,
+            study_attrs={"file_hashes": hashes},
+            new_files=changed_files(previous, hashes),
+        )
         confirmation = stored_confirmation(study)
     else:
         study = run_study(
-            inputs, options.settings, engine_name=engine_name, server_bin=server_bin, storage_url=url,
-            reporter=reporter, new_version=previous is not None,
+            inputs,
+            options.settings,
+            engine_name=engine_name,
+            server_bin=server_bin,
+            storage_url=url,
+            reporter=reporter,
+            new_version=previous is not None,
             warm_start=top_trials(previous, top) if previous is not None else [],
-            study_attrs={"file_hashes": hashes}, heartbeat_s=options.heartbeat_s,
+            study_attrs={"file_hashes": hashes},
+            heartbeat_s=options.heartbeat_s,
         )
         if not top_trials(study, top):
-            return NightlyOutcome("unchanged", f"{model}: no speculative configuration completed (all pruned or "
-                                               f"failed, see `autotune trials --model {model}`); preset kept"), None
-        confirmation = confirm_study(study, top=top, budget=budget, engine_name="server", server_bin=server_bin,
-                                     preset=in_use, before_storing=lease.check,
-                                     on_measured=lambda r, entrant, speedup: reporter.note(round_line(r, entrant, speedup)))
+            return NightlyOutcome(
+                "unchanged",
+                f"{model}: no speculative configuration completed (all pruned or "
+                f"failed, see `autotune trials --model {model}`); preset kept",
+            ), None
+        confirmation = confirm_study(
+            study,
+            top=top,
+            budget=budget,
+            engine_name="server",
+            server_bin=server_bin,
+            preset=in_use,
+            before_storing=lease.check,
+            on_measured=lambda r, entrant, speedup: reporter.note(round_line(r, entrant, speedup)),
+        )
     outcome = decide(model, confirmation, preset)
     if outcome.new_winner is None:
         return outcome, None

@@ -21,8 +21,7 @@ from autotune.models.hub_names import HubRef, quant_tag
 from autotune.models.releases import sources_moved
 from autotune.presets.nightly import NightlyOutcome, run_nightly
 from autotune.race.race import RaceBudget
-from autotune.search.inputs import SearchOptions
-from autotune.search.inputs import SearchReporter
+from autotune.search.inputs import SearchOptions, SearchReporter
 from autotune.spec.space import HubSource, known_models
 from autotune.study.records import config_from_attrs
 from storage import resolve_storage_url
@@ -75,8 +74,10 @@ def preset_options(template: SearchOptions, preset: Preset) -> SearchOptions:
     config = config_from_attrs(preset.params)
     target = preset.file_revisions.get(config.target.name)
     if target is None:
-        raise HubSourceError(f"the preset of {preset.model} names no bundled model and its target "
-                             f"{config.target.name} came from no hub repo: re-tune it with `autotune nightly --model`")
+        raise HubSourceError(
+            f"the preset of {preset.model} names no bundled model and its target "
+            f"{config.target.name} came from no hub repo: re-tune it with `autotune nightly --model`"
+        )
     ref = HubRef(target["repo"])
     with_quant = HubRef(target["repo"], quant_tag(config.target.name))
     draft = preset.file_revisions.get(config.draft.name) if config.draft is not None else None
@@ -92,8 +93,9 @@ def _current_commit(repo: str, *, offline: bool, note: Callable[[str], None]) ->
         return None
 
 
-def run_nightly_all(template: SearchOptions, *, top: int, budget: RaceBudget, server_bin: str | None,
-                    reporter: SearchReporter) -> list[tuple[MovedPreset, NightlyOutcome]]:
+def run_nightly_all(
+    template: SearchOptions, *, top: int, budget: RaceBudget, server_bin: str | None, reporter: SearchReporter
+) -> list[tuple[MovedPreset, NightlyOutcome]]:
     """Re-tune each preset of this machine whose hub source moved, one after the other, through
     `run_nightly` with `template`'s options; returns each with its outcome (none moved: an empty list)."""
     with PresetStore(resolve_storage_url(template.storage_url)) as store:
@@ -102,8 +104,13 @@ def run_nightly_all(template: SearchOptions, *, top: int, budget: RaceBudget, se
     for entry in moved:
         reporter.note(f"{entry.label}: the hub source moved ({'; '.join(entry.moved)}): re-tuning")
         try:  # a fleet: a preset whose lease another worker holds is that worker's to re-tune
-            outcome = run_nightly(replace(preset_options(template, entry.preset), wait=False), top=top, budget=budget,
-                                  server_bin=server_bin, reporter=reporter)
+            outcome = run_nightly(
+                replace(preset_options(template, entry.preset), wait=False),
+                top=top,
+                budget=budget,
+                server_bin=server_bin,
+                reporter=reporter,
+            )
         except LeaseHeld as held:
             reporter.note(f"{entry.label}: skipped, {held}")
             continue

@@ -57,9 +57,12 @@ class MeasurementCheck:
             return None
         index = {p.id: i for i, p in enumerate(self.mix)}
         verdicts = compare_outputs(
-            [r.prompt_id for r in compared], [expected[r.prompt_id] for r in compared], [r.tokens for r in compared],
+            [r.prompt_id for r in compared],
+            [expected[r.prompt_id] for r in compared],
+            [r.tokens for r in compared],
             lambda i, generated, a, b: self.engine.tie_evidence(
-                config.target, self.mix.prompts[index[compared[i].prompt_id]], generated, a, b),
+                config.target, self.mix.prompts[index[compared[i].prompt_id]], generated, a, b
+            ),
         )
         differing = next((v for v in verdicts if not v.lossless), None)
         if differing is None:

@@ -39,9 +39,13 @@ def top_trials(study: optuna.Study, top: int, check: CommandCheck | None = None)
     for trial in sorted(ranked, key=lambda t: drift_corrected(t, complete), reverse=True):
         record = TrialRecord.of(trial)
         label = record.label
-        if (is_reference(trial) or record.lossless is False or label in seen
-                or record.feasible is False  # below --min-stream-tok-s
-                or (check is not None and not check.runs(record.argv))):
+        if (
+            is_reference(trial)
+            or record.lossless is False
+            or label in seen
+            or record.feasible is False  # below --min-stream-tok-s
+            or (check is not None and not check.runs(record.argv))
+        ):
             continue
         seen.add(label)
         chosen.append(trial)
@@ -63,8 +67,11 @@ def finalists(study: optuna.Study, top: int, check: CommandCheck | None = None) 
     the race measured them; choosing anew would rank by prediction), else the `top` best trials."""
     stored = stored_confirmation(study)
     if StudyRecord.of(study).engine == PREDICTED_ENGINE and stored is not None:
-        numbers = [row.trial for row in sorted(stored.configs, key=lambda r: -(r.speedup or 0)) if row.role == "trial"
-                   and (check is None or check.runs(row.argv))]
+        numbers = [
+            row.trial
+            for row in sorted(stored.configs, key=lambda r: -(r.speedup or 0))
+            if row.role == "trial" and (check is None or check.runs(row.argv))
+        ]
         by_number = {t.number: t for t in study.get_trials(deepcopy=False)}
         return [by_number[n] for n in numbers if n in by_number][:top]
     return top_trials(study, top, check)
@@ -76,8 +83,9 @@ def trial_entrant(trial: optuna.trial.FrozenTrial, role: str = "trial") -> Entra
     return Entrant(role, trial.number, record.spec_config(), family_of(record.spec_type))
 
 
-def race_entrants(study: optuna.Study, trials: list[optuna.trial.FrozenTrial],
-                  preset: SpecConfig | None = None) -> list[Entrant]:
+def race_entrants(
+    study: optuna.Study, trials: list[optuna.trial.FrozenTrial], preset: SpecConfig | None = None
+) -> list[Entrant]:
     """The references (the baseline and, where the study has it, `--spec-default`, for every target
     involved), then `trials` and the `preset` in use."""
     configs = [trial_entrant(t) for t in trials]
@@ -92,10 +100,19 @@ def race_entrants(study: optuna.Study, trials: list[optuna.trial.FrozenTrial],
     return references + configs
 
 
-def confirm(study: optuna.Study, engine: Engine, *, top: int, budget: RaceBudget, command: ServerCommand,
-            preset: SpecConfig | None = None, on_measured: OnMeasured = lambda round_, entrant, speedup: None,
-            figure: str = "mix_tok_s", check: CommandCheck | None = None,
-            before_storing: Callable[[], None] = lambda: None) -> Confirmation:
+def confirm(
+    study: optuna.Study,
+    engine: Engine,
+    *,
+    top: int,
+    budget: RaceBudget,
+    command: ServerCommand,
+    preset: SpecConfig | None = None,
+    on_measured: OnMeasured = lambda round_, entrant, speedup: None,
+    figure: str = "mix_tok_s",
+    check: CommandCheck | None = None,
+    before_storing: Callable[[], None] = lambda: None,
+) -> Confirmation:
     """Race the study's finalists (`finalists`) with the references and `preset` within `budget`, and store
     the race with the study (after `before_storing`, which may refuse: a lease lost). `command` spells each
     one's printed argv; with `check` only configurations whose command that llama-server runs race."""
@@ -107,16 +124,33 @@ def confirm(study: optuna.Study, engine: Engine, *, top: int, budget: RaceBudget
     for entrant in entrants:
         if entrant.is_baseline:
             engine.prepare(entrant.config, mix, max_tokens=max_tokens)
-    confirmation = race(engine, entrants, mix, max_tokens=max_tokens, budget=budget, command=command, figure=figure,
-                        on_measured=on_measured)
+    confirmation = race(
+        engine,
+        entrants,
+        mix,
+        max_tokens=max_tokens,
+        budget=budget,
+        command=command,
+        figure=figure,
+        on_measured=on_measured,
+    )
     before_storing()
     store_study(study, confirmation=confirmation.as_dict())
     return confirmation
 
 
-def confirm_study(study: optuna.Study, *, top: int, budget: RaceBudget, engine_name: str, server_bin: str | None,
-                  on_measured: OnMeasured, preset: SpecConfig | None = None,
-                  sampling: dict | None = None, before_storing: Callable[[], None] = lambda: None) -> Confirmation:
+def confirm_study(
+    study: optuna.Study,
+    *,
+    top: int,
+    budget: RaceBudget,
+    engine_name: str,
+    server_bin: str | None,
+    on_measured: OnMeasured,
+    preset: SpecConfig | None = None,
+    sampling: dict | None = None,
+    before_storing: Callable[[], None] = lambda: None,
+) -> Confirmation:
     """Confirm `study` on `engine_name` with the study's threads, flags and sampling (`sampling`
     overrides the latter field by field); the printed argv names the binary that confirmed it."""
     stored = StudyRecord.of(study)
@@ -129,8 +163,24 @@ def confirm_study(study: optuna.Study, *, top: int, budget: RaceBudget, engine_n
     if engine_name == "server":
         command = replace(command, binary=check.binary)
     figure = OBJECTIVES[stored.objective or DEFAULT_OBJECTIVE].confirm_figure
-    with create_engine(engine_name, context_size=command.context_size, threads=command.threads, server_bin=server_bin,
-                       base_flags=command.base_flags, sampling=command.sampling,
-                       concurrency=command.parallel) as engine:
-        return confirm(study, engine, top=top, budget=budget, command=command, preset=preset, on_measured=on_measured,
-                       figure=figure, check=check, before_storing=before_storing)
+    with create_engine(
+        engine_name,
+        context_size=command.context_size,
+        threads=command.threads,
+        server_bin=server_bin,
+        base_flags=command.base_flags,
+        sampling=command.sampling,
+        concurrency=command.parallel,
+    ) as engine:
+        return confirm(
+            study,
+            engine,
+            top=top,
+            budget=budget,
+            command=command,
+            preset=preset,
+            on_measured=on_measured,
+            figure=figure,
+            check=check,
+            before_storing=before_storing,
+        )

@@ -85,12 +85,16 @@ def baseline_of(entrant: Entrant, entrants: list[Entrant]) -> Entrant:
     return next(e for e in entrants if e.is_baseline and e.config.target == entrant.config.target)
 
 
-def speedup_of(entrant: Entrant, entrants: list[Entrant], figure: str, pairing: str,
-               rounds: slice = slice(None)) -> Speedup:
+def speedup_of(
+    entrant: Entrant, entrants: list[Entrant], figure: str, pairing: str, rounds: slice = slice(None)
+) -> Speedup:
     """`entrant`'s paired speedup over its target's baseline among `entrants`, on the units both ran (of
     `rounds` only, where given)."""
-    return paired_speedup(entrant_units(baseline_of(entrant, entrants), figure, rounds), entrant_units(entrant, figure, rounds),
-                          pair_by_unit=pairing == "prompt")
+    return paired_speedup(
+        entrant_units(baseline_of(entrant, entrants), figure, rounds),
+        entrant_units(entrant, figure, rounds),
+        pair_by_unit=pairing == "prompt",
+    )
 
 
 def entrant_units(entrant: Entrant, figure: str, rounds: slice = slice(None)) -> Units:

@@ -30,8 +30,10 @@ def control_moved(speedup: Speedup) -> str | None:
     CONTROL_ALPHA each side exclude 1 (None: they hold 1)."""
     low, high = speedup.interval(CONTROL_ALPHA)
     if low > 1.0 or high < 1.0:
-        return (f"the machine's speed moved during the race: the plain command against itself measured "
-                f"{speedup.ratio:.3f}x [{low:.3f}-{high:.3f}], which rules out 1.00x")
+        return (
+            f"the machine's speed moved during the race: the plain command against itself measured "
+            f"{speedup.ratio:.3f}x [{low:.3f}-{high:.3f}], which rules out 1.00x"
+        )
     return None
 
 
@@ -43,27 +45,36 @@ def baseline_slowed(entrants: list[Entrant], figure: str, pairing: str) -> str |
     for control in (e for e in entrants if e.role == CONTROL_ROLE and e.rounds and e.failure is None):
         speedup = speedup_of(control, entrants, figure, pairing)
         if speedup.lower_bound(ALPHA) > 1 + CEILING_SLACK:
-            return (f"the machine's speed moved during the race: the plain command against itself measured "
-                    f"{speedup.ratio:.3f}x (at least {speedup.lower_bound(ALPHA):.3f}x), so its baseline's server "
-                    "ran slow and every speedup over it reads too high")
+            return (
+                f"the machine's speed moved during the race: the plain command against itself measured "
+                f"{speedup.ratio:.3f}x (at least {speedup.lower_bound(ALPHA):.3f}x), so its baseline's server "
+                "ran slow and every speedup over it reads too high"
+            )
     return None
 
 
-def artefact(entrant: Entrant, entrants: list[Entrant], figure: str, pairing: str,
-             rounds: slice = slice(None)) -> str | None:
+def artefact(
+    entrant: Entrant, entrants: list[Entrant], figure: str, pairing: str, rounds: slice = slice(None)
+) -> str | None:
     """Why `entrant`'s speedup on `rounds` is a timing artefact (None: its server's own counts allow it): a
     lower bound more than CEILING_SLACK above the most its accepted drafts allow (each target step costs
     at least a plain decode step). Only where it runs the baseline's runtime settings: other threads or
     batch sizes change the cost of a step itself."""
-    if (entrant.role in (BASELINE_ROLE, CONTROL_ROLE) or not entrant.in_race or figure != "mix_tok_s"
-            or entrant.config.runtime != baseline_of(entrant, entrants).config.runtime):
+    if (
+        entrant.role in (BASELINE_ROLE, CONTROL_ROLE)
+        or not entrant.in_race
+        or figure != "mix_tok_s"
+        or entrant.config.runtime != baseline_of(entrant, entrants).config.runtime
+    ):
         return None
     low = speedup_of(entrant, entrants, figure, pairing, rounds).lower_bound(ALPHA)
     ceiling = count_ceiling(entrant, baseline_of(entrant, entrants), rounds)
     if ceiling is None or low <= ceiling * (1 + CEILING_SLACK):
         return None
-    return (f"a timing artefact: at least {low:.2f}x measured, while its server's own counts (accepted drafts per "
-            f"target step) allow at most {ceiling:.2f}x")
+    return (
+        f"a timing artefact: at least {low:.2f}x measured, while its server's own counts (accepted drafts per "
+        f"target step) allow at most {ceiling:.2f}x"
+    )
 
 
 def count_ceiling(entrant: Entrant, baseline: Entrant, rounds: slice = slice(None)) -> float | None:

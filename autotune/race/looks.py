@@ -14,7 +14,14 @@ from autotune.measure.paired import MIN_EFFECT
 from autotune.measure.prompts import PromptMix
 from autotune.measure.sequential import BY_PROMPTS, BY_ROUNDS, PROMPT_SHARE, Decision, Look, bounds, decide
 from autotune.measure.stratified import (
-    MIN_ROUNDS, PRIOR_PAIR_SD, TAU_FLOOR, VOID_SD, Evidence, Noise, control_noise, void_rounds,
+    MIN_ROUNDS,
+    PRIOR_PAIR_SD,
+    TAU_FLOOR,
+    VOID_SD,
+    Evidence,
+    Noise,
+    control_noise,
+    void_rounds,
 )
 from autotune.race.entrants import Entrant, baseline_of, candidates, units_of
 from autotune.study.records import CONTROL_ROLE, SPEC_DEFAULT_ROLE
@@ -70,7 +77,7 @@ def noise_of(entrants: list[Entrant], mix: PromptMix, figure: str, rounds: slice
     that decided knows only the control's rounds before the decision); with none, the floor and the prior."""
     control = next((e for e in entrants if e.role == CONTROL_ROLE and e.failure is None and e.rounds), None)
     if control is None:
-        return Noise(np.array([TAU_FLOOR ** 2]), np.array([PRIOR_PAIR_SD ** 2]))
+        return Noise(np.array([TAU_FLOOR**2]), np.array([PRIOR_PAIR_SD**2]))
     reference, own = grid(control, baseline_of(control, entrants), mix, figure)
     return control_noise(reference[rounds][None], own[rounds][None])
 
@@ -93,9 +100,13 @@ def look_at(entrants: list[Entrant], mix: PromptMix, figure: str, pairing: str) 
     if not contenders:
         return None
     pairs = [grid(e, baseline_of(e, entrants), mix, figure) for e in contenders]
-    look = Look(_padded([r for r, _ in pairs])[None], _padded([o for _, o in pairs])[None],
-                np.ones((1, len(contenders)), dtype=bool), noise_of(entrants, mix, figure),
-                per_prompt=pairing == "prompt" and figure != "aggregate_tok_s")
+    look = Look(
+        _padded([r for r, _ in pairs])[None],
+        _padded([o for _, o in pairs])[None],
+        np.ones((1, len(contenders)), dtype=bool),
+        noise_of(entrants, mix, figure),
+        per_prompt=pairing == "prompt" and figure != "aggregate_tok_s",
+    )
     return RaceLook(contenders, look, decide(look, family_of(entrants)))
 
 
@@ -114,14 +125,26 @@ class Printed:
     test: int
 
 
-def printed(entrant: Entrant, entrants: list[Entrant], mix: PromptMix, figure: str, pairing: str, level: float,
-            by: int, rounds: slice = slice(None)) -> Printed:
+def printed(
+    entrant: Entrant,
+    entrants: list[Entrant],
+    mix: PromptMix,
+    figure: str,
+    pairing: str,
+    level: float,
+    by: int,
+    rounds: slice = slice(None),
+) -> Printed:
     """`entrant`'s figures against its baseline on `rounds`, from the test `by` (the stratified one where it
     decided, or for an entrant not proven where it has its MIN_ROUNDS complete rounds) at its share of
     `level`."""
     reference, own = grid(entrant, baseline_of(entrant, entrants), mix, figure)
-    evidence = Evidence(reference[rounds][None], own[rounds][None], noise_of(entrants, mix, figure, rounds),
-                        per_prompt=pairing == "prompt" and figure != "aggregate_tok_s")
+    evidence = Evidence(
+        reference[rounds][None],
+        own[rounds][None],
+        noise_of(entrants, mix, figure, rounds),
+        per_prompt=pairing == "prompt" and figure != "aggregate_tok_s",
+    )
     stratified = evidence.per_prompt and (by == BY_ROUNDS or (by == 0 and int(evidence.rounds[0]) >= MIN_ROUNDS))
     if stratified:
         one_sided = level * (1 - PROMPT_SHARE)
@@ -136,8 +159,12 @@ def p_value(entrant: Entrant, entrants: list[Entrant], mix: PromptMix, figure: s
     """The least level at which the race's two tests prove `entrant` above 1 + MIN_EFFECT (bisection on
     log level; the tests are monotone in it)."""
     reference, own = grid(entrant, baseline_of(entrant, entrants), mix, figure)
-    evidence = Evidence(reference[None], own[None], noise_of(entrants, mix, figure),
-                        per_prompt=pairing == "prompt" and figure != "aggregate_tok_s")
+    evidence = Evidence(
+        reference[None],
+        own[None],
+        noise_of(entrants, mix, figure),
+        per_prompt=pairing == "prompt" and figure != "aggregate_tok_s",
+    )
 
     def proven(level: float) -> bool:
         return max(float(b[0]) for b in bounds(evidence, level, -1, evidence.per_prompt)) > 1 + MIN_EFFECT
@@ -153,16 +180,18 @@ def p_value(entrant: Entrant, entrants: list[Entrant], mix: PromptMix, figure: s
     return math.exp(high)
 
 
-def replication_interval(entrant: Entrant, entrants: list[Entrant], mix: PromptMix, figure: str,
-                         round_: int) -> tuple[float, float] | None:
+def replication_interval(
+    entrant: Entrant, entrants: list[Entrant], mix: PromptMix, figure: str, round_: int
+) -> tuple[float, float] | None:
     """The 95 % interval of round `round_` alone (a round planned before it ran, so a fixed-sample one) over the
     prompts it ran (the whole mix, or one a category where a budget asked): its log ratio +- 1.96 sd, the sd
     the stratified test's (tau^2 + sigma^2 sum w^2); None where it ran no prompt or a round is not timed
     prompt by prompt."""
     reference, own = grid(entrant, baseline_of(entrant, entrants), mix, figure)
     ran = np.isfinite(reference[round_]) & np.isfinite(own[round_])
-    evidence = Evidence(reference[round_:round_ + 1, ran][None], own[round_:round_ + 1, ran][None],
-                        noise_of(entrants, mix, figure))
+    evidence = Evidence(
+        reference[round_ : round_ + 1, ran][None], own[round_ : round_ + 1, ran][None], noise_of(entrants, mix, figure)
+    )
     if figure == "aggregate_tok_s" or int(evidence.rounds[0]) != 1:
         return None
     half = REPLICATION_Z * math.sqrt(float(evidence.variance[0]))

@@ -50,25 +50,32 @@ from autotune.interrupts import Interrupted
 from autotune.measure.paired import MIN_EFFECT, Speedup
 from autotune.measure.prompts import PromptMix
 from autotune.measure.sequential import ALPHA, SLOWER, STAYS
+from autotune.measure.stratified import MAX_VOID
 from autotune.race.entrants import Entrant, candidates, speedup_of
 from autotune.race.guards import artefact, baseline_slowed, machine_moved
-from autotune.measure.stratified import MAX_VOID
 from autotune.race.looks import RaceLook, look_at, round_is_void
 from autotune.race.record import Outcome, confirmation_of
 from autotune.race.rounds import RaceStatus, Rounds
 from autotune.spec.command import ServerCommand
 from autotune.study.records import CONTROL_ROLE
 from autotune.study.verdict import (
-    BUDGET_SPENT, MACHINE_MOVED, NONE_CAN_WIN, RACE_BUDGET_CAP, STOPPED, WINNER, Confirmation, coverage,
+    BUDGET_SPENT,
+    MACHINE_MOVED,
+    NONE_CAN_WIN,
+    RACE_BUDGET_CAP,
+    STOPPED,
+    WINNER,
+    Confirmation,
+    coverage,
 )
 
 DEFAULT_BUDGET = "4"
 #: what the race says of the pairing it chose
 PAIRING_NOTES = {
     "prompt": "race: every entrant's llama-server stays loaded; each prompt runs on all of them back to back, "
-              "so each pair is measured seconds apart, and the race looks after every prompt",
+    "so each pair is measured seconds apart, and the race looks after every prompt",
     "block": "race: the servers do not fit in memory together, so each entrant in turn runs a block of a quarter of "
-             "the mix on a server of its own; a block is the unit of pairing, and a round of the budget a pass",
+    "the mix on a server of its own; a block is the unit of pairing, and a round of the budget a pass",
     "round": "race: one configuration at a time, each running the whole mix; a round is the unit of pairing",
 }
 
@@ -116,12 +123,22 @@ OnMeasured = Callable[[int, "Entrant", "Speedup | None"], None]
 OnLook = Callable[[RaceStatus], None]
 
 
-def race(engine: Engine, entrants: list[Entrant], mix: PromptMix, *, max_tokens: int, budget: RaceBudget,
-         command: ServerCommand, figure: str = "mix_tok_s", seed: int = 0, replicate_on: Sequence[int] | None = None,
-         on_measured: OnMeasured = lambda round_, entrant, speedup: None,
-         on_dropped: Callable[[Entrant], None] = lambda entrant: None,
-         on_start: Callable[[str], None] = lambda pairing: None,
-         on_look: OnLook = lambda status: None) -> Confirmation:
+def race(
+    engine: Engine,
+    entrants: list[Entrant],
+    mix: PromptMix,
+    *,
+    max_tokens: int,
+    budget: RaceBudget,
+    command: ServerCommand,
+    figure: str = "mix_tok_s",
+    seed: int = 0,
+    replicate_on: Sequence[int] | None = None,
+    on_measured: OnMeasured = lambda round_, entrant, speedup: None,
+    on_dropped: Callable[[Entrant], None] = lambda entrant: None,
+    on_start: Callable[[str], None] = lambda pairing: None,
+    on_look: OnLook = lambda status: None,
+) -> Confirmation:
     """Run the race (see the module docstring); a control is added for each baseline. `on_measured` hears
     each entrant after each round with its speedup so far (None for a baseline), `on_dropped` each
     entrant that leaves, `on_start` the pairing chosen ("prompt", "block" or "round"), `on_look` where the race
@@ -155,8 +172,15 @@ class RaceStopped(Interrupted):
         self.confirmation = confirmation
 
 
-def _run(rounds: Rounds, mix: PromptMix, figure: str, budget: RaceBudget, outcome: Outcome,
-         on_measured: OnMeasured, on_look: OnLook) -> None:
+def _run(
+    rounds: Rounds,
+    mix: PromptMix,
+    figure: str,
+    budget: RaceBudget,
+    outcome: Outcome,
+    on_measured: OnMeasured,
+    on_look: OnLook,
+) -> None:
     """The race's looks until it is decided, no entrant can win, or the budget is spent (`outcome` says which)."""
     last = None
     started = time.monotonic()
@@ -171,8 +195,11 @@ def _run(rounds: Rounds, mix: PromptMix, figure: str, budget: RaceBudget, outcom
             if outcome.moved is not None:
                 outcome.ended = MACHINE_MOVED
                 break
-            artefacts = [(e, reason) for e in rounds.entrants
-                         if (reason := artefact(e, rounds.entrants, figure, rounds.pairing)) is not None]
+            artefacts = [
+                (e, reason)
+                for e in rounds.entrants
+                if (reason := artefact(e, rounds.entrants, figure, rounds.pairing)) is not None
+            ]
             if artefacts and (moved := baseline_slowed(rounds.entrants, figure, rounds.pairing)) is not None:
                 outcome.ended, outcome.moved = MACHINE_MOVED, moved  # the baseline's doing, not the entrants'
                 break
@@ -236,8 +263,9 @@ def _leader_at_the_end(look: RaceLook | None, outcome: Outcome, round_: int) -> 
     if not look.decision.proven[0, leader]:
         return
     outcome.winner, outcome.decided_round = look.contenders[leader], round_
-    outcome.within_reach = tuple(e.label for i, e in enumerate(look.contenders)
-                                 if look.decision.within_reach[0, i] and e.in_race)
+    outcome.within_reach = tuple(
+        e.label for i, e in enumerate(look.contenders) if look.decision.within_reach[0, i] and e.in_race
+    )
 
 
 def _replicate(rounds: Rounds, mix: PromptMix, figure: str, outcome: Outcome, prompts: Sequence[int] | None) -> None:
@@ -250,8 +278,10 @@ def _replicate(rounds: Rounds, mix: PromptMix, figure: str, outcome: Outcome, pr
         if not _void(rounds, mix, figure, outcome) or len(outcome.voided) > MAX_VOID:
             break
     after = slice(outcome.after_decision, outcome.after_decision + 1)
-    for reason in (artefact(winner, rounds.entrants, figure, rounds.pairing),
-                   artefact(winner, rounds.entrants, figure, rounds.pairing, after)):
+    for reason in (
+        artefact(winner, rounds.entrants, figure, rounds.pairing),
+        artefact(winner, rounds.entrants, figure, rounds.pairing, after),
+    ):
         if reason is not None:
             rounds.drop(winner, reason, failed=True)
     outcome.moved = machine_moved(rounds.entrants, figure, rounds.pairing)
@@ -262,16 +292,26 @@ def _replicate(rounds: Rounds, mix: PromptMix, figure: str, outcome: Outcome, pr
         outcome.ended, outcome.winner = NONE_CAN_WIN, None
 
 
-def measure_rounds(engine: Engine, entrants: list[Entrant], mix: PromptMix, *, max_tokens: int, rounds: int,
-                   command: ServerCommand, on_measured: OnMeasured = lambda round_, entrant, speedup: None,
-                   on_dropped: Callable[[Entrant], None] = lambda entrant: None, by_prompt: bool = True,
-                   seed: int = 0) -> str:
+def measure_rounds(
+    engine: Engine,
+    entrants: list[Entrant],
+    mix: PromptMix,
+    *,
+    max_tokens: int,
+    rounds: int,
+    command: ServerCommand,
+    on_measured: OnMeasured = lambda round_, entrant, speedup: None,
+    on_dropped: Callable[[Entrant], None] = lambda entrant: None,
+    by_prompt: bool = True,
+    seed: int = 0,
+) -> str:
     """`rounds` rounds of the race's interleaving (each round's prompt order shuffled from `seed`), with its
     checks but without its verdict: what the prediction's check and the verdict benchmark measure.
     `by_prompt` False measures whole mixes in turn even where the servers would fit together (to compare
     the two pairings). Returns the pairing."""
-    measured = Rounds(engine, entrants, mix, max_tokens, command, "mix_tok_s", on_dropped, by_prompt=by_prompt,
-                      seed=seed)
+    measured = Rounds(
+        engine, entrants, mix, max_tokens, command, "mix_tok_s", on_dropped, by_prompt=by_prompt, seed=seed
+    )
     with closing(measured.looks(per_prompt=False)) as looks:
         for _ in looks:
             _report(measured.entrants, measured.current, "mix_tok_s", measured.pairing, on_measured)
@@ -284,7 +324,9 @@ def _report(entrants: list[Entrant], round_: int, figure: str, pairing: str, on_
     """Each entrant that ran round `round_` to its end, with its speedup so far (None: a baseline)."""
     for entrant in entrants:
         if len(entrant.rounds) > round_ and (entrant.in_race or (entrant.dropped_after or 0) > round_):
-            on_measured(round_, entrant, None if entrant.is_baseline else speedup_of(entrant, entrants, figure, pairing))
+            on_measured(
+                round_, entrant, None if entrant.is_baseline else speedup_of(entrant, entrants, figure, pairing)
+            )
 
 
 def status_line(status: RaceStatus, levels_alpha: float = ALPHA) -> str:
@@ -297,18 +339,27 @@ def status_line(status: RaceStatus, levels_alpha: float = ALPHA) -> str:
         low, high = speedup.interval(levels_alpha)
         bounds = f" [{low:.2f}-{high:.2f}]" if math.isfinite(high) and high > 0 else ""
         parts.append(f"{label}: {speedup.ratio:.2f}x{bounds}")
-    return (f"race round {status.round_ + 1}, prompt {status.prompts_done}/{status.prompts}{left}, "
-            f"{coverage(levels_alpha)}: " + "; ".join(parts))
+    return (
+        f"race round {status.round_ + 1}, prompt {status.prompts_done}/{status.prompts}{left}, "
+        f"{coverage(levels_alpha)}: " + "; ".join(parts)
+    )
 
 
 def standing_line(confirmation: Confirmation, run: str) -> str:
     """What a stopped race says before the command exits: where it stood, undecided, and where it is kept."""
     leader = confirmation.fastest
-    standing = "no entrant ahead of the plain command" if leader is None or not leader.speedup_ci else (
-        f"the leader {leader.label} at {leader.speedup:.2f}x [{leader.ci_label} {leader.speedup_ci[0]:.2f}-"
-        f"{leader.speedup_ci[1]:.2f}]")
-    return (f"stopped in race round {confirmation.repeats}, undecided: {standing}; kept as {run}, "
-            "where `autotune best` shows it while no finished race of this model is newer")
+    standing = (
+        "no entrant ahead of the plain command"
+        if leader is None or not leader.speedup_ci
+        else (
+            f"the leader {leader.label} at {leader.speedup:.2f}x [{leader.ci_label} {leader.speedup_ci[0]:.2f}-"
+            f"{leader.speedup_ci[1]:.2f}]"
+        )
+    )
+    return (
+        f"stopped in race round {confirmation.repeats}, undecided: {standing}; kept as {run}, "
+        "where `autotune best` shows it while no finished race of this model is newer"
+    )
 
 
 def round_line(round_: int, entrant: Entrant, speedup: Speedup | None) -> str:
@@ -320,5 +371,7 @@ def round_line(round_: int, entrant: Entrant, speedup: Speedup | None) -> str:
     line = head + f"{entrant.rounds[round_].mix_tok_s:.1f} tok/s"
     if speedup is not None and speedup.ratio > 0:
         low, high = speedup.interval(ALPHA)
-        line += f", {speedup.ratio:.2f}x" + (f" [{coverage(ALPHA)} {low:.2f}-{high:.2f}]" if math.isfinite(high) else "")
+        line += f", {speedup.ratio:.2f}x" + (
+            f" [{coverage(ALPHA)} {low:.2f}-{high:.2f}]" if math.isfinite(high) else ""
+        )
     return line

@@ -46,8 +46,9 @@ class Outcome:
     budget_cap: str = RACE_BUDGET_CAP  # what set the race's budget (RaceBudget.cap)
 
 
-def confirmation_of(engine: Engine, rounds: Rounds, mix: PromptMix, command: ServerCommand, figure: str,
-                    outcome: Outcome) -> Confirmation:
+def confirmation_of(
+    engine: Engine, rounds: Rounds, mix: PromptMix, command: ServerCommand, figure: str, outcome: Outcome
+) -> Confirmation:
     """The stored race (module docstring)."""
     entrants, pairing = rounds.entrants, rounds.pairing
     family = family_of(entrants)
@@ -62,41 +63,64 @@ def confirmation_of(engine: Engine, rounds: Rounds, mix: PromptMix, command: Ser
         if measured and not entrant.is_baseline:
             figures.update(_figures(entrant, entrants, mix, figure, pairing, outcome, family))
         return ConfirmedConfig(
-            label=entrant.label, role=entrant.role, trial=entrant.trial, target=str(entrant.config.target),
-            argv=command.argv(entrant.config), samples=samples, mean_tok_s=round(mean, 3),
+            label=entrant.label,
+            role=entrant.role,
+            trial=entrant.trial,
+            target=str(entrant.config.target),
+            argv=command.argv(entrant.config),
+            samples=samples,
+            mean_tok_s=round(mean, 3),
             ci95=(ci95(samples) or (mean, mean)) if samples else (0.0, 0.0),
-            failure=entrant.failure, dropped=entrant.dropped if measured else None,
+            failure=entrant.failure,
+            dropped=entrant.dropped if measured else None,
             figures={name: [round(getattr(m, name), 3) for m in measured_rounds] for name in SERVING_FIGURES},
-            concurrency=command.parallel, significant=entrant is outcome.winner, rounds=len(entrant.rounds),
-            prompts=len(mix), decode_ms=[list(r) for r in units.decode_ms], tokens=[list(r) for r in units.tokens],
-            family=entrant.family, ceiling=None if entrant.is_baseline else _rounded(
-                count_ceiling(entrant, baseline_of(entrant, entrants))), **figures,
+            concurrency=command.parallel,
+            significant=entrant is outcome.winner,
+            rounds=len(entrant.rounds),
+            prompts=len(mix),
+            decode_ms=[list(r) for r in units.decode_ms],
+            tokens=[list(r) for r in units.tokens],
+            family=entrant.family,
+            ceiling=None if entrant.is_baseline else _rounded(count_ceiling(entrant, baseline_of(entrant, entrants))),
+            **figures,
         )
 
     return Confirmation(
-        engine=engine.name, build=engine.build_info, repeats=len(rounds.orders),
+        engine=engine.name,
+        build=engine.build_info,
+        repeats=len(rounds.orders),
         date=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         baselines=[row(e) for e in entrants if e.is_baseline],
         configs=[row(e) for e in entrants if e.role in ("trial", "preset")],
         spec_defaults=[row(e) for e in entrants if e.role == SPEC_DEFAULT_ROLE],
         controls=[row(e) for e in entrants if e.role == CONTROL_ROLE],
-        prompt_ids=[p.id for p in mix], categories=[p.category for p in mix], pairing=pairing, ended=outcome.ended,
-        orders=[list(o) for o in rounds.orders], decided_round=outcome.decided_round,
+        prompt_ids=[p.id for p in mix],
+        categories=[p.category for p in mix],
+        pairing=pairing,
+        ended=outcome.ended,
+        orders=[list(o) for o in rounds.orders],
+        decided_round=outcome.decided_round,
         after_decision_round=outcome.after_decision,
         looks=sum(len(m.results) for m in entrants[0].rounds) if pairing == "prompt" else len(rounds.orders),
-        machine_moved=outcome.moved, void_rounds=list(outcome.voided), within_reach=list(outcome.within_reach),
+        machine_moved=outcome.moved,
+        void_rounds=list(outcome.voided),
+        within_reach=list(outcome.within_reach),
         budget_cap=outcome.budget_cap,
     )
 
 
-def _figures(entrant: Entrant, entrants: list[Entrant], mix: PromptMix, figure: str, pairing: str,
-             outcome: Outcome, family: int) -> dict:
+def _figures(
+    entrant: Entrant, entrants: list[Entrant], mix: PromptMix, figure: str, pairing: str, outcome: Outcome, family: int
+) -> dict:
     """A measured entrant's speedup, interval, level and p-value (module docstring)."""
     if entrant.role == CONTROL_ROLE:
         speedup = speedup_of(entrant, entrants, figure, pairing)
-        return dict(speedup=_rounded(speedup.ratio) if speedup.ratio > 0 else None,
-                    speedup_ci=_interval(speedup.interval(CONTROL_ALPHA)), speedup_ci_level=1 - CONTROL_ALPHA,
-                    p_value=round(speedup.p_faster(), 6))
+        return dict(
+            speedup=_rounded(speedup.ratio) if speedup.ratio > 0 else None,
+            speedup_ci=_interval(speedup.interval(CONTROL_ALPHA)),
+            speedup_ci_level=1 - CONTROL_ALPHA,
+            p_value=round(speedup.p_faster(), 6),
+        )
     level, test = outcome.judged.get(id(entrant), (ALPHA / family, 0))
     found = dict(p_value=round(p_value(entrant, entrants, mix, figure, pairing), 6))
     after = outcome.after_decision
@@ -104,14 +128,21 @@ def _figures(entrant: Entrant, entrants: list[Entrant], mix: PromptMix, figure: 
         decided = printed(entrant, entrants, mix, figure, pairing, level, test, slice(0, after))
         again = speedup_of(entrant, entrants, figure, pairing, slice(after, after + 1))
         replication = replication_interval(entrant, entrants, mix, figure, after)
-        return found | dict(speedup=_rounded(again.ratio), speedup_at_decision=_rounded(decided.point),
-                            speedup_ci=_interval(decided.interval), speedup_ci_level=round(1 - decided.level, 6),
-                            decided_by=TEST_NAMES[decided.test],
-                            replication_ci=None if replication is None else _interval(replication))
+        return found | dict(
+            speedup=_rounded(again.ratio),
+            speedup_at_decision=_rounded(decided.point),
+            speedup_ci=_interval(decided.interval),
+            speedup_ci_level=round(1 - decided.level, 6),
+            decided_by=TEST_NAMES[decided.test],
+            replication_ci=None if replication is None else _interval(replication),
+        )
     shown = printed(entrant, entrants, mix, figure, pairing, level, test)
-    return found | dict(speedup=_rounded(shown.point) if shown.point > 0 else None,
-                        speedup_ci=_interval(shown.interval), speedup_ci_level=round(1 - shown.level, 6),
-                        decided_by=TEST_NAMES.get(test))
+    return found | dict(
+        speedup=_rounded(shown.point) if shown.point > 0 else None,
+        speedup_ci=_interval(shown.interval),
+        speedup_ci_level=round(1 - shown.level, 6),
+        decided_by=TEST_NAMES.get(test),
+    )
 
 
 def _interval(interval: tuple[float, float]) -> tuple[float, float]:

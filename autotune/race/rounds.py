@@ -55,9 +55,19 @@ class Rounds:
     over the mix. Elsewhere (the in-process engine, a figure not timed prompt by prompt) a round is the
     whole mix, one configuration at a time."""
 
-    def __init__(self, engine: Engine, entrants: list[Entrant], mix: PromptMix, max_tokens: int,
-                 command: ServerCommand, figure: str, on_dropped: Callable[[Entrant], None], *,
-                 by_prompt: bool = True, seed: int = 0):
+    def __init__(
+        self,
+        engine: Engine,
+        entrants: list[Entrant],
+        mix: PromptMix,
+        max_tokens: int,
+        command: ServerCommand,
+        figure: str,
+        on_dropped: Callable[[Entrant], None],
+        *,
+        by_prompt: bool = True,
+        seed: int = 0,
+    ):
         self.engine, self.mix, self.max_tokens, self.on_dropped = engine, mix, max_tokens, on_dropped
         self.entrants = sorted(entrants, key=lambda e: not e.is_baseline)  # baselines first: the check keeps theirs
         self.check = MeasurementCheck.for_command(engine, mix, command)
@@ -80,8 +90,11 @@ class Rounds:
             return [set(targets)]
         groups = [{t} for t in targets]
         fits = len(groups) > 1 and all(
-            engine.holds_at_once([e.config for e in self.entrants if str(e.config.target) in group], self.mix,
-                                 max_tokens=self.max_tokens) for group in groups)
+            engine.holds_at_once(
+                [e.config for e in self.entrants if str(e.config.target) in group], self.mix, max_tokens=self.max_tokens
+            )
+            for group in groups
+        )
         return groups if fits else None
 
     @property
@@ -109,14 +122,19 @@ class Rounds:
             return None
         if not self._pass:
             self._pass = self.mix.spread(self._random)
-        block, self._pass = self._pass[:self.block], self._pass[self.block:]
+        block, self._pass = self._pass[: self.block], self._pass[self.block :]
         return block
 
     def confirm(self, winner: Entrant, prompts: Sequence[int] | None = None) -> int:
         """One more round on fresh servers of `winner`, its baseline and its control, after the decision, over
         the mix or the prompts at `prompts` of it; returns that round's index."""
-        group = [e for e in self.entrants if e.config.target == winner.config.target
-                 and (e is winner or e.role in (BASELINE_ROLE, CONTROL_ROLE)) and e.in_race]
+        group = [
+            e
+            for e in self.entrants
+            if e.config.target == winner.config.target
+            and (e is winner or e.role in (BASELINE_ROLE, CONTROL_ROLE))
+            and e.in_race
+        ]
         for _ in self._round(group, per_prompt=False, prompts=prompts):
             pass
         return self.current
@@ -138,7 +156,9 @@ class Rounds:
             entrant.rounds.append(Measurement([]))
         round_ = self.current
         if self.pairing == "prompt":
-            groups = [g for g in ([e for e in alive if str(e.config.target) in targets] for targets in self._groups) if g]
+            groups = [
+                g for g in ([e for e in alive if str(e.config.target) in targets] for targets in self._groups) if g
+            ]
             errors: dict[int, tuple[str, ...]] = {}
             for number, group in enumerate(groups, start=1):
                 with self.engine.live([e.config for e in group], self.mix, max_tokens=self.max_tokens) as servers:
@@ -200,8 +220,9 @@ class Rounds:
                 entrant.rounds[-1].log_errors = errors[id(entrant)]
             if self.complete % span:
                 continue
-            measurement = Measurement([r for m in entrant.rounds[-span:] for r in m.results],
-                                      log_errors=entrant.rounds[-1].log_errors)
+            measurement = Measurement(
+                [r for m in entrant.rounds[-span:] for r in m.results], log_errors=entrant.rounds[-1].log_errors
+            )
             if entrant.in_race and measurement.results:
                 reason = self.check.drafting_failure(entrant.config, measurement)
                 if reason is not None:
@@ -228,14 +249,23 @@ class Rounds:
         results = [r for m in entrant.rounds for r in m.results]
         if not results:
             return None
-        return self.check.drafting_failure(entrant.config, Measurement(results, log_errors=entrant.rounds[-1].log_errors))
+        return self.check.drafting_failure(
+            entrant.config, Measurement(results, log_errors=entrant.rounds[-1].log_errors)
+        )
 
     def status(self, left_s: float) -> RaceStatus:
         shown = [e for e in self.entrants if e.in_race and (e.role == CONTROL_ROLE or e in candidates(self.entrants))]
         groups = self._groups or [set()]  # the prompts of a round: each group's baseline runs every one
-        firsts = [next((e for e in self.entrants if e.is_baseline and str(e.config.target) in g), self.entrants[0])
-                  for g in groups]
+        firsts = [
+            next((e for e in self.entrants if e.is_baseline and str(e.config.target) in g), self.entrants[0])
+            for g in groups
+        ]
         done = sum(len(e.rounds[-1].results) for e in firsts if e.rounds)
         prompts = len(self.orders[-1]) if self.orders else self.block
-        return RaceStatus(self.current, done, prompts * len(groups), left_s,
-                          tuple((e.label, speedup_of(e, self.entrants, "mix_tok_s", self.pairing)) for e in shown))
+        return RaceStatus(
+            self.current,
+            done,
+            prompts * len(groups),
+            left_s,
+            tuple((e.label, speedup_of(e, self.entrants, "mix_tok_s", self.pairing)) for e in shown),
+        )

@@ -1,9 +1,9 @@
 """`autotune report`: a study as pictures, in one self-contained HTML page and the same figures as PNG.
 
-    data.py     what the figures show, read once from the study (groups, intervals, the pick, top rows)
-    figures.py  which panels a study gets, each as a plotly figure (Optuna's plots where it has one)
-    png.py      the same panels drawn with matplotlib
-    html.py     the page: plotly.js inlined once, no network needed to open it
+data.py     what the figures show, read once from the study (groups, intervals, the pick, top rows)
+figures.py  which panels a study gets, each as a plotly figure (Optuna's plots where it has one)
+png.py      the same panels drawn with matplotlib
+html.py     the page: plotly.js inlined once, no network needed to open it
 """
 
 from __future__ import annotations

@@ -14,14 +14,14 @@ from pathlib import Path
 import numpy as np
 import optuna
 
-from autotune.spec.command import format_command
-from autotune.study.verdict import Confirmation, ConfirmedConfig, stored_confirmation
 from autotune.errors import StudyNotFoundError
-from autotune.study.objectives import DEFAULT_OBJECTIVE
 from autotune.measure.stats import ci95
+from autotune.spec.command import format_command
 from autotune.study.best import best_result
-from autotune.study.trials import is_baseline
+from autotune.study.objectives import DEFAULT_OBJECTIVE
 from autotune.study.records import StudyRecord, TrialRecord
+from autotune.study.trials import is_baseline
+from autotune.study.verdict import Confirmation, ConfirmedConfig, stored_confirmation
 
 TrialState = optuna.trial.TrialState
 
@@ -234,8 +234,9 @@ class StudyView:
         """Per spec type, the groups of trials by the value of parameter `name` (where they set it)."""
         out: dict[str, list[Group]] = {}
         for spec_type in dict.fromkeys(self.spec_type(t) for t in self.complete):
-            trials = [t for t in self.complete + self.unfinished
-                      if self.spec_type(t) == spec_type and name in _params(t)]
+            trials = [
+                t for t in self.complete + self.unfinished if self.spec_type(t) == spec_type and name in _params(t)
+            ]
             groups = self._groups(lambda t: _params(t)[name], trials)
             if groups:
                 out[spec_type] = sorted(groups, key=lambda g: g.key)
@@ -243,8 +244,9 @@ class StudyView:
 
     def grouped_params(self) -> list[str]:
         """The GROUPED_PARAMS that completed trials set to more than one value."""
-        return [name for name in GROUPED_PARAMS
-                if len({_params(t)[name] for t in self.complete if name in _params(t)}) > 1]
+        return [
+            name for name in GROUPED_PARAMS if len({_params(t)[name] for t in self.complete if name in _params(t)}) > 1
+        ]
 
     def top_configs(self, top: int = TOP_CONFIGS) -> list[TopConfig]:
         """The `top` fastest distinct lossless speculative configurations (the pick always among them),
@@ -262,8 +264,10 @@ class StudyView:
         if picked.number not in {t.number for t in chosen} and not is_baseline(picked):
             chosen = [*chosen[: top - 1], picked]
         rows = [self._row(rank, trial, picked) for rank, trial in enumerate(chosen, start=1)]
-        baselines = [picked if picked in measured else measured[0]  # the picked measurement when a baseline won
-                     for measured in (self.baselines_of(target) for target, *_ in self.baseline_levels())]
+        baselines = [
+            picked if picked in measured else measured[0]  # the picked measurement when a baseline won
+            for measured in (self.baselines_of(target) for target, *_ in self.baseline_levels())
+        ]
         return rows + [self._row(None, b, picked) for b in baselines]
 
     def _row(self, rank: int | None, trial: optuna.trial.FrozenTrial, picked: optuna.trial.FrozenTrial) -> TopConfig:
@@ -271,7 +275,9 @@ class StudyView:
         if self.confirmation is not None:
             rows = self.confirmation.baselines if rank is None else self.confirmation.configs
             target = TrialRecord.of(trial).config["target"]
-            confirmed = next((c for c in rows if (c.target == target if rank is None else c.trial == trial.number)), None)
+            confirmed = next(
+                (c for c in rows if (c.target == target if rank is None else c.trial == trial.number)), None
+            )
         return TopConfig(rank, trial, self.speedup(trial), confirmed, trial.number == picked.number)
 
     def category_speedups(self, top: int = 3) -> tuple[list[str], dict[str, list[float | None]]]:
@@ -281,12 +287,12 @@ class StudyView:
         for row in self.top_configs(top):
             baseline = self.speedup_baseline(row.trial) if row.rank is not None else None
             if baseline is not None:
-                pairs.append((row, TrialRecord.of(row.trial).per_category,
-                              TrialRecord.of(baseline).per_category))
+                pairs.append((row, TrialRecord.of(row.trial).per_category, TrialRecord.of(baseline).per_category))
         categories = sorted({c for _, mine, base in pairs for c in mine if c in base})
         speedups = {
             f"#{row.trial.number} {row.label}": [
-                _ratio(mine.get(c, {}).get("mix_tok_s"), base.get(c, {}).get("mix_tok_s")) for c in categories]
+                _ratio(mine.get(c, {}).get("mix_tok_s"), base.get(c, {}).get("mix_tok_s")) for c in categories
+            ]
             for row, mine, base in pairs
         }
         return categories, speedups
@@ -317,11 +323,16 @@ class StudyView:
             members = [t for t in trials if key(t) == k]
             done = [t for t in members if t.state == TrialState.COMPLETE]
             values = [self.tok_s(t) for t in done]
-            groups.append(Group(
-                k, values, [t.number for t in done], Interval.of(values) if values else None,
-                failed=sum(t.state == TrialState.FAIL for t in members),
-                pruned=sum(t.state == TrialState.PRUNED for t in members),
-            ))
+            groups.append(
+                Group(
+                    k,
+                    values,
+                    [t.number for t in done],
+                    Interval.of(values) if values else None,
+                    failed=sum(t.state == TrialState.FAIL for t in members),
+                    pruned=sum(t.state == TrialState.PRUNED for t in members),
+                )
+            )
         return groups
 
 

@@ -47,58 +47,105 @@ def plan(view: StudyView) -> list[Panel]:
     """The panels this study gets, in page order."""
     baseline = "dashed: the baseline (no speculation)"
     panels = [
-        Panel("history", "Optimization history",
-              f"{view.metric} of every trial in order, the best so far, the chosen configuration (star) and the "
-              "baseline. Failed (✕) and pruned (|) trials have no figure: they are marked in a strip below, "
-              "never drawn as a score of 0.", "history"),
-        Panel("spec-types", "tok/s by spec type",
-              f"Every completed trial (dots) and each type's mean with its 95% interval (t-distribution); "
-              f"{baseline}." + outside_note({str(g.key): g for g in view.by_spec_type()}), "spec-types"),
+        Panel(
+            "history",
+            "Optimization history",
+            f"{view.metric} of every trial in order, the best so far, the chosen configuration (star) and the "
+            "baseline. Failed (✕) and pruned (|) trials have no figure: they are marked in a strip below, "
+            "never drawn as a score of 0.",
+            "history",
+        ),
+        Panel(
+            "spec-types",
+            "tok/s by spec type",
+            f"Every completed trial (dots) and each type's mean with its 95% interval (t-distribution); "
+            f"{baseline}." + outside_note({str(g.key): g for g in view.by_spec_type()}),
+            "spec-types",
+        ),
     ]
     for name in view.grouped_params():
         groups = {f"{spec_type} {name}={g.key}": g for spec_type, found in view.by_param(name).items() for g in found}
-        panels.append(Panel(f"by-{name.replace('_', '-')}", f"tok/s by {name}",
-                            f"Trials by {name}, one line per spec type: mean and 95% interval; {baseline}."
-                            + outside_note(groups), "param", name))
+        panels.append(
+            Panel(
+                f"by-{name.replace('_', '-')}",
+                f"tok/s by {name}",
+                f"Trials by {name}, one line per spec type: mean and 95% interval; {baseline}." + outside_note(groups),
+                "param",
+                name,
+            )
+        )
     categories, speedups = view.category_speedups()
-    panels.append(Panel(
-        "category-speedup", "Speedup over the baseline per prompt category",
-        "The best configurations' decode tok/s over their baseline's, category by category (log scale): "
-        "above the dashed line at 1× a win, below it a loss.", "category-speedup",
-        note=None if categories and speedups else "No completed speculative trial with per-category figures "
-                                                  "and a baseline to compare with."))
-    panels.append(Panel(
-        "acceptance", "Acceptance rate vs tok/s",
-        "High acceptance can still be slower: every verify batch costs. Marker size: mean accepted length; "
-        f"{baseline}.", "acceptance",
-        note=None if view.acceptance_points() else "No completed trial drafted a token."))
+    panels.append(
+        Panel(
+            "category-speedup",
+            "Speedup over the baseline per prompt category",
+            "The best configurations' decode tok/s over their baseline's, category by category (log scale): "
+            "above the dashed line at 1× a win, below it a loss.",
+            "category-speedup",
+            note=None
+            if categories and speedups
+            else "No completed speculative trial with per-category figures and a baseline to compare with.",
+        )
+    )
+    panels.append(
+        Panel(
+            "acceptance",
+            "Acceptance rate vs tok/s",
+            "High acceptance can still be slower: every verify batch costs. Marker size: mean accepted length; "
+            f"{baseline}.",
+            "acceptance",
+            note=None if view.acceptance_points() else "No completed trial drafted a token.",
+        )
+    )
     for index, (scope, trials, params) in enumerate(view.importance_scopes()):
         slug = "importance" if index == 0 else f"importance-{_slug(scope)}"
         note = None
         if len(trials) < 2 or not params:
-            note = (f"Parameter importance needs at least two completed trials that vary a parameter; "
-                    f"{scope}: {len(trials)} completed, {len(params)} varying parameter(s).")
-        panels.append(Panel(slug, f"Parameter importance ({scope})",
-                            f"Optuna's importance (its default evaluator) of each parameter for {view.metric}, over {scope}.",
-                            "importance", index, note))
+            note = (
+                f"Parameter importance needs at least two completed trials that vary a parameter; "
+                f"{scope}: {len(trials)} completed, {len(params)} varying parameter(s)."
+            )
+        panels.append(
+            Panel(
+                slug,
+                f"Parameter importance ({scope})",
+                f"Optuna's importance (its default evaluator) of each parameter for {view.metric}, over {scope}.",
+                "importance",
+                index,
+                note,
+            )
+        )
     curve = load_curve(view.study)
     if curve is not None:
-        panels.append(Panel("concurrency", "tok/s against concurrency",
-                            "Aggregate tok/s of all streams (solid) and per-stream decode tok/s (dotted) of each spec "
-                            "type's best trial at each --concurrency level studied, and in black the best "
-                            "configuration of each level and its baseline. " + curve.verdict(), "concurrency", curve))
+        panels.append(
+            Panel(
+                "concurrency",
+                "tok/s against concurrency",
+                "Aggregate tok/s of all streams (solid) and per-stream decode tok/s (dotted) of each spec "
+                "type's best trial at each --concurrency level studied, and in black the best "
+                "configuration of each level and its baseline. " + curve.verdict(),
+                "concurrency",
+                curve,
+            )
+        )
     if view.is_pareto:
-        panels.append(Panel("pareto", "Decode vs prompt tok/s: the pareto front",
-                            "Every completed trial; the front is highlighted, the star is the chosen configuration.",
-                            "pareto"))
+        panels.append(
+            Panel(
+                "pareto",
+                "Decode vs prompt tok/s: the pareto front",
+                "Every completed trial; the front is highlighted, the star is the chosen configuration.",
+                "pareto",
+            )
+        )
     return panels
 
 
 def plotly_figure(panel: Panel, view: StudyView) -> go.Figure:
     """The panel as a plotly figure."""
     figure = _DRAW[panel.kind](view, panel.arg)
-    figure.update_layout(title=panel.title, height=HEIGHT_PX, template="plotly_white",
-                         margin=dict(l=70, r=30, t=60, b=70))
+    figure.update_layout(
+        title=panel.title, height=HEIGHT_PX, template="plotly_white", margin=dict(l=70, r=30, t=60, b=70)
+    )
     return figure
 
 
@@ -141,29 +188,60 @@ def _history(view: StudyView, _arg) -> go.Figure:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         figure = optuna.visualization.plot_optimization_history(
-            view.study, target=decode_target(view), target_name=view.metric)
+            view.study, target=decode_target(view), target_name=view.metric
+        )
     if view.is_pareto:
         numbers, best = best_so_far(view)
         figure.add_trace(go.Scatter(x=numbers, y=best, mode="lines", name="Best Value"))
     for target, numbers, values in baseline_steps(view):
-        figure.add_trace(go.Scatter(x=numbers, y=values, mode="lines", opacity=0.6, name=f"baseline ({short_path(target)})",
-                                    line=dict(dash="dash", color="black", shape="hv")))
+        figure.add_trace(
+            go.Scatter(
+                x=numbers,
+                y=values,
+                mode="lines",
+                opacity=0.6,
+                name=f"baseline ({short_path(target)})",
+                line=dict(dash="dash", color="black", shape="hv"),
+            )
+        )
     pick = view.pick()
-    figure.add_trace(go.Scatter(x=[pick.number], y=[view.tok_s(pick)], mode="markers", name="chosen",
-                                marker=dict(symbol="star", size=16, color=PICK_COLOR, line=dict(width=1, color="black"))))
+    figure.add_trace(
+        go.Scatter(
+            x=[pick.number],
+            y=[view.tok_s(pick)],
+            mode="markers",
+            name="chosen",
+            marker=dict(symbol="star", size=16, color=PICK_COLOR, line=dict(width=1, color="black")),
+        )
+    )
     if view.unfinished:  # a strip under the plot: an unfinished trial has no tok/s to draw, not 0 tok/s
         for state, symbol, color in UNFINISHED_MARKS:
             trials = [t for t in view.unfinished if t.state == state]
             if trials:
-                figure.add_trace(go.Scatter(
-                    x=[t.number for t in trials], y=[0.5] * len(trials), yaxis="y2", mode="markers",
-                    name=f"{STATE_WORDS[state]} (no figure)", text=[unfinished_reason(t) for t in trials],
-                    marker=dict(symbol=symbol, size=12, color=color, line=dict(width=2, color=color)),
-                    hovertemplate="trial %{x}: %{text}<extra></extra>"))
+                figure.add_trace(
+                    go.Scatter(
+                        x=[t.number for t in trials],
+                        y=[0.5] * len(trials),
+                        yaxis="y2",
+                        mode="markers",
+                        name=f"{STATE_WORDS[state]} (no figure)",
+                        text=[unfinished_reason(t) for t in trials],
+                        marker=dict(symbol=symbol, size=12, color=color, line=dict(width=2, color=color)),
+                        hovertemplate="trial %{x}: %{text}<extra></extra>",
+                    )
+                )
         figure.update_layout(
-            yaxis=dict(domain=[0.2, 1]), xaxis=dict(anchor="y2"),
-            yaxis2=dict(domain=[0, 0.1], range=[0, 1], showticklabels=False, showgrid=False, zeroline=False,
-                        title=dict(text="unfinished", font=dict(size=10))))
+            yaxis=dict(domain=[0.2, 1]),
+            xaxis=dict(anchor="y2"),
+            yaxis2=dict(
+                domain=[0, 0.1],
+                range=[0, 1],
+                showticklabels=False,
+                showgrid=False,
+                zeroline=False,
+                title=dict(text="unfinished", font=dict(size=10)),
+            ),
+        )
     figure.update_layout(xaxis_title="trial", yaxis_title=view.metric)
     return figure
 
@@ -190,9 +268,12 @@ def best_so_far(view: StudyView) -> tuple[list[int], list[float]]:
 
 
 def unfinished_reason(trial: optuna.trial.FrozenTrial) -> str:
-    label = (TrialRecord.of(trial).label or "")
-    reason = (TrialRecord.of(trial).fail_reason or TrialRecord.of(trial).prune_reason
-              or ("pruned" if trial.state == TrialState.PRUNED else "no reason recorded"))
+    label = TrialRecord.of(trial).label or ""
+    reason = (
+        TrialRecord.of(trial).fail_reason
+        or TrialRecord.of(trial).prune_reason
+        or ("pruned" if trial.state == TrialState.PRUNED else "no reason recorded")
+    )
     return f"{trial.state.name} {label}: {reason}".strip()
 
 
@@ -202,14 +283,23 @@ def _spec_types(view: StudyView, _arg) -> go.Figure:
     groups = view.by_spec_type()
     for x, group in enumerate(groups):
         offsets = jitter(len(group.tok_s))
-        figure.add_trace(go.Scatter(
-            x=[x + o for o in offsets], y=group.tok_s, mode="markers", name=str(group.key),
-            marker=dict(color=colors.get(group.key), size=8, opacity=0.6),
-            text=[f"trial {n}" for n in group.numbers], hovertemplate="%{text}: %{y:.1f} tok/s<extra></extra>"))
+        figure.add_trace(
+            go.Scatter(
+                x=[x + o for o in offsets],
+                y=group.tok_s,
+                mode="markers",
+                name=str(group.key),
+                marker=dict(color=colors.get(group.key), size=8, opacity=0.6),
+                text=[f"trial {n}" for n in group.numbers],
+                hovertemplate="%{text}: %{y:.1f} tok/s<extra></extra>",
+            )
+        )
         _mean_marker(figure, [x], [group])
     figure.update_layout(
         xaxis=dict(tickvals=list(range(len(groups))), ticktext=[g.label for g in groups], title="spec type"),
-        yaxis_title=view.metric, showlegend=False)
+        yaxis_title=view.metric,
+        showlegend=False,
+    )
     _baseline_lines(figure, view)
     return figure
 
@@ -224,38 +314,67 @@ def _param(view: StudyView, name: str) -> go.Figure:
                 xs.append(group.key + offset)
                 ys.append(value)
                 texts.append(f"trial {number}")
-        figure.add_trace(go.Scatter(x=xs, y=ys, mode="markers", name=f"{spec_type} trials", text=texts,
-                                    marker=dict(color=colors.get(spec_type), size=7, opacity=0.45),
-                                    hovertemplate="%{text}: %{y:.1f} tok/s<extra></extra>"))
+        figure.add_trace(
+            go.Scatter(
+                x=xs,
+                y=ys,
+                mode="markers",
+                name=f"{spec_type} trials",
+                text=texts,
+                marker=dict(color=colors.get(spec_type), size=7, opacity=0.45),
+                hovertemplate="%{text}: %{y:.1f} tok/s<extra></extra>",
+            )
+        )
         with_values = [g for g in groups if g.interval is not None]
-        _mean_marker(figure, [g.key for g in with_values], with_values, name=f"{spec_type} mean",
-                     color=colors.get(spec_type), mode="lines+markers")
+        _mean_marker(
+            figure,
+            [g.key for g in with_values],
+            with_values,
+            name=f"{spec_type} mean",
+            color=colors.get(spec_type),
+            mode="lines+markers",
+        )
     figure.update_layout(xaxis_title=name, yaxis_title=view.metric, xaxis=dict(dtick=1))
     _baseline_lines(figure, view)
     return figure
 
 
-def _mean_marker(figure: go.Figure, xs, groups, *, name: str = "mean, 95% CI", color: str = "black",
-                 mode: str = "markers") -> None:
+def _mean_marker(
+    figure: go.Figure, xs, groups, *, name: str = "mean, 95% CI", color: str = "black", mode: str = "markers"
+) -> None:
     kept = [(x, g.interval) for x, g in zip(xs, groups) if g.interval]
     xs, means, counts = [x for x, _ in kept], [i.mean for _, i in kept], [i.n for _, i in kept]
     bars = [i.error_bar for _, i in kept]  # None: no bar at that point (plotly skips it)
     minus, plus = [b and b[0] for b in bars], [b and b[1] for b in bars]
-    figure.add_trace(go.Scatter(
-        x=xs, y=means, mode=mode, name=name, marker=dict(symbol="diamond", size=12, color=color),
-        line=dict(color=color), error_y=dict(type="data", symmetric=False, array=plus, arrayminus=minus, thickness=2),
-        text=[f"n={n}" for n in counts], hovertemplate="mean %{y:.1f} tok/s (%{text})<extra></extra>"))
+    figure.add_trace(
+        go.Scatter(
+            x=xs,
+            y=means,
+            mode=mode,
+            name=name,
+            marker=dict(symbol="diamond", size=12, color=color),
+            line=dict(color=color),
+            error_y=dict(type="data", symmetric=False, array=plus, arrayminus=minus, thickness=2),
+            text=[f"n={n}" for n in counts],
+            hovertemplate="mean %{y:.1f} tok/s (%{text})<extra></extra>",
+        )
+    )
 
 
 def _category_speedup(view: StudyView, _arg) -> go.Figure:
     categories, speedups = view.category_speedups()
     figure = go.Figure()
     for label, values in speedups.items():
-        figure.add_trace(go.Bar(x=categories, y=values, name=label,
-                                hovertemplate="%{x}: %{y:.2f}×<extra>" + label + "</extra>"))
+        figure.add_trace(
+            go.Bar(x=categories, y=values, name=label, hovertemplate="%{x}: %{y:.2f}×<extra>" + label + "</extra>")
+        )
     figure.add_hline(y=1.0, line_dash="dash", line_color="black")  # no annotation: on a log axis it lands at 10
-    figure.update_layout(barmode="group", yaxis=dict(type="log", title="speedup over baseline"),
-                         xaxis_title="prompt category", legend=dict(orientation="h", y=-0.2))
+    figure.update_layout(
+        barmode="group",
+        yaxis=dict(type="log", title="speedup over baseline"),
+        xaxis_title="prompt category",
+        legend=dict(orientation="h", y=-0.2),
+    )
     return figure
 
 
@@ -266,18 +385,37 @@ def _acceptance(view: StudyView, _arg) -> go.Figure:
     pick = view.pick()
     for spec_type in dict.fromkeys(view.spec_type(t) for t, *_ in points):
         mine = [(t, a, v) for t, a, v in points if view.spec_type(t) == spec_type]
-        figure.add_trace(go.Scatter(
-            x=[a for _, a, _ in mine], y=[v for *_, v in mine], mode="markers", name=spec_type,
-            marker=dict(color=colors[spec_type], opacity=0.75, line=dict(width=1, color="white"),
-                        size=[marker_size(t) for t, *_ in mine]),
-            text=[f"trial {t.number}: {TrialRecord.of(t).label}" for t, *_ in mine],
-            hovertemplate="%{text}<br>acceptance %{x:.0%}, %{y:.1f} tok/s<extra></extra>"))
+        figure.add_trace(
+            go.Scatter(
+                x=[a for _, a, _ in mine],
+                y=[v for *_, v in mine],
+                mode="markers",
+                name=spec_type,
+                marker=dict(
+                    color=colors[spec_type],
+                    opacity=0.75,
+                    line=dict(width=1, color="white"),
+                    size=[marker_size(t) for t, *_ in mine],
+                ),
+                text=[f"trial {t.number}: {TrialRecord.of(t).label}" for t, *_ in mine],
+                hovertemplate="%{text}<br>acceptance %{x:.0%}, %{y:.1f} tok/s<extra></extra>",
+            )
+        )
     chosen = [(a, v) for t, a, v in points if t.number == pick.number]
     if chosen:
-        figure.add_trace(go.Scatter(x=[chosen[0][0]], y=[chosen[0][1]], mode="markers", name="chosen",
-                                    marker=dict(symbol="star", size=16, color=PICK_COLOR, line=dict(width=1, color="black"))))
-    figure.update_layout(xaxis=dict(title="acceptance (accepted / drafted tokens)", tickformat=".0%", range=[-0.05, 1.05]),
-                         yaxis_title=view.metric)
+        figure.add_trace(
+            go.Scatter(
+                x=[chosen[0][0]],
+                y=[chosen[0][1]],
+                mode="markers",
+                name="chosen",
+                marker=dict(symbol="star", size=16, color=PICK_COLOR, line=dict(width=1, color="black")),
+            )
+        )
+    figure.update_layout(
+        xaxis=dict(title="acceptance (accepted / drafted tokens)", tickformat=".0%", range=[-0.05, 1.05]),
+        yaxis_title=view.metric,
+    )
     _baseline_lines(figure, view)
     return figure
 
@@ -299,7 +437,8 @@ def _importance(view: StudyView, index: int) -> go.Figure:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return optuna.visualization.plot_param_importances(
-            study, params=params, target=decode_target(view), target_name=view.metric)
+            study, params=params, target=decode_target(view), target_name=view.metric
+        )
 
 
 def _pareto(view: StudyView, _arg) -> go.Figure:
@@ -307,17 +446,30 @@ def _pareto(view: StudyView, _arg) -> go.Figure:
         warnings.simplefilter("ignore")
         figure = optuna.visualization.plot_pareto_front(view.study, target_names=[DECODE, PROMPT])
     pick = view.pick()
-    figure.add_trace(go.Scatter(x=[pick.values[0]], y=[pick.values[1]], mode="markers", name="chosen",
-                                marker=dict(symbol="star", size=18, color=PICK_COLOR, line=dict(width=1, color="black")),
-                                hovertemplate=f"chosen: trial {pick.number}<extra></extra>"))
+    figure.add_trace(
+        go.Scatter(
+            x=[pick.values[0]],
+            y=[pick.values[1]],
+            mode="markers",
+            name="chosen",
+            marker=dict(symbol="star", size=18, color=PICK_COLOR, line=dict(width=1, color="black")),
+            hovertemplate=f"chosen: trial {pick.number}<extra></extra>",
+        )
+    )
     figure.update_layout(legend=dict(orientation="h", y=-0.25))  # Optuna's colorbars take the right side
     return figure
 
 
 def _baseline_lines(figure: go.Figure, view: StudyView) -> None:
     for target, value, count in view.baseline_levels():
-        figure.add_hline(y=value, line_dash="dash", line_color="black", opacity=0.6,
-                         annotation_text=baseline_label(target, value, count), annotation_position="top left")
+        figure.add_hline(
+            y=value,
+            line_dash="dash",
+            line_color="black",
+            opacity=0.6,
+            annotation_text=baseline_label(target, value, count),
+            annotation_position="top left",
+        )
 
 
 def baseline_label(target: str, value: float, count: int) -> str:

@@ -55,7 +55,7 @@ def render_page(view: StudyView, panels: list[Panel], png_names: dict[str, str])
 <p class="meta"><strong>{escape(view.name)}</strong></p>
 {_summary(view)}
 <nav>{nav}</nav>
-{''.join(sections)}
+{"".join(sections)}
 {_top_table(view)}
 {_race_categories(view)}
 {_unfinished_table(view)}
@@ -69,8 +69,14 @@ def _panel_section(view: StudyView, panel: Panel, png_name: str | None) -> str:
     head = f'<section id="{panel.slug}"><h2>{escape(panel.title)}</h2><p class="caption">{escape(panel.caption)}</p>'
     if panel.note:
         return f'{head}<p class="note" data-note="{panel.slug}">{escape(panel.note)}</p></section>\n'
-    figure = plotly.io.to_html(plotly_figure(panel, view), full_html=False, include_plotlyjs=False,
-                               div_id=f"figure-{panel.slug}", config=PLOTLY_CONFIG, default_width="100%")
+    figure = plotly.io.to_html(
+        plotly_figure(panel, view),
+        full_html=False,
+        include_plotlyjs=False,
+        div_id=f"figure-{panel.slug}",
+        config=PLOTLY_CONFIG,
+        default_width="100%",
+    )
     link = f' <a href="{escape(png_name)}">PNG</a>' if png_name else ""
     return f'{head}<div class="figure" data-figure="{panel.slug}">{figure}</div><p>{link}</p></section>\n'
 
@@ -78,20 +84,29 @@ def _panel_section(view: StudyView, panel: Panel, png_name: str | None) -> str:
 def _summary(view: StudyView) -> str:
     record = view.record
     measurement = record.measurement
-    counts = {state: len(trials) for state, trials in
-              (("completed", view.complete), ("failed", view.failed), ("pruned", view.pruned))}
+    counts = {
+        state: len(trials)
+        for state, trials in (("completed", view.complete), ("failed", view.failed), ("pruned", view.pruned))
+    }
     rows = [
         ("model", record.model),
         ("hardware", record.hardware),
         ("engine", record.engine),
         ("objective", "pareto: decode tok/s and prompt tok/s" if view.is_pareto else view.metric),
         ("trials", ", ".join(f"{n} {state}" for state, n in counts.items())),
-        ("prompts", f"{len(measurement.get('prompts', []))} from {short_path(measurement.get('prompt_source'))}, "
-                    f"{measurement.get('max_tokens')} tokens each" if measurement else None),
+        (
+            "prompts",
+            f"{len(measurement.get('prompts', []))} from {short_path(measurement.get('prompt_source'))}, "
+            f"{measurement.get('max_tokens')} tokens each"
+            if measurement
+            else None,
+        ),
     ]
     if view.confirmation is not None:
         c = view.confirmation
-        rows.append(("raced", f"on {c.engine} ({c.build}), {c.repeats} rounds, {c.pairing} pairing, {c.ended}, {c.date}"))
+        rows.append(
+            ("raced", f"on {c.engine} ({c.build}), {c.repeats} rounds, {c.pairing} pairing, {c.ended}, {c.date}")
+        )
         failed = [r for r in c.rows if r.failure]
         rows.append(("left the race", "; ".join(f"{r.label}: {r.failure}" for r in failed) if failed else None))
     body = "".join(f"<tr><th>{escape(k)}</th><td>{escape(str(v))}</td></tr>" for k, v in rows if v is not None)
@@ -99,14 +114,18 @@ def _summary(view: StudyView) -> str:
 
 
 def _top_table(view: StudyView) -> str:
-    head = ("<tr><th>#</th><th>trial</th><th>configuration</th><th>decode tok/s</th><th>prompt tok/s</th>"
-            "<th>e2e tok/s</th><th>speedup</th><th>acceptance</th><th>confirmed</th></tr>")
+    head = (
+        "<tr><th>#</th><th>trial</th><th>configuration</th><th>decode tok/s</th><th>prompt tok/s</th>"
+        "<th>e2e tok/s</th><th>speedup</th><th>acceptance</th><th>confirmed</th></tr>"
+    )
     rows = "".join(_top_rows(view, row) for row in view.top_configs())
-    return (f'<section id="top-configs"><h2>Top configurations</h2><p class="caption">The fastest distinct '
-            f"configurations whose output matched the baseline's, then the baseline; the highlighted one (★) is "
-            f"what `autotune best` prints. Under each: the llama-server command line, the llama.cpp build, the "
-            f"hardware and the SHA-256 of the model files it was measured with.</p>"
-            f'<table class="top">{head}{rows}</table></section>\n')
+    return (
+        f'<section id="top-configs"><h2>Top configurations</h2><p class="caption">The fastest distinct '
+        f"configurations whose output matched the baseline's, then the baseline; the highlighted one (★) is "
+        f"what `autotune best` prints. Under each: the llama-server command line, the llama.cpp build, the "
+        f"hardware and the SHA-256 of the model files it was measured with.</p>"
+        f'<table class="top">{head}{rows}</table></section>\n'
+    )
 
 
 def _top_rows(view: StudyView, row: TopConfig) -> str:
@@ -126,13 +145,19 @@ def _top_rows(view: StudyView, row: TopConfig) -> str:
         (_confirmed(view, row), ""),
     ]
     tds = "".join(f'<td class="{cls}">{text}</td>' if cls else f"<td>{text}</td>" for text, cls in cells)
-    hashes = "; ".join(f"{escape(name)} <code>{escape(sha)}</code>" for name, sha in model_file_hashes(row.trial).items())
-    detail = (f'<code class="command">{escape(row.command)}</code><br>'
-              f"llama.cpp: {escape(str(record.llama_cpp_build or '?'))}<br>"
-              f"hardware: {escape(str(record.hardware or '?'))} &middot; files: {hashes or '?'}")
+    hashes = "; ".join(
+        f"{escape(name)} <code>{escape(sha)}</code>" for name, sha in model_file_hashes(row.trial).items()
+    )
+    detail = (
+        f'<code class="command">{escape(row.command)}</code><br>'
+        f"llama.cpp: {escape(str(record.llama_cpp_build or '?'))}<br>"
+        f"hardware: {escape(str(record.hardware or '?'))} &middot; files: {hashes or '?'}"
+    )
     number = row.trial.number
-    return (f'<tr class="{classes}" data-trial="{number}">{tds}</tr>'
-            f'<tr class="{classes} detail" data-trial-detail="{number}"><td></td><td colspan="{len(cells) - 1}">{detail}</td></tr>')
+    return (
+        f'<tr class="{classes}" data-trial="{number}">{tds}</tr>'
+        f'<tr class="{classes} detail" data-trial-detail="{number}"><td></td><td colspan="{len(cells) - 1}">{detail}</td></tr>'
+    )
 
 
 def _confirmed(view: StudyView, row: TopConfig) -> str:
@@ -164,13 +189,17 @@ def _race_categories(view: StudyView) -> str:
         for category, speedup in sorted(race.by_category(row).items()):
             low, high = speedup.interval()
             guess = predicted.get(row.trial, {}).get(category)
-            body += (f"<tr><td>{escape(row.label)}</td><td>{escape(category)}</td><td class=\"num\">{speedup.ratio:.2f}×"
-                     f"</td><td class=\"num\">{low:.2f}–{high:.2f}</td><td class=\"num\">"
-                     f"{'' if guess is None else f'{guess:.2f}×'}</td></tr>")
-    return (f'<section id="race-categories"><h2>The race by prompt category</h2><p class="caption">Each category\'s '
-            f"speedup over the plain command, paired on that category's prompts in the race's rounds, with its 95% "
-            f"interval and the predicted speedup.</p><table><tr><th>configuration</th><th>category</th>"
-            f"<th>speedup</th><th>95% CI</th><th>predicted</th></tr>{body}</table></section>\n")
+            body += (
+                f'<tr><td>{escape(row.label)}</td><td>{escape(category)}</td><td class="num">{speedup.ratio:.2f}×'
+                f'</td><td class="num">{low:.2f}–{high:.2f}</td><td class="num">'
+                f"{'' if guess is None else f'{guess:.2f}×'}</td></tr>"
+            )
+    return (
+        f'<section id="race-categories"><h2>The race by prompt category</h2><p class="caption">Each category\'s '
+        f"speedup over the plain command, paired on that category's prompts in the race's rounds, with its 95% "
+        f"interval and the predicted speedup.</p><table><tr><th>configuration</th><th>category</th>"
+        f"<th>speedup</th><th>95% CI</th><th>predicted</th></tr>{body}</table></section>\n"
+    )
 
 
 def _unfinished_table(view: StudyView) -> str:
@@ -178,10 +207,14 @@ def _unfinished_table(view: StudyView) -> str:
         return ""
     rows = "".join(
         f"<tr><td>{t.number}</td><td>{t.state.name}</td><td>{escape(unfinished_reason(t))}</td>"
-        f"<td><code>{escape(json.dumps(t.params))}</code></td></tr>" for t in view.unfinished)
-    return (f'<section id="unfinished"><h2>Failed and pruned trials</h2><p class="caption">Trials that gave no '
-            f"figure, with their reasons.</p><table><tr><th>trial</th><th>state</th><th>reason</th>"
-            f"<th>parameters</th></tr>{rows}</table></section>\n")
+        f"<td><code>{escape(json.dumps(t.params))}</code></td></tr>"
+        for t in view.unfinished
+    )
+    return (
+        f'<section id="unfinished"><h2>Failed and pruned trials</h2><p class="caption">Trials that gave no '
+        f"figure, with their reasons.</p><table><tr><th>trial</th><th>state</th><th>reason</th>"
+        f"<th>parameters</th></tr>{rows}</table></section>\n"
+    )
 
 
 def _num(value: float | None, fmt: str) -> str:

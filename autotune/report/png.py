@@ -49,11 +49,27 @@ def _history(view: StudyView, _arg):
         numbers, best = f.best_so_far(view)
         axes.plot(numbers, best, color="tab:red", label="Best Value")
     for target, numbers, values in f.baseline_steps(view):
-        axes.plot(numbers, values, drawstyle="steps-post", color="black", linestyle="--", linewidth=1, alpha=0.6,
-                  label=f"baseline ({short_path(target)})")
+        axes.plot(
+            numbers,
+            values,
+            drawstyle="steps-post",
+            color="black",
+            linestyle="--",
+            linewidth=1,
+            alpha=0.6,
+            label=f"baseline ({short_path(target)})",
+        )
     pick = view.pick()
-    axes.scatter([pick.number], [view.tok_s(pick)], marker="*", s=260, color=f.PICK_COLOR, edgecolors="black",
-                 zorder=5, label="chosen")
+    axes.scatter(
+        [pick.number],
+        [view.tok_s(pick)],
+        marker="*",
+        s=260,
+        color=f.PICK_COLOR,
+        edgecolors="black",
+        zorder=5,
+        label="chosen",
+    )
     axes.set_ylabel(view.metric)
     axes.set_xlabel("trial")
     if view.unfinished:  # a strip under the plot: an unfinished trial has no tok/s to draw, not 0 tok/s
@@ -61,8 +77,15 @@ def _history(view: StudyView, _arg):
         for state, symbol, color in f.UNFINISHED_MARKS:
             numbers = [t.number for t in view.unfinished if t.state == state]
             if numbers:
-                strip.scatter(numbers, [0.5] * len(numbers), marker=_MARKERS[symbol], s=90, color=color,
-                              linewidths=2, label=f"{f.STATE_WORDS[state]} (no figure)")
+                strip.scatter(
+                    numbers,
+                    [0.5] * len(numbers),
+                    marker=_MARKERS[symbol],
+                    s=90,
+                    color=color,
+                    linewidths=2,
+                    label=f"{f.STATE_WORDS[state]} (no figure)",
+                )
         strip.set_ylim(0, 1)
         strip.set_yticks([])
         strip.set_ylabel("unfinished", fontsize="small", rotation=0, ha="right", va="center")
@@ -101,8 +124,14 @@ def _param(view: StudyView, name: str):
             offsets = f.jitter(len(group.tok_s), 0.15)
             axes.scatter([group.key + o for o in offsets], group.tok_s, color=colors.get(spec_type), alpha=0.45)
         with_values = [g for g in groups if g.interval is not None]
-        _mean_marker(axes, [g.key for g in with_values], with_values, label=f"{spec_type} mean, 95% CI",
-                     color=colors.get(spec_type), line=True)
+        _mean_marker(
+            axes,
+            [g.key for g in with_values],
+            with_values,
+            label=f"{spec_type} mean, 95% CI",
+            color=colors.get(spec_type),
+            line=True,
+        )
     axes.set_xlabel(name)
     axes.set_ylabel(view.metric)
     _baseline_lines(axes, view)
@@ -117,8 +146,16 @@ def _mean_marker(axes, xs, groups, *, label="mean, 95% CI", color="black", line=
     means = [i.mean for _, i in kept]
     bars = [i.error_bar or (math.nan, math.nan) for _, i in kept]  # NaN: no bar at that point
     below, above = [b[0] for b in bars], [b[1] for b in bars]
-    axes.errorbar([x for x, _ in kept], means, yerr=[below, above], fmt="D-" if line else "D", color=color,
-                  capsize=5, markersize=8, label=label if not axes.get_legend_handles_labels()[1].count(label) else None)
+    axes.errorbar(
+        [x for x, _ in kept],
+        means,
+        yerr=[below, above],
+        fmt="D-" if line else "D",
+        color=color,
+        capsize=5,
+        markersize=8,
+        label=label if not axes.get_legend_handles_labels()[1].count(label) else None,
+    )
 
 
 def _category_speedup(view: StudyView, _arg):
@@ -128,7 +165,13 @@ def _category_speedup(view: StudyView, _arg):
     for index, (label, values) in enumerate(speedups.items()):
         xs = [c + (index - (len(speedups) - 1) / 2) * width for c in range(len(categories))]
         kept = [(x, v) for x, v in zip(xs, values) if v]
-        axes.bar([x for x, _ in kept], [v for _, v in kept], width=width, label=label, color=f.PALETTE[index % len(f.PALETTE)])
+        axes.bar(
+            [x for x, _ in kept],
+            [v for _, v in kept],
+            width=width,
+            label=label,
+            color=f.PALETTE[index % len(f.PALETTE)],
+        )
     axes.axhline(1.0, color="black", linestyle="--", linewidth=1, label="baseline (1×)")
     axes.set_yscale("log")
     axes.set_xticks(range(len(categories)), categories, rotation=30, ha="right")
@@ -144,13 +187,28 @@ def _acceptance(view: StudyView, _arg):
     points = view.acceptance_points()
     for spec_type in dict.fromkeys(view.spec_type(t) for t, *_ in points):
         mine = [(t, a, v) for t, a, v in points if view.spec_type(t) == spec_type]
-        axes.scatter([a for _, a, _ in mine], [v for *_, v in mine], color=colors[spec_type], alpha=0.75,
-                     s=[f.marker_size(t) ** 2 for t, *_ in mine], edgecolors="white", label=spec_type)
+        axes.scatter(
+            [a for _, a, _ in mine],
+            [v for *_, v in mine],
+            color=colors[spec_type],
+            alpha=0.75,
+            s=[f.marker_size(t) ** 2 for t, *_ in mine],
+            edgecolors="white",
+            label=spec_type,
+        )
     pick = view.pick()
     chosen = [(a, v) for t, a, v in points if t.number == pick.number]
     if chosen:
-        axes.scatter([chosen[0][0]], [chosen[0][1]], marker="*", s=260, color=f.PICK_COLOR, edgecolors="black",
-                     zorder=5, label="chosen")
+        axes.scatter(
+            [chosen[0][0]],
+            [chosen[0][1]],
+            marker="*",
+            s=260,
+            color=f.PICK_COLOR,
+            edgecolors="black",
+            zorder=5,
+            label="chosen",
+        )
     axes.xaxis.set_major_formatter(matplotlib.ticker.PercentFormatter(1.0))
     axes.set_xlim(-0.05, 1.05)
     axes.set_xlabel("acceptance (accepted / drafted tokens)")
@@ -162,23 +220,33 @@ def _acceptance(view: StudyView, _arg):
 
 def _importance(view: StudyView, index: int):
     study, params = f.importance_input(view, index)
-    return optuna_mpl.plot_param_importances(study, params=params,
-                                             target=f.decode_target(view), target_name=view.metric)
+    return optuna_mpl.plot_param_importances(
+        study, params=params, target=f.decode_target(view), target_name=view.metric
+    )
 
 
 def _pareto(view: StudyView, _arg):
     axes = optuna_mpl.plot_pareto_front(view.study, target_names=[f.DECODE, f.PROMPT])
     pick = view.pick()
-    axes.scatter([pick.values[0]], [pick.values[1]], marker="*", s=320, color=f.PICK_COLOR, edgecolors="black",
-                 zorder=5, label=f"chosen (trial {pick.number})")
+    axes.scatter(
+        [pick.values[0]],
+        [pick.values[1]],
+        marker="*",
+        s=320,
+        color=f.PICK_COLOR,
+        edgecolors="black",
+        zorder=5,
+        label=f"chosen (trial {pick.number})",
+    )
     axes.legend(loc="best", fontsize="small")
     return axes
 
 
 def _baseline_lines(axes, view: StudyView) -> None:
     for target, value, count in view.baseline_levels():
-        axes.axhline(value, color="black", linestyle="--", linewidth=1, alpha=0.6,
-                     label=f.baseline_label(target, value, count))
+        axes.axhline(
+            value, color="black", linestyle="--", linewidth=1, alpha=0.6, label=f.baseline_label(target, value, count)
+        )
 
 
 def _concurrency(view: StudyView, curve):

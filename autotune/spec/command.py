@@ -11,10 +11,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Sequence
 
 from autotune.llamacpp.capabilities import spec_types_on_by_default
+from autotune.spec.config import SpecConfig
 from autotune.spec.default import runs_by_default
 from autotune.spec.runtime_flags import COMMAND_DEFAULTS, runtime_argv
 from autotune.spec.sampling import GREEDY, Sampling
-from autotune.spec.config import SpecConfig
 from autotune.spec.types import SPEC_TYPE_PARAMS, spec_members
 
 DEFAULT_SERVER_BINARY = "llama-server"
@@ -94,17 +94,29 @@ class ServerCommand:
     parallel: int = 1  # slots: the study's --concurrency
 
     def argv(self, config: SpecConfig) -> list[str]:
-        return server_argv(config, context_size=self.context_size, base_flags=self.base_flags, binary=self.binary,
-                           threads=self.threads, sampling=self.sampling, parallel=self.parallel)
+        return server_argv(
+            config,
+            context_size=self.context_size,
+            base_flags=self.base_flags,
+            binary=self.binary,
+            threads=self.threads,
+            sampling=self.sampling,
+            parallel=self.parallel,
+        )
 
     def as_dict(self) -> dict:
         return {**asdict(self), "base_flags": list(self.base_flags), "sampling": self.sampling.as_dict()}
 
     @classmethod
     def from_dict(cls, data: dict) -> "ServerCommand":
-        return cls(context_size=int(data["context_size"]), base_flags=tuple(data.get("base_flags", ())),
-                   binary=data.get("binary", DEFAULT_SERVER_BINARY), threads=data.get("threads"),
-                   sampling=Sampling.from_dict(data.get("sampling")), parallel=int(data.get("parallel", 1)))
+        return cls(
+            context_size=int(data["context_size"]),
+            base_flags=tuple(data.get("base_flags", ())),
+            binary=data.get("binary", DEFAULT_SERVER_BINARY),
+            threads=data.get("threads"),
+            sampling=Sampling.from_dict(data.get("sampling")),
+            parallel=int(data.get("parallel", 1)),
+        )
 
 
 def hub_argv(argv: Sequence[str], *, repo: str, filename: str, draft: str | None = None) -> list[str]:

@@ -39,27 +39,39 @@ def _param(name: str, kind: type, default, spelling: str, **kwargs) -> RuntimePa
     return RuntimeParam(name, kind, default, spelling=spelling, **kwargs)
 
 
-RUNTIME_PARAMS: dict[str, RuntimeParam] = {p.name: p for p in (
-    _param("threads", int, 0, "-t"),  # 0: llama-server's default, the physical cores (server_default_threads)
-    _param("threads_batch", int, 0, "-tb"),  # 0: the same as -t
-    _param("batch_size", int, 2048, "-b"),
-    _param("ubatch_size", int, 512, "-ub"),
-    _param("flash_attn", str, "auto", "-fa", choices=FLASH_ATTN_VALUES),
-    _param("cache_type_k", str, "f16", "-ctk", choices=CACHE_TYPES),
-    _param("cache_type_v", str, "f16", "-ctv", choices=CACHE_TYPES),
-    _param("draft_cache_type_k", str, "f16", "-ctkd", choices=CACHE_TYPES, draft_only=True),
-    _param("draft_cache_type_v", str, "f16", "-ctvd", choices=CACHE_TYPES, draft_only=True),
-    _param("draft_ngl", str, "auto", "-ngld", python=False, draft_only=True),
-    _param("backend_sampling", bool, False, "-bs", python=False),
-    _param("draft_backend_sampling", bool, True, "--spec-draft-backend-sampling",
-           negative="--no-spec-draft-backend-sampling", python=False, draft_only=True),
-)}
+RUNTIME_PARAMS: dict[str, RuntimeParam] = {
+    p.name: p
+    for p in (
+        _param("threads", int, 0, "-t"),  # 0: llama-server's default, the physical cores (server_default_threads)
+        _param("threads_batch", int, 0, "-tb"),  # 0: the same as -t
+        _param("batch_size", int, 2048, "-b"),
+        _param("ubatch_size", int, 512, "-ub"),
+        _param("flash_attn", str, "auto", "-fa", choices=FLASH_ATTN_VALUES),
+        _param("cache_type_k", str, "f16", "-ctk", choices=CACHE_TYPES),
+        _param("cache_type_v", str, "f16", "-ctv", choices=CACHE_TYPES),
+        _param("draft_cache_type_k", str, "f16", "-ctkd", choices=CACHE_TYPES, draft_only=True),
+        _param("draft_cache_type_v", str, "f16", "-ctvd", choices=CACHE_TYPES, draft_only=True),
+        _param("draft_ngl", str, "auto", "-ngld", python=False, draft_only=True),
+        _param("backend_sampling", bool, False, "-bs", python=False),
+        _param(
+            "draft_backend_sampling",
+            bool,
+            True,
+            "--spec-draft-backend-sampling",
+            negative="--no-spec-draft-backend-sampling",
+            python=False,
+            draft_only=True,
+        ),
+    )
+}
 
 #: What autotune's printed command sets even when nothing is searched (a value searched replaces it).
 COMMAND_DEFAULTS = {"flash_attn": "on", "draft_ngl": "all"}
 
 
-def runtime_argv(runtime: Mapping[str, int | str | bool], *, has_draft: bool, cli_threads: int | None = None) -> list[str]:
+def runtime_argv(
+    runtime: Mapping[str, int | str | bool], *, has_draft: bool, cli_threads: int | None = None
+) -> list[str]:
     """The flags that set `runtime`, leaving out every value equal to llama-server's default (-fa and
     -ngld are written by `server_argv` itself, which always sets them). `cli_threads` is the
     --threads option, which already wrote `-t`."""

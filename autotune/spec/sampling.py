@@ -38,8 +38,13 @@ class Sampling:
 
     def request_fields(self) -> dict:
         """The `/completion` body fields that select these settings."""
-        return {"temperature": self.temperature, "top_k": self.top_k, "top_p": self.top_p, "min_p": self.min_p,
-                "seed": self.seed}
+        return {
+            "temperature": self.temperature,
+            "top_k": self.top_k,
+            "top_p": self.top_p,
+            "min_p": self.min_p,
+            "seed": self.seed,
+        }
 
     def server_flags(self) -> list[str]:
         """llama-server flags for the settings that differ from its defaults (the seed only matters when
@@ -67,8 +72,10 @@ class Sampling:
     def describe(self) -> str:
         if self.is_greedy:
             return "greedy"
-        return (f"temperature {self.temperature:g}, top-k {self.top_k}, top-p {self.top_p:g}, min-p {self.min_p:g}, "
-                f"seed {self.seed}")
+        return (
+            f"temperature {self.temperature:g}, top-k {self.top_k}, top-p {self.top_p:g}, min-p {self.min_p:g}, "
+            f"seed {self.seed}"
+        )
 
 
 GREEDY = Sampling()

@@ -13,8 +13,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Callable
 
-from autotune.spec.duration import duration_s
 from autotune.errors import SearchSpaceError, UnknownModelError
+from autotune.spec.duration import duration_s
 from autotune.spec.params import SpecParam
 from autotune.spec.runtime_flags import DRAFT_NGL_WORDS, RUNTIME_PARAMS
 from autotune.spec.types import (
@@ -237,8 +237,9 @@ class _SpaceParser:
                 raise self.fail(key, f"model.base_flags already sets {param.spelling}")
             if name == "draft_ngl":  # a layer count, "auto" or "all": choices spelled as strings
                 values = value if isinstance(value, list) else [value]
-                if not values or any(isinstance(v, bool) or not (isinstance(v, int) and v >= 0 or v in DRAFT_NGL_WORDS)
-                                     for v in values):
+                if not values or any(
+                    isinstance(v, bool) or not (isinstance(v, int) and v >= 0 or v in DRAFT_NGL_WORDS) for v in values
+                ):
                     raise self.fail(key, f"expected layer counts or {' / '.join(DRAFT_NGL_WORDS)}, got {value!r}")
                 choices = tuple(dict.fromkeys(str(v) for v in values))
                 ranges.append(ParamRange(param, choices[0], choices[-1], choices=choices))
@@ -260,8 +261,9 @@ class _SpaceParser:
             if name not in DRAFT_MODEL_TYPES:
                 raise self.fail(key, f"not a draft spec type (known: {', '.join(sorted(DRAFT_MODEL_TYPES))})")
             entries = entry if isinstance(entry, list) and entry else [entry]
-            drafts[name] = tuple(self.parse_draft_table(f"{key}[{i}]" if len(entries) > 1 else key, e)
-                                 for i, e in enumerate(entries))
+            drafts[name] = tuple(
+                self.parse_draft_table(f"{key}[{i}]" if len(entries) > 1 else key, e) for i, e in enumerate(entries)
+            )
         return drafts
 
     def parse_draft_table(self, key: str, entry: Any) -> FilePattern:
@@ -272,13 +274,14 @@ class _SpaceParser:
             if sub not in _DRAFT_KEYS:
                 raise self.fail(f"{key}.{sub}", f"unknown key (known: {', '.join(_DRAFT_KEYS)})")
         if not isinstance(entry.get("file"), str):
-            raise self.fail(f"{key}.file", "required string (a glob, or \"target\")")
+            raise self.fail(f"{key}.file", 'required string (a glob, or "target")')
         quants = self.parse_quants(f"{key}.quants", entry.get("quants", []))
         source = self.parse_source(key, "file", entry["file"], quants, entry)
         return FilePattern(entry["file"], quants, source)
 
-    def parse_source(self, key: str, file_key: str, pattern: str, quants: tuple[str, ...],
-                     table: dict[str, Any]) -> HubSource | None:
+    def parse_source(
+        self, key: str, file_key: str, pattern: str, quants: tuple[str, ...], table: dict[str, Any]
+    ) -> HubSource | None:
         """The table's `hf` and `revision`: a hub repo names exact files (`{quant}` the only wildcard)."""
         repo, revision = table.get("hf"), table.get("revision")
         for sub, value in (("hf", repo), ("revision", revision)):
@@ -286,20 +289,24 @@ class _SpaceParser:
                 raise self.fail(f"{key}.{sub}", f"expected a non-empty string, got {value!r}")
         if repo is None:
             if revision is not None:
-                raise self.fail(f"{key}.revision", "needs hf = \"org/repo\" beside it")
+                raise self.fail(f"{key}.revision", 'needs hf = "org/repo" beside it')
             return None
         if not _REPO_ID.match(repo) or "--" in repo or ".." in repo:
-            raise self.fail(f"{key}.hf", f"expected a hub repo id such as \"org/repo\", got {repo!r}")
+            raise self.fail(f"{key}.hf", f'expected a hub repo id such as "org/repo", got {repo!r}')
         if pattern == DRAFT_IS_TARGET or any(c in pattern for c in _GLOB_CHARS):
-            raise self.fail(f"{key}.{file_key}", f"with hf, a file name in the repo ({QUANT_PLACEHOLDER} the only "
-                                                 f"wildcard), got {pattern!r}")
+            raise self.fail(
+                f"{key}.{file_key}",
+                f"with hf, a file name in the repo ({QUANT_PLACEHOLDER} the only wildcard), got {pattern!r}",
+            )
         if QUANT_PLACEHOLDER in pattern and not quants:
-            raise self.fail(f"{key}.quants", f"with hf, {QUANT_PLACEHOLDER} in {pattern!r} needs the quants to download")
+            raise self.fail(
+                f"{key}.quants", f"with hf, {QUANT_PLACEHOLDER} in {pattern!r} needs the quants to download"
+            )
         return HubSource(repo, revision)
 
     def parse_quants(self, key: str, quants: Any) -> tuple[str, ...]:
         if not isinstance(quants, list) or not all(isinstance(q, str) and q for q in quants):
-            raise self.fail(key, "expected a list of quantization names such as [\"Q4_K_M\", \"Q8_0\"]")
+            raise self.fail(key, 'expected a list of quantization names such as ["Q4_K_M", "Q8_0"]')
         return tuple(quants)
 
     def parse_model(self, table: Any) -> ModelSection:
@@ -319,7 +326,7 @@ class _SpaceParser:
             if table.get(key, 1) <= 0:
                 raise self.fail(f"model.{key}", "must be positive")
         if "budget_per_target" in table and duration_s(table["budget_per_target"]) is None:
-            raise self.fail("model.budget_per_target", "expected a duration such as \"15m\", \"1h\" or \"900s\"")
+            raise self.fail("model.budget_per_target", 'expected a duration such as "15m", "1h" or "900s"')
         flags = table.get("base_flags", [])
         if not all(isinstance(f, str) for f in flags):
             raise self.fail("model.base_flags", "expected a list of strings")

@@ -35,8 +35,14 @@ def _ngram_map(prefix: str) -> dict[str, SpecParam]:
     return _params(
         SpecParam(f"{prefix}_size_n", int, 12, minimum=1, maximum=1024),
         # ngram-simple copies a continuation only when it is at least as long as the match (common/ngram-map.cpp)
-        SpecParam(f"{prefix}_size_m", int, 48, at_least=f"{prefix}_size_n" if prefix == "ngram_simple" else None,
-                  minimum=1, maximum=1024),
+        SpecParam(
+            f"{prefix}_size_m",
+            int,
+            48,
+            at_least=f"{prefix}_size_n" if prefix == "ngram_simple" else None,
+            minimum=1,
+            maximum=1024,
+        ),
         SpecParam(f"{prefix}_min_hits", int, 1, minimum=1),
     )
 
@@ -71,48 +77,78 @@ class SpecType:
 #: Every single spec type llama-server knows, by name: what each reader of a type's facts derives them from
 #: (SPEC_TYPE_PARAMS, CHAINABLE_TYPES, DFLASH_TYPES, family_of, replayable, `autotune models`' coverage).
 #: A new type is one row here and its place in SPEC_TYPE_PRECEDENCE.
-SPEC_TYPES: dict[str, SpecType] = {row.name: row for row in (
-    SpecType("none", {}, None),
-    SpecType("draft-simple", _SAMPLED_DRAFT, DRAFT_MODEL_FAMILY, chained_in_process=True),
-    SpecType("draft-eagle3", _DRAFT, DRAFT_MODEL_FAMILY, in_process_gap=(
-        "no in-process EAGLE-3 loop: the bindings have the target's layer inputs (llama_set_embeddings_layer_inp) "
-        "and the eagle3 graph, but feeding the draft its three fused layers is not ported"
-    )),
-    SpecType("draft-mtp", _SAMPLED_DRAFT, DRAFT_MODEL_FAMILY, in_process_gap=(
-        "no in-process MTP loop: the bindings have what it needs (LLAMA_CONTEXT_TYPE_MTP, load_mtp, the NextN "
-        "embeddings and llama_batch_ext_set_embd_state), but the draft context sharing the target's memory is "
-        "not ported"
-    )),
-    SpecType("draft-dflash", _DRAFT, BLOCK_FAMILY),
-    # PCTree (parent-conditioned drafting trees) exists only in a community fork of llama-server
-    SpecType("draft-dspark", {
-        **_DRAFT,
-        **_params(
-            SpecParam("dspark_pctree", bool, False),
-            SpecParam("dspark_pctree_k", int, 3, requires="dspark_pctree"),
-            SpecParam("dspark_pctree_n", int, 16, requires="dspark_pctree"),
+SPEC_TYPES: dict[str, SpecType] = {
+    row.name: row
+    for row in (
+        SpecType("none", {}, None),
+        SpecType("draft-simple", _SAMPLED_DRAFT, DRAFT_MODEL_FAMILY, chained_in_process=True),
+        SpecType(
+            "draft-eagle3",
+            _DRAFT,
+            DRAFT_MODEL_FAMILY,
+            in_process_gap=(
+                "no in-process EAGLE-3 loop: the bindings have the target's layer inputs (llama_set_embeddings_layer_inp) "
+                "and the eagle3 graph, but feeding the draft its three fused layers is not ported"
+            ),
         ),
-    }, BLOCK_FAMILY),
-    SpecType("ngram-simple", _ngram_map("ngram_simple"), NGRAM_FAMILY, chained_in_process=True),
-    SpecType("ngram-map-k", _ngram_map("ngram_map_k"), NGRAM_FAMILY, chained_in_process=True),
-    SpecType("ngram-map-k4v", _ngram_map("ngram_map_k4v"), NGRAM_FAMILY, chained_in_process=True),
-    # n-min above n-max drafts only full n-max drafts, which n-min = n-max already does: not searched
-    SpecType("ngram-mod", _params(
-        SpecParam("ngram_mod_n_min", int, 48, at_most="ngram_mod_n_max", minimum=0, maximum=1024),
-        SpecParam("ngram_mod_n_max", int, 64, minimum=0, maximum=1024),
-        SpecParam("ngram_mod_n_match", int, 24, minimum=1, maximum=1024),
-    ), NGRAM_FAMILY, chained_in_process=True),
-    # 1- to 4-grams, 8 tokens a draft: fixed in llama.cpp (create_state_ngram_cache)
-    SpecType("ngram-cache", {}, NGRAM_FAMILY, chained_in_process=True),
-)}
+        SpecType(
+            "draft-mtp",
+            _SAMPLED_DRAFT,
+            DRAFT_MODEL_FAMILY,
+            in_process_gap=(
+                "no in-process MTP loop: the bindings have what it needs (LLAMA_CONTEXT_TYPE_MTP, load_mtp, the NextN "
+                "embeddings and llama_batch_ext_set_embd_state), but the draft context sharing the target's memory is "
+                "not ported"
+            ),
+        ),
+        SpecType("draft-dflash", _DRAFT, BLOCK_FAMILY),
+        # PCTree (parent-conditioned drafting trees) exists only in a community fork of llama-server
+        SpecType(
+            "draft-dspark",
+            {
+                **_DRAFT,
+                **_params(
+                    SpecParam("dspark_pctree", bool, False),
+                    SpecParam("dspark_pctree_k", int, 3, requires="dspark_pctree"),
+                    SpecParam("dspark_pctree_n", int, 16, requires="dspark_pctree"),
+                ),
+            },
+            BLOCK_FAMILY,
+        ),
+        SpecType("ngram-simple", _ngram_map("ngram_simple"), NGRAM_FAMILY, chained_in_process=True),
+        SpecType("ngram-map-k", _ngram_map("ngram_map_k"), NGRAM_FAMILY, chained_in_process=True),
+        SpecType("ngram-map-k4v", _ngram_map("ngram_map_k4v"), NGRAM_FAMILY, chained_in_process=True),
+        # n-min above n-max drafts only full n-max drafts, which n-min = n-max already does: not searched
+        SpecType(
+            "ngram-mod",
+            _params(
+                SpecParam("ngram_mod_n_min", int, 48, at_most="ngram_mod_n_max", minimum=0, maximum=1024),
+                SpecParam("ngram_mod_n_max", int, 64, minimum=0, maximum=1024),
+                SpecParam("ngram_mod_n_match", int, 24, minimum=1, maximum=1024),
+            ),
+            NGRAM_FAMILY,
+            chained_in_process=True,
+        ),
+        # 1- to 4-grams, 8 tokens a draft: fixed in llama.cpp (create_state_ngram_cache)
+        SpecType("ngram-cache", {}, NGRAM_FAMILY, chained_in_process=True),
+    )
+}
 
 BASELINE = "none"
 
 #: The order llama.cpp asks the members of a combined type for a draft (common_speculative_init):
 #: the first non-empty draft is used.
 SPEC_TYPE_PRECEDENCE = (
-    "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache",
-    "draft-simple", "draft-eagle3", "draft-mtp", "draft-dflash", "draft-dspark",
+    "ngram-simple",
+    "ngram-map-k",
+    "ngram-map-k4v",
+    "ngram-mod",
+    "ngram-cache",
+    "draft-simple",
+    "draft-eagle3",
+    "draft-mtp",
+    "draft-dflash",
+    "draft-dspark",
 )
 
 #: Spec types the in-process engine runs in its one generation loop, alone or combined (ChainDrafter).
@@ -169,8 +205,9 @@ def replayable(spec_type: str) -> bool:
     """Whether a predicted search's replay covers `spec_type`. It replays through the in-process engine's
     drafters and the block drafts' recorded blocks, so it covers what that engine runs: the chained types
     and their combinations, and a block-draft type alone (its own loop chains with nothing)."""
-    return spec_type in DFLASH_TYPES or all(member in CHAINABLE_TYPES or member == BASELINE
-                                            for member in spec_members(spec_type))
+    return spec_type in DFLASH_TYPES or all(
+        member in CHAINABLE_TYPES or member == BASELINE for member in spec_members(spec_type)
+    )
 
 
 def combinations_of(types: Iterable[str]) -> frozenset[str]:
@@ -220,7 +257,8 @@ class _DraftModelTypes(frozenset):
 _SINGLE_TYPES = frozenset(SPEC_TYPES)
 #: Every spec type llama-server knows, with its tunable parameters.
 SPEC_TYPE_PARAMS: dict[str, dict[str, SpecParam]] = _SpecTypeTable(
-    {name: row.params for name, row in SPEC_TYPES.items()})
+    {name: row.params for name, row in SPEC_TYPES.items()}
+)
 
 #: Spec types that need a draft model file (`-md`), and the combinations that include one.
 DRAFT_MODEL_TYPES = _DraftModelTypes(t for t in SPEC_TYPE_PARAMS if t.startswith("draft-"))

@@ -11,10 +11,10 @@ from autotune.errors import AutotuneError, StudyNotFoundError
 from autotune.llamacpp.runnable import CommandCheck
 from autotune.spec.command import format_command
 from autotune.spec.types import family_of
-from autotune.study.verdict import Confirmation, ConfirmedConfig, stored_confirmation, trial_of
 from autotune.study.objectives import DEFAULT_OBJECTIVE, OBJECTIVES
 from autotune.study.records import StudyRecord, TrialRecord
 from autotune.study.trials import baseline_trial, decode_tok_s, drift_corrected, is_baseline, spec_default_near
+from autotune.study.verdict import Confirmation, ConfirmedConfig, stored_confirmation, trial_of
 
 COMPLETE = optuna.trial.TrialState.COMPLETE
 
@@ -34,9 +34,15 @@ class SetAside:
 
     def as_dict(self) -> dict:
         record = TrialRecord.of(self.trial)
-        return {"trial": self.trial.number, "label": record.label, "speedup": self.speedup,
-                "engine": record.engine, "command": format_command(list(record.argv)), "lacking": list(self.lacking),
-                "binary": self.binary}
+        return {
+            "trial": self.trial.number,
+            "label": record.label,
+            "speedup": self.speedup,
+            "engine": record.engine,
+            "command": format_command(list(record.argv)),
+            "lacking": list(self.lacking),
+            "binary": self.binary,
+        }
 
 
 @dataclass(frozen=True)
@@ -124,8 +130,9 @@ class BestResult:
         values = {name: figures.get(name) for name in names}
         confirmed = self.confirmed
         if confirmed is not None and confirmed.figures:
-            values.update({name: round(sum(v) / len(v), 3) for name, v in confirmed.figures.items()
-                           if name in names and v})
+            values.update(
+                {name: round(sum(v) / len(v), 3) for name, v in confirmed.figures.items() if name in names and v}
+            )
         return {"concurrency": int(figures.get("concurrency", 1)), **values, "ttft_ms": figures.get("ttft_ms")}
 
     def as_dict(self) -> dict:
@@ -153,11 +160,18 @@ class BestResult:
             "llama_cpp_build": record.llama_cpp_build,
             "hardware": record.hardware,
             "pareto_front": [
-                {"trial": t.number, "decode_tok_s": t.values[0], "prompt_tok_s": t.values[1],
-                 "e2e_tok_s": TrialRecord.of(t).figures["e2e_tok_s"], "label": TrialRecord.of(t).label}
+                {
+                    "trial": t.number,
+                    "decode_tok_s": t.values[0],
+                    "prompt_tok_s": t.values[1],
+                    "e2e_tok_s": TrialRecord.of(t).figures["e2e_tok_s"],
+                    "label": TrialRecord.of(t).label,
+                }
                 for t in self.front
             ],
-            "confirmed": None if self.confirmed is None else {
+            "confirmed": None
+            if self.confirmed is None
+            else {
                 "engine": self.confirmation.engine,
                 "build": self.confirmation.build,
                 "rounds": self.confirmation.repeats,
@@ -188,10 +202,17 @@ class BestResult:
             if row is None or (name == "spec_default" and row is shown):
                 continue
             predicted = self.predicted_categories.get(row.trial, {})
-            found[name] = {"label": row.label, "categories": {
-                category: {"speedup": round(speedup.ratio, 4), "speedup_ci": [round(v, 4) for v in speedup.interval()],
-                           "predicted_speedup": predicted.get(category)}
-                for category, speedup in confirmation.by_category(row).items()}}
+            found[name] = {
+                "label": row.label,
+                "categories": {
+                    category: {
+                        "speedup": round(speedup.ratio, 4),
+                        "speedup_ci": [round(v, 4) for v in speedup.interval()],
+                        "predicted_speedup": predicted.get(category),
+                    }
+                    for category, speedup in confirmation.by_category(row).items()
+                },
+            }
         return found
 
     def race_summary(self) -> dict:
@@ -205,11 +226,16 @@ class BestResult:
             "spec_default": None if spec_default is None else spec_default.as_json(),
             "finalists": [row.as_json() for row in confirmation.configs],
             "spec_defaults": [row.as_json() for row in confirmation.spec_defaults],  # a failed one included
-            "pairing": confirmation.pairing, "ended": confirmation.ended, "rounds": confirmation.repeats,
-            "looks": confirmation.looks, "decided_round": confirmation.decided_round,
-            "after_decision_round": confirmation.after_decision_round, "machine_moved": confirmation.machine_moved,
+            "pairing": confirmation.pairing,
+            "ended": confirmation.ended,
+            "rounds": confirmation.repeats,
+            "looks": confirmation.looks,
+            "decided_round": confirmation.decided_round,
+            "after_decision_round": confirmation.after_decision_round,
+            "machine_moved": confirmation.machine_moved,
             "control": confirmation.control.as_json() if confirmation.control else None,
-            "void_rounds": confirmation.void_rounds, "within_reach": confirmation.within_reach,
+            "void_rounds": confirmation.void_rounds,
+            "within_reach": confirmation.within_reach,
             "min_effect": confirmation.min_effect,
             "alpha": confirmation.alpha,
         }
@@ -229,8 +255,9 @@ def best_result(study: optuna.Study, *, check: CommandCheck | None = None) -> Be
         raise StudyNotFoundError(f"study {study.study_name!r} has no completed trial yet: run `autotune search`")
     feasible = [t for t in eligible if TrialRecord.of(t).feasible is not False]  # --min-stream-tok-s
     if not feasible:
-        raise AutotuneError(f"study {study.study_name!r}: no configuration meets its --min-stream-tok-s bound "
-                            "(see `autotune trials`)")
+        raise AutotuneError(
+            f"study {study.study_name!r}: no configuration meets its --min-stream-tok-s bound (see `autotune trials`)"
+        )
     objective = StudyRecord.of(study).objective or DEFAULT_OBJECTIVE
     confirmation = stored_confirmation(study)
     best, front = _choose(study, complete, feasible, confirmation, objective)
@@ -239,24 +266,43 @@ def best_result(study: optuna.Study, *, check: CommandCheck | None = None) -> Be
         runnable = [t for t in feasible if check.runs(TrialRecord.of(t).argv)]
         fastest = best if not check.runs(TrialRecord.of(best).argv) else _fastest_speculative(complete, feasible)
         if runnable:
-            best, front = _choose(study, complete, runnable, confirmation and confirmation.runnable_by(check),
-                                  objective)
+            best, front = _choose(
+                study, complete, runnable, confirmation and confirmation.runnable_by(check), objective
+            )
         lacking = check.lacking(TrialRecord.of(fastest).argv) if fastest not in (None, best) else ()
         if lacking:
             set_aside = SetAside(fastest, lacking, check.label, check.needs(lacking))
     reference = TrialRecord.of(best).speedup_baseline_trial  # the baseline its speedup divides by
-    baseline = (next(t for t in complete if t.number == reference) if reference is not None
-                else baseline_trial(study, Path(TrialRecord.of(best).config["target"])))
-    return BestResult(study.study_name, best, baseline, confirmation=confirmation, front=front,
-                      spec_default=spec_default_near(study, best), objective=objective, set_aside=set_aside,
-                      predicted_categories={t.number: TrialRecord.of(t).predicted["by_category"] for t in complete
-                                            if "by_category" in TrialRecord.of(t).predicted},
-                      cost=StudyRecord.of(study).cost)
+    baseline = (
+        next(t for t in complete if t.number == reference)
+        if reference is not None
+        else baseline_trial(study, Path(TrialRecord.of(best).config["target"]))
+    )
+    return BestResult(
+        study.study_name,
+        best,
+        baseline,
+        confirmation=confirmation,
+        front=front,
+        spec_default=spec_default_near(study, best),
+        objective=objective,
+        set_aside=set_aside,
+        predicted_categories={
+            t.number: TrialRecord.of(t).predicted["by_category"]
+            for t in complete
+            if "by_category" in TrialRecord.of(t).predicted
+        },
+        cost=StudyRecord.of(study).cost,
+    )
 
 
-def _choose(study: optuna.Study, complete: list[optuna.trial.FrozenTrial], eligible: list[optuna.trial.FrozenTrial],
-            confirmation: Confirmation | None, objective: str
-            ) -> tuple[optuna.trial.FrozenTrial, tuple[optuna.trial.FrozenTrial, ...]]:
+def _choose(
+    study: optuna.Study,
+    complete: list[optuna.trial.FrozenTrial],
+    eligible: list[optuna.trial.FrozenTrial],
+    confirmation: Confirmation | None,
+    objective: str,
+) -> tuple[optuna.trial.FrozenTrial, tuple[optuna.trial.FrozenTrial, ...]]:
     """The winner among `eligible` (and the pareto front it was picked on)."""
     front: tuple[optuna.trial.FrozenTrial, ...] = ()
     if len(study.directions) > 1:
@@ -267,8 +313,9 @@ def _choose(study: optuna.Study, complete: list[optuna.trial.FrozenTrial], eligi
     else:
         ranked = [t for t in eligible if drift_corrected(t, complete) is not None]
         if not ranked:
-            raise StudyNotFoundError(f"study {study.study_name!r} has no trial measured against a baseline yet: "
-                                     "run `autotune search`")
+            raise StudyNotFoundError(
+                f"study {study.study_name!r} has no trial measured against a baseline yet: run `autotune search`"
+            )
         best = max(ranked, key=lambda t: drift_corrected(t, complete))
     pick = confirmation.pick if confirmation is not None else None
     if pick is not None:  # the winner, or the plain command where nothing earned its flags there
@@ -276,8 +323,9 @@ def _choose(study: optuna.Study, complete: list[optuna.trial.FrozenTrial], eligi
     return best, front
 
 
-def _fastest_speculative(complete: list[optuna.trial.FrozenTrial],
-                         eligible: list[optuna.trial.FrozenTrial]) -> optuna.trial.FrozenTrial | None:
+def _fastest_speculative(
+    complete: list[optuna.trial.FrozenTrial], eligible: list[optuna.trial.FrozenTrial]
+) -> optuna.trial.FrozenTrial | None:
     """The eligible speculative trial with the highest drift-corrected speedup in the study."""
     ranked = [t for t in eligible if not is_baseline(t) and drift_corrected(t, complete) is not None]
     return max(ranked, key=lambda t: drift_corrected(t, complete), default=None)
@@ -319,7 +367,8 @@ def trial_rows(study: optuna.Study) -> list[dict]:
                 # where the raced speedup should fall, under the family's error sd (90 %, both sides)
                 "predicted_band": record.predicted.get("speedup_band"),
                 "prediction_error": _error(record.predicted.get("speedup"), measured["speedup"])
-                if record.predicted and record.role is None else None,
+                if record.predicted and record.role is None
+                else None,
                 "family": family_of(record.spec_type),
                 "fail_reason": record.fail_reason,
                 "wall_s": record.wall_s,

@@ -18,8 +18,9 @@ optuna.logging.set_verbosity(optuna.logging.ERROR)  # the reporter shows failed 
 CONCURRENCY_MARK = "#np"
 
 
-def study_name(model: str, hardware: str, engine: str, version: int | None = None, objective: str = "decode",
-               concurrency: int = 1) -> str:
+def study_name(
+    model: str, hardware: str, engine: str, version: int | None = None, objective: str = "decode", concurrency: int = 1
+) -> str:
     """`<model>@<hardware-key>:<engine>`, `+<objective>` when it is not decode, `#np<N>` for N concurrent
     streams (`--concurrency N` above 1), and `/v<N>` for the N-th run (a predicted search or a nightly
     version, autotune.study.runs): figures of two engines, machines, objectives, loads or sets of model
@@ -63,12 +64,18 @@ def studies_of_model(storage: optuna.storages.BaseStorage, model: str) -> list[s
     )
 
 
-def study_kinds(storage: optuna.storages.BaseStorage, model: str, hardware: str,
-                concurrency: int | None = 1) -> list[tuple[str, str]]:
+def study_kinds(
+    storage: optuna.storages.BaseStorage, model: str, hardware: str, concurrency: int | None = 1
+) -> list[tuple[str, str]]:
     """The (engine, objective) pairs that have a study of `model` on `hardware` at `concurrency`
     streams (None: at any), whatever their version."""
-    return sorted({(engine, objective) for engine, objective, level in study_levels(storage, model, hardware)
-                   if concurrency in (None, level)})
+    return sorted(
+        {
+            (engine, objective)
+            for engine, objective, level in study_levels(storage, model, hardware)
+            if concurrency in (None, level)
+        }
+    )
 
 
 def study_levels(storage: optuna.storages.BaseStorage, model: str, hardware: str) -> list[tuple[str, str, int]]:
@@ -78,7 +85,7 @@ def study_levels(storage: optuna.storages.BaseStorage, model: str, hardware: str
     for summary in optuna.get_all_study_summaries(storage, include_best_trial=False):
         name = summary.study_name
         if name.startswith(prefix):
-            kinds.add(parse_kind(name[len(prefix):]))
+            kinds.add(parse_kind(name[len(prefix) :]))
     return sorted(kinds)
 
 
@@ -86,9 +93,16 @@ def study_names(storage: optuna.storages.BaseStorage) -> set[str]:
     return {s.study_name for s in optuna.get_all_study_summaries(storage, include_best_trial=False)}
 
 
-def open_study_of(model: str, *, hardware: str | None = None, engine: str | None = None,
-                  storage_url: str | None = None, objective: str | None = None,
-                  concurrency: int | None = None, run: int | None = None) -> optuna.Study:
+def open_study_of(
+    model: str,
+    *,
+    hardware: str | None = None,
+    engine: str | None = None,
+    storage_url: str | None = None,
+    objective: str | None = None,
+    concurrency: int | None = None,
+    run: int | None = None,
+) -> optuna.Study:
     """The study of `model` on `hardware` (this machine's by default) that answers: its newest run whose
     race finished (autotune.study.runs), or run number `run`. With `engine`, `objective` or `concurrency`
     unset, the one study that exists for them; several are a UsageError naming the flags that pick each."""
@@ -101,16 +115,26 @@ def open_study_of(model: str, *, hardware: str | None = None, engine: str | None
 
     if engine is not None and objective is not None and concurrency is not None:
         return answering(engine, objective, concurrency)
-    found = [s for s in study_levels(storage, model, hardware)
-             if engine in (None, s[0]) and objective in (None, s[1]) and concurrency in (None, s[2])]
+    found = [
+        s
+        for s in study_levels(storage, model, hardware)
+        if engine in (None, s[0]) and objective in (None, s[1]) and concurrency in (None, s[2])
+    ]
     if len(found) == 1:
         return answering(*found[0])
     if not found:
-        wanted = study_name(model, hardware, engine or DEFAULT_ENGINE, objective=objective or DEFAULT_OBJECTIVE,
-                            concurrency=concurrency or 1)
+        wanted = study_name(
+            model,
+            hardware,
+            engine or DEFAULT_ENGINE,
+            objective=objective or DEFAULT_OBJECTIVE,
+            concurrency=concurrency or 1,
+        )
         return load_study(storage, wanted)  # raises StudyNotFoundError listing what is there
-    choices = "; ".join(f"--engine {e} --objective {o}" + (f" --concurrency {n}" if len({f[2] for f in found}) > 1 else "")
-                        for e, o, n in found)
+    choices = "; ".join(
+        f"--engine {e} --objective {o}" + (f" --concurrency {n}" if len({f[2] for f in found}) > 1 else "")
+        for e, o, n in found
+    )
     raise UsageError(f"{model} has {len(found)} studies on {hardware}: pick one with {choices}")
 
 
@@ -118,6 +142,10 @@ def prune_model_runs(model: str, *, hardware: str | None, storage_url: str | Non
     """`prune_runs` on every study of `model` on `hardware` (this machine's by default); returns what went."""
     storage = open_storage(resolve_storage_url(storage_url))
     hardware = hardware or hardware_key()
-    return [run for engine, objective, level in study_levels(storage, model, hardware)
-            for run in prune_runs(storage, study_name(model, hardware, engine, objective=objective,
-                                                      concurrency=level), keep=keep)]
+    return [
+        run
+        for engine, objective, level in study_levels(storage, model, hardware)
+        for run in prune_runs(
+            storage, study_name(model, hardware, engine, objective=objective, concurrency=level), keep=keep
+        )
+    ]

@@ -42,9 +42,14 @@ OBJECTIVES: dict[str, Objective] = {
     "decode": Objective("decode", ("maximize",), lambda m: [m.mix_tok_s]),
     "e2e": Objective("e2e", ("maximize",), lambda m: [m.e2e_tok_s], lambda r: r.e2e_tok_s),
     "pareto": Objective("pareto", ("maximize", "maximize"), lambda m: [m.mix_tok_s, m.prompt_tok_s]),
-    "throughput": Objective("throughput", ("maximize",), lambda m: [m.aggregate_tok_s], prunable=False,
-                            confirm_figure="aggregate_tok_s"),
-    "pareto-throughput": Objective("pareto-throughput", ("maximize", "maximize"),
-                                   lambda m: [m.aggregate_tok_s, m.per_stream_tok_s], pick_figure="aggregate_tok_s"),
+    "throughput": Objective(
+        "throughput", ("maximize",), lambda m: [m.aggregate_tok_s], prunable=False, confirm_figure="aggregate_tok_s"
+    ),
+    "pareto-throughput": Objective(
+        "pareto-throughput",
+        ("maximize", "maximize"),
+        lambda m: [m.aggregate_tok_s, m.per_stream_tok_s],
+        pick_figure="aggregate_tok_s",
+    ),
 }
 DEFAULT_OBJECTIVE = "decode"

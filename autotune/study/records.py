@@ -39,7 +39,9 @@ class TrialRecord:
     drift_check: bool = False  # a reference re-measured between search trials (not counted)
     requeued_from: int | None = None  # the trial of a dead worker this one measures again
     # -- what ran
-    config: dict = field(default_factory=dict)  # config_attrs(SpecConfig): what was measured (the asked params and the fixed ones)
+    config: dict = field(
+        default_factory=dict
+    )  # config_attrs(SpecConfig): what was measured (the asked params and the fixed ones)
     argv: list = field(default_factory=list)  # the llama-server command it prints
     engine: str | None = None
     llama_cpp_build: str | None = None
@@ -122,7 +124,9 @@ class StudyRecord:
     file_hashes: dict = field(default_factory=dict)  # a nightly version's files
     confirmation: dict | None = None  # Confirmation.as_dict() of the last confirmation (or race)
     prediction: dict = field(default_factory=dict)  # a predicted study's trajectories, costs and calibration
-    cost: dict = field(default_factory=dict)  # Ledger.as_dict(): what the search cost per phase (autotune.measure.ledger)
+    cost: dict = field(
+        default_factory=dict
+    )  # Ledger.as_dict(): what the search cost per phase (autotune.measure.ledger)
     space: str | None = None  # a predicted run's search space, its digest (autotune.search.answered)
 
     @classmethod
@@ -173,4 +177,6 @@ def config_attrs(config: SpecConfig) -> dict:
 def config_from_attrs(attrs: dict) -> SpecConfig:
     """The SpecConfig a trial's `config` attribute (or a preset's params) describes."""
     draft = Path(attrs["draft"]) if attrs["draft"] else None
-    return SpecConfig(Path(attrs["target"]), attrs["spec_type"], draft, attrs["params"], runtime=attrs.get("runtime", {}))
+    return SpecConfig(
+        Path(attrs["target"]), attrs["spec_type"], draft, attrs["params"], runtime=attrs.get("runtime", {})
+    )

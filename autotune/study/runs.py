@@ -42,8 +42,14 @@ def runs_of(storage: optuna.storages.BaseStorage, base: str) -> list[Run]:
         number = run_number(summary.study_name, base)
         if number is not None:
             race = summary.user_attrs.get("confirmation")
-            found.append(Run(summary.study_name, number, race is not None and race.get("ended") != STOPPED,
-                             summary.datetime_start))
+            found.append(
+                Run(
+                    summary.study_name,
+                    number,
+                    race is not None and race.get("ended") != STOPPED,
+                    summary.datetime_start,
+                )
+            )
     return sorted(found, key=lambda run: run.number)
 
 
@@ -51,7 +57,7 @@ def run_number(name: str, base: str) -> int | None:
     """1 where `name` is `base`, N where it is `base/vN`, else None."""
     if name == base:
         return 1
-    suffix = name[len(base) + 2:] if name.startswith(base + "/v") else ""
+    suffix = name[len(base) + 2 :] if name.startswith(base + "/v") else ""
     return int(suffix) if suffix.isdigit() else None
 
 

@@ -78,8 +78,10 @@ def counted_trials(study: optuna.Study) -> int:
     trials = study.get_trials(deepcopy=False)
     records = {t.number: TrialRecord.of(t) for t in trials}
     requeued = {r.requeued_from for r in records.values() if r.requeued_from is not None}
-    return sum(t.state in FINISHED and is_counted(t) and not records[t.number].interrupted
-               and t.number not in requeued for t in trials)
+    return sum(
+        t.state in FINISHED and is_counted(t) and not records[t.number].interrupted and t.number not in requeued
+        for t in trials
+    )
 
 
 def drift_corrected(trial: optuna.trial.FrozenTrial, complete: list[optuna.trial.FrozenTrial]) -> float | None:

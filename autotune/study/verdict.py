@@ -87,13 +87,26 @@ class ConfirmedConfig:
 
     def as_json(self) -> dict:
         """What `best --json` says of an entrant."""
-        return {"label": self.label, "role": self.role, "trial": self.trial, "family": self.family,
-                "speedup": self.speedup, "speedup_ci": None if self.speedup_ci is None else list(self.speedup_ci),
-                "speedup_ci_level": self.speedup_ci_level, "speedup_at_decision": self.speedup_at_decision,
-                "ceiling": self.ceiling, "decided_by": self.decided_by,
-                "replication_ci": None if self.replication_ci is None else list(self.replication_ci),
-                "p_value": self.p_value, "significant": self.significant, "rounds": self.rounds,
-                "prompts": self.prompts, "tok_s": self.mean_tok_s, "dropped": self.dropped, "failure": self.failure}
+        return {
+            "label": self.label,
+            "role": self.role,
+            "trial": self.trial,
+            "family": self.family,
+            "speedup": self.speedup,
+            "speedup_ci": None if self.speedup_ci is None else list(self.speedup_ci),
+            "speedup_ci_level": self.speedup_ci_level,
+            "speedup_at_decision": self.speedup_at_decision,
+            "ceiling": self.ceiling,
+            "decided_by": self.decided_by,
+            "replication_ci": None if self.replication_ci is None else list(self.replication_ci),
+            "p_value": self.p_value,
+            "significant": self.significant,
+            "rounds": self.rounds,
+            "prompts": self.prompts,
+            "tok_s": self.mean_tok_s,
+            "dropped": self.dropped,
+            "failure": self.failure,
+        }
 
 
 @dataclass(frozen=True)
@@ -121,7 +134,9 @@ class Confirmation:
     alpha: float = ALPHA
     void_rounds: list[str] = field(default_factory=list)  # each round set aside because its control moved, and why
     within_reach: list[str] = field(default_factory=list)  # where the budget ended first: rivals still within 2 %
-    budget_cap: str = RACE_BUDGET_CAP  # what set the race's budget (one of BUDGET_CAPS): the CLI names what races longer
+    budget_cap: str = (
+        RACE_BUDGET_CAP  # what set the race's budget (one of BUDGET_CAPS): the CLI names what races longer
+    )
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -132,18 +147,28 @@ class Confirmation:
             row = dict(row)
             interval = row.pop("speedup_ci95", None) or row.get("speedup_ci")  # speedup_ci95: before anytime bounds
             replication = row.get("replication_ci")
-            return ConfirmedConfig(**{**row, "ci95": tuple(row["ci95"]),
-                                      "speedup_ci": None if interval is None else tuple(interval),
-                                      "replication_ci": None if replication is None else tuple(replication)})
+            return ConfirmedConfig(
+                **{
+                    **row,
+                    "ci95": tuple(row["ci95"]),
+                    "speedup_ci": None if interval is None else tuple(interval),
+                    "replication_ci": None if replication is None else tuple(replication),
+                }
+            )
 
         data = {k: v for k, v in data.items() if k != "planned_rounds"}  # races before anytime bounds planned looks
         data = dict(data)
         if "budget_option" in data:
             data["budget_cap"] = _OPTION_CAPS.get(data.pop("budget_option"), RACE_BUDGET_CAP)
-        return cls(**{**data, "baselines": [config(c) for c in data["baselines"]],
-                      "configs": [config(c) for c in data["configs"]],
-                      "spec_defaults": [config(c) for c in data.get("spec_defaults", [])],
-                      "controls": [config(c) for c in data.get("controls", [])]})
+        return cls(
+            **{
+                **data,
+                "baselines": [config(c) for c in data["baselines"]],
+                "configs": [config(c) for c in data["configs"]],
+                "spec_defaults": [config(c) for c in data.get("spec_defaults", [])],
+                "controls": [config(c) for c in data.get("controls", [])],
+            }
+        )
 
     @property
     def rows(self) -> list[ConfirmedConfig]:
@@ -158,8 +183,11 @@ class Confirmation:
 
     def units(self, row: ConfirmedConfig) -> Units:
         """`row`'s units, each with the prompt of the mix it ran."""
-        return Units.of(row.decode_ms, row.tokens, [self.orders[k][:len(r)] if k < len(self.orders)
-                                                    else range(len(r)) for k, r in enumerate(row.decode_ms)])
+        return Units.of(
+            row.decode_ms,
+            row.tokens,
+            [self.orders[k][: len(r)] if k < len(self.orders) else range(len(r)) for k, r in enumerate(row.decode_ms)],
+        )
 
     def versus(self, row: ConfirmedConfig, reference: ConfirmedConfig) -> Speedup:
         """`row`'s paired speedup over `reference` on the units both ran."""
@@ -177,16 +205,26 @@ class Confirmation:
     def by_category(self, row: ConfirmedConfig) -> dict[str, Speedup]:
         """`row`'s paired speedup over its baseline on the prompts of each category of the mix (none where
         the race did not time prompts one by one: several streams at once)."""
-        if not row.decode_ms or not self.categories or row.concurrency > 1 or self.pairing != "prompt" \
-                and any(len(times) != len(self.categories) for times in row.decode_ms):
+        if (
+            not row.decode_ms
+            or not self.categories
+            or row.concurrency > 1
+            or self.pairing != "prompt"
+            and any(len(times) != len(self.categories) for times in row.decode_ms)
+        ):
             return {}
         baseline = self.baseline_of(row)
         groups: dict[str, list[int]] = {}
         for index, category in enumerate(self.categories):
             groups.setdefault(category, []).append(index)
-        speedups = {category: paired_speedup(self.units(baseline).columns(indices), self.units(row).columns(indices),
-                                             pair_by_unit=self.pairing == "prompt")
-                    for category, indices in groups.items()}
+        speedups = {
+            category: paired_speedup(
+                self.units(baseline).columns(indices),
+                self.units(row).columns(indices),
+                pair_by_unit=self.pairing == "prompt",
+            )
+            for category, indices in groups.items()
+        }
         return {category: s for category, s in speedups.items() if s.ratio > 0}
 
     def speedup_vs_spec_default(self, row: ConfirmedConfig) -> float | None:
@@ -217,8 +255,11 @@ class Confirmation:
 
     def runnable_by(self, check: CommandCheck) -> "Confirmation":
         """This confirmation without the rows whose command `check`'s llama-server cannot run."""
-        return replace(self, configs=[c for c in self.configs if check.runs(c.argv)],
-                       spec_defaults=[c for c in self.spec_defaults if check.runs(c.argv)])
+        return replace(
+            self,
+            configs=[c for c in self.configs if check.runs(c.argv)],
+            spec_defaults=[c for c in self.spec_defaults if check.runs(c.argv)],
+        )
 
     def _measured(self) -> list[ConfirmedConfig]:
         return [c for c in self.configs + self.spec_defaults if c.failure is None and c.speedup is not None]

@@ -23,7 +23,10 @@ from typing import Iterator
 
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome")
 CHROMIUM_ARGS = (
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
     "--host-resolver-rules=MAP * ~NOTFOUND",  # no name resolves: offline for real
 )
 START_TIMEOUT_S = 20
@@ -79,8 +82,11 @@ class Browser:
 
     def screenshot(self, path: Path) -> Path:
         """The whole page, not only the window, as a PNG (Chrome DevTools' captureBeyondViewport)."""
-        shot = _call("POST", f"{self._session}/goog/cdp/execute",
-                     {"cmd": "Page.captureScreenshot", "params": {"format": "png", "captureBeyondViewport": True}})
+        shot = _call(
+            "POST",
+            f"{self._session}/goog/cdp/execute",
+            {"cmd": "Page.captureScreenshot", "params": {"format": "png", "captureBeyondViewport": True}},
+        )
         path.write_bytes(base64.b64decode(shot["data"]))
         return path
 
@@ -99,11 +105,13 @@ def headless_chromium(user_data_dir: Path, *, window: tuple[int, int] = (1400, 1
     try:
         _wait_until_up(base_url, driver)
         args = [*CHROMIUM_ARGS, f"--user-data-dir={user_data_dir}", f"--window-size={window[0]},{window[1]}"]
-        capabilities = {"alwaysMatch": {
-            "browserName": "chrome",
-            "goog:chromeOptions": {"binary": browser_path, "args": args},
-            "goog:loggingPrefs": {"browser": "ALL", "performance": "ALL"},
-        }}
+        capabilities = {
+            "alwaysMatch": {
+                "browserName": "chrome",
+                "goog:chromeOptions": {"binary": browser_path, "args": args},
+                "goog:loggingPrefs": {"browser": "ALL", "performance": "ALL"},
+            }
+        }
         session_id = _call("POST", f"{base_url}/session", {"capabilities": capabilities})["sessionId"]
         yield Browser(base_url, session_id)
     finally:

@@ -25,7 +25,9 @@ def failed_under_ci(report) -> None:
         return
     reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
     report.outcome = "failed"
-    report.longrepr = f"skipped under CI ({CI_ENV}={os.environ[CI_ENV]}): {reason}; CI must provide what this test needs"
+    report.longrepr = (
+        f"skipped under CI ({CI_ENV}={os.environ[CI_ENV]}): {reason}; CI must provide what this test needs"
+    )
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -26,8 +26,11 @@ SANDY_BRIDGE = (
 
 def write_cpuinfo(folder: Path, flags: str, processors: int = 2) -> Path:
     """A /proc/cpuinfo text of `processors` identical processors with this flags line."""
-    blocks = [f"processor\t: {i}\nvendor_id\t: GenuineIntel\nmodel name\t: Stand-in CPU\nflags\t\t: {flags}\n"
-              f"bugs\t\t: spectre_v1\n" for i in range(processors)]
+    blocks = [
+        f"processor\t: {i}\nvendor_id\t: GenuineIntel\nmodel name\t: Stand-in CPU\nflags\t\t: {flags}\n"
+        f"bugs\t\t: spectre_v1\n"
+        for i in range(processors)
+    ]
     path = folder / "cpuinfo"
     path.write_text("\n".join(blocks))
     return path

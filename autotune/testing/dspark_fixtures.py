@@ -21,8 +21,16 @@ import numpy as np
 from autotune.measure.prompts import Prompt, PromptMix
 from autotune.testing import tiny_gguf
 
-__all__ = ["MIX", "QWEN3_VOCAB", "TRAINING_TEXTS", "greedy_continuations", "bigram_table", "require_dspark_symbols",
-           "write_bigram_dspark_draft", "write_qwen3_pair"]
+__all__ = [
+    "MIX",
+    "QWEN3_VOCAB",
+    "TRAINING_TEXTS",
+    "greedy_continuations",
+    "bigram_table",
+    "require_dspark_symbols",
+    "write_bigram_dspark_draft",
+    "write_qwen3_pair",
+]
 
 MIX = PromptMix(
     "test",
@@ -127,8 +135,15 @@ def write_bigram_dspark_draft(
 QWEN3_VOCAB = 151_936
 
 
-def write_qwen3_pair(root: str | Path, *, vocab_size: int = QWEN3_VOCAB, n_embd: int = 64, markov_rank: int = 8,
-                     block_size: int = 8, ctx: int = 2048) -> dict[str, Path]:
+def write_qwen3_pair(
+    root: str | Path,
+    *,
+    vocab_size: int = QWEN3_VOCAB,
+    n_embd: int = 64,
+    markov_rank: int = 8,
+    block_size: int = 8,
+    ctx: int = 2048,
+) -> dict[str, Path]:
     """A qwen3 target with a real model's vocabulary and every kind of draft for it, as files under
     `root`: "target", "draft" (draft-simple: another qwen3 of the same vocabulary), "dspark" (with a
     Markov head of rank `markov_rank`) and "dflash" (the same draft without one). Random weights: the
@@ -137,9 +152,13 @@ def write_qwen3_pair(root: str | Path, *, vocab_size: int = QWEN3_VOCAB, n_embd:
     target = tiny_gguf.write_qwen3_target(root / "target.gguf", vocab_size=vocab_size, n_embd=n_embd, ctx=ctx)
     return {
         "target": target,
-        "draft": tiny_gguf.write_qwen3_target(root / "draft.gguf", vocab_size=vocab_size, n_embd=n_embd, ctx=ctx, seed=1),
-        "dspark": tiny_gguf.write_dspark_draft(root / "dspark.gguf", target_path=target, markov_rank=markov_rank,
-                                               block_size=block_size),
-        "dflash": tiny_gguf.write_dspark_draft(root / "dflash.gguf", target_path=target, markov_rank=0,
-                                               block_size=block_size),
+        "draft": tiny_gguf.write_qwen3_target(
+            root / "draft.gguf", vocab_size=vocab_size, n_embd=n_embd, ctx=ctx, seed=1
+        ),
+        "dspark": tiny_gguf.write_dspark_draft(
+            root / "dspark.gguf", target_path=target, markov_rank=markov_rank, block_size=block_size
+        ),
+        "dflash": tiny_gguf.write_dspark_draft(
+            root / "dflash.gguf", target_path=target, markov_rank=0, block_size=block_size
+        ),
     }

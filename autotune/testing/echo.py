@@ -14,7 +14,7 @@ RUN_WORDS = 8
 
 
 def _runs(words: list[str], n: int) -> list[tuple[str, ...]]:
-    return [tuple(words[i:i + n]) for i in range(len(words) - n + 1)]
+    return [tuple(words[i : i + n]) for i in range(len(words) - n + 1)]
 
 
 def _words(text: str) -> list[str]:

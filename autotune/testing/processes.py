@@ -86,8 +86,9 @@ def start_autotune(args: list[str], *, env: dict, sigint: str = "default", **pop
     autotune is exec'd in the same process, which keeps them."""
     if sigint not in ("default", "ignore"):
         raise ValueError(f"sigint must be 'default' or 'ignore', not {sigint!r}")
-    return subprocess.Popen([sys.executable, "-c", _EXEC_AUTOTUNE, sigint, *args], env=env, text=True,
-                            start_new_session=True, **popen)
+    return subprocess.Popen(
+        [sys.executable, "-c", _EXEC_AUTOTUNE, sigint, *args], env=env, text=True, start_new_session=True, **popen
+    )
 
 
 def process_ids_named(name: str, *, containing: str) -> list[int]:
@@ -144,6 +145,7 @@ class LineLog:
 
 def start_logged(args: list[str]) -> tuple[subprocess.Popen, LineLog]:
     """`python -m autotune ARGS` as `start_autotune` starts it, unbuffered, with its stderr read line by line."""
-    process = start_autotune(args, env={**os.environ, "PYTHONUNBUFFERED": "1"}, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE)
+    process = start_autotune(
+        args, env={**os.environ, "PYTHONUNBUFFERED": "1"}, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
     return process, LineLog(process.stderr)

@@ -12,24 +12,47 @@ from autotune.study.verdict import ConfirmedConfig
 TOKENS = 47  # decode tokens of every prompt
 
 
-def raced_row(label: str, role: str, decode_ms: list[list[float]], *, baseline_ms: list[list[float]] | None = None,
-              trial: int | None = None, target: str = "t.gguf", argv: list[str] | None = None,
-              significant: bool = False) -> ConfirmedConfig:
+def raced_row(
+    label: str,
+    role: str,
+    decode_ms: list[list[float]],
+    *,
+    baseline_ms: list[list[float]] | None = None,
+    trial: int | None = None,
+    target: str = "t.gguf",
+    argv: list[str] | None = None,
+    significant: bool = False,
+) -> ConfirmedConfig:
     """A row whose units are `decode_ms` (per round, per prompt; TOKENS tokens each), paired prompt by
     prompt with `baseline_ms` for its speedup, interval and p-value (none for a baseline)."""
     tokens = [[TOKENS] * len(r) for r in decode_ms]
     samples = [TOKENS * len(r) * 1000.0 / sum(r) for r in decode_ms]
     speedup = None
     if baseline_ms is not None:
-        speedup = paired_speedup(Units.of(baseline_ms, [[TOKENS] * len(r) for r in baseline_ms]),
-                                 Units.of(decode_ms, tokens), pair_by_unit=True)
+        speedup = paired_speedup(
+            Units.of(baseline_ms, [[TOKENS] * len(r) for r in baseline_ms]),
+            Units.of(decode_ms, tokens),
+            pair_by_unit=True,
+        )
     mean = float(np.mean(samples))
     return ConfirmedConfig(
-        label=label, role=role, trial=trial, target=target, argv=argv or [label], samples=samples, mean_tok_s=mean,
-        ci95=ci95(samples) or (mean, mean), p_value=None if speedup is None else speedup.p_faster(1 + MIN_EFFECT),
+        label=label,
+        role=role,
+        trial=trial,
+        target=target,
+        argv=argv or [label],
+        samples=samples,
+        mean_tok_s=mean,
+        ci95=ci95(samples) or (mean, mean),
+        p_value=None if speedup is None else speedup.p_faster(1 + MIN_EFFECT),
         speedup=None if speedup is None else round(speedup.ratio, 4),
-        speedup_ci=None if speedup is None else speedup.interval(), significant=significant,
-        rounds=len(decode_ms), prompts=len(decode_ms[0]), decode_ms=decode_ms, tokens=tokens)
+        speedup_ci=None if speedup is None else speedup.interval(),
+        significant=significant,
+        rounds=len(decode_ms),
+        prompts=len(decode_ms[0]),
+        decode_ms=decode_ms,
+        tokens=tokens,
+    )
 
 
 def scaled(decode_ms: list[list[float]], factor: float, jitter: float = 0.0, seed: int = 0) -> list[list[float]]:

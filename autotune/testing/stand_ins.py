@@ -21,8 +21,9 @@ from autotune.hardware import NVIDIA_SMI_ARGS
 PASSED_THROUGH = ("--help", "-h", "--usage", "--version", "--list-devices")
 
 
-def stand_in_llama_server(folder: Path, real: str, *, dies_of: str | None = None,
-                          devices: Sequence[str] | None = None) -> Path:
+def stand_in_llama_server(
+    folder: Path, real: str, *, dies_of: str | None = None, devices: Sequence[str] | None = None
+) -> Path:
     """Write `folder/llama-server`: `real` with the changes above. `dies_of`: a signal name without SIG
     (`ILL`, `SEGV`, `BUS`, `FPE`) it kills itself with on start; `devices`: the lines `--list-devices`
     prints, as llama-server prints them (`CUDA0: NVIDIA H200 (143771 MiB, 142000 MiB free)`)."""
@@ -32,10 +33,10 @@ def stand_in_llama_server(folder: Path, real: str, *, dies_of: str | None = None
     if devices is not None:
         listed = " ".join(shlex.quote(f"  {device}") for device in devices)
         lines.append(f"if [ \"$1\" = --list-devices ]; then printf '%s\\n' 'Available devices:' {listed}; exit 0; fi")
-    lines.append(f"case \"$1\" in {'|'.join(PASSED_THROUGH)}) exec {shlex.quote(real)} \"$@\" ;; esac")
+    lines.append(f'case "$1" in {"|".join(PASSED_THROUGH)}) exec {shlex.quote(real)} "$@" ;; esac')
     if dies_of is not None:
         lines.append(f"kill -{dies_of} $$")
-    lines.append(f"exec {shlex.quote(real)} \"$@\"")
+    lines.append(f'exec {shlex.quote(real)} "$@"')
     path = folder / "llama-server"
     path.write_text("\n".join(lines) + "\n")
     path.chmod(0o755)
@@ -45,11 +46,13 @@ def stand_in_llama_server(folder: Path, real: str, *, dies_of: str | None = None
 def stand_in_nvidia_smi(folder: Path, gpus: Sequence[tuple[str, int]]) -> Path:
     """Write `folder/nvidia-smi` answering autotune's GPU query with these (name, memory in MiB) GPUs,
     numbered from 0 (put `folder` first on PATH); any other query fails."""
-    rows = "".join(f"{i}, GPU-{i}f00d-{name.replace(' ', '-')}, {name}, {mib}, 570.124.06\n"
-                   for i, (name, mib) in enumerate(gpus))
+    rows = "".join(
+        f"{i}, GPU-{i}f00d-{name.replace(' ', '-')}, {name}, {mib}, 570.124.06\n" for i, (name, mib) in enumerate(gpus)
+    )
     query = shlex.quote(" ".join(NVIDIA_SMI_ARGS))
     path = folder / "nvidia-smi"
-    path.write_text(f"#!/bin/sh\n[ \"$*\" = {query} ] || {{ echo \"unexpected query: $*\" >&2; "
-                    f"exit 6; }}\ncat <<'EOF'\n{rows}EOF\n")
+    path.write_text(
+        f'#!/bin/sh\n[ "$*" = {query} ] || {{ echo "unexpected query: $*" >&2; exit 6; }}\ncat <<\'EOF\'\n{rows}EOF\n'
+    )
     path.chmod(0o755)
     return path

@@ -46,8 +46,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-import numpy as np
 import gguf
+import numpy as np
 
 __all__ = [
     "TINY_SPACE",
@@ -75,8 +75,13 @@ TINY_SPEC_TYPES: dict[str, dict[str, tuple[int, int]]] = {
 }
 
 
-def tiny_space(draft: str = "tiny-draft.gguf", *, spec_types: dict[str, dict[str, tuple[int, int]]] | None = None,
-               base_flags: str | None = None, extra: str = "") -> str:
+def tiny_space(
+    draft: str = "tiny-draft.gguf",
+    *,
+    spec_types: dict[str, dict[str, tuple[int, int]]] | None = None,
+    base_flags: str | None = None,
+    extra: str = "",
+) -> str:
     """The TOML of a search space over the models the tests write here (tiny-target.gguf and `draft`):
     TINY_SPEC_TYPES, or `spec_types` in their place; `base_flags` (a TOML list) under [model], `extra`
     (a [runtime] table) at the end."""
@@ -84,7 +89,11 @@ def tiny_space(draft: str = "tiny-draft.gguf", *, spec_types: dict[str, dict[str
     if base_flags:
         lines.append(f"base_flags = {base_flags}")
     for spec_type, params in (TINY_SPEC_TYPES if spec_types is None else spec_types).items():
-        lines += ["", f"[spec_types.{spec_type}]", *(f"{name} = [{low}, {high}]" for name, (low, high) in params.items())]
+        lines += [
+            "",
+            f"[spec_types.{spec_type}]",
+            *(f"{name} = [{low}, {high}]" for name, (low, high) in params.items()),
+        ]
     if extra:
         lines += ["", extra]
     return "\n" + "\n".join(lines) + "\n"
@@ -100,9 +109,9 @@ _RMS_EPS = 1e-6
 _ROPE_FREQ_BASE = 1_000_000.0
 
 # Standard deviations of the random weights (see module docstring).
-_EMBD_STD = 1.0      # token embeddings
-_PROJ_STD = 0.1      # attention / FFN / fc / markov matrices
-_OUTPUT_STD = 1.0    # lm head: logits ~ N(0, n_embd) after the RMS norm
+_EMBD_STD = 1.0  # token embeddings
+_PROJ_STD = 0.1  # attention / FFN / fc / markov matrices
+_OUTPUT_STD = 1.0  # lm head: logits ~ N(0, n_embd) after the RMS norm
 
 
 @dataclass(frozen=True)
@@ -254,8 +263,9 @@ def _check_heads(n_embd: int, n_head: int, n_head_kv: int) -> int:
     return head_dim
 
 
-def _add_attn_ffn_layer(w: gguf.GGUFWriter, rnd: _Weights, i: int, *, n_embd: int, n_head: int,
-                        n_head_kv: int, head_dim: int, n_ff: int) -> None:
+def _add_attn_ffn_layer(
+    w: gguf.GGUFWriter, rnd: _Weights, i: int, *, n_embd: int, n_head: int, n_head_kv: int, head_dim: int, n_ff: int
+) -> None:
     """Qwen3-style block tensors (also the layout of a DFlash decoder layer)."""
     p = f"blk.{i}"
     w.add_tensor(f"{p}.attn_norm.weight", rnd.ones(n_embd))
@@ -271,9 +281,18 @@ def _add_attn_ffn_layer(w: gguf.GGUFWriter, rnd: _Weights, i: int, *, n_embd: in
     w.add_tensor(f"{p}.ffn_down.weight", rnd.normal((n_embd, n_ff), _PROJ_STD))
 
 
-def _add_common_hparams(w: gguf.GGUFWriter, *, ctx: int, n_embd: int, n_layers: int, n_ff: int,
-                        n_head: int, n_head_kv: int, head_dim: int,
-                        file_type: gguf.LlamaFileType = gguf.LlamaFileType.ALL_F32) -> None:
+def _add_common_hparams(
+    w: gguf.GGUFWriter,
+    *,
+    ctx: int,
+    n_embd: int,
+    n_layers: int,
+    n_ff: int,
+    n_head: int,
+    n_head_kv: int,
+    head_dim: int,
+    file_type: gguf.LlamaFileType = gguf.LlamaFileType.ALL_F32,
+) -> None:
     w.add_context_length(ctx)
     w.add_embedding_length(n_embd)
     w.add_block_count(n_layers)
@@ -327,16 +346,16 @@ def write_qwen3_target(
 
     w = gguf.GGUFWriter(str(path), "qwen3")
     w.add_name(f"tiny-qwen3-{tokenizer_variant}-s{seed}")
-    _add_common_hparams(w, ctx=ctx, n_embd=n_embd, n_layers=n_layers, n_ff=n_ff,
-                        n_head=n_head, n_head_kv=n_head_kv, head_dim=head_dim)
+    _add_common_hparams(
+        w, ctx=ctx, n_embd=n_embd, n_layers=n_layers, n_ff=n_ff, n_head=n_head, n_head_kv=n_head_kv, head_dim=head_dim
+    )
     _add_tokenizer(w, tok)
     if chat_template is not None:
         w.add_chat_template(chat_template)
 
     w.add_tensor("token_embd.weight", rnd.normal((vocab_size, n_embd), _EMBD_STD))
     for i in range(n_layers):
-        _add_attn_ffn_layer(w, rnd, i, n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv,
-                            head_dim=head_dim, n_ff=n_ff)
+        _add_attn_ffn_layer(w, rnd, i, n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv, head_dim=head_dim, n_ff=n_ff)
     w.add_tensor("output_norm.weight", rnd.ones(n_embd))
     output = rnd.normal((vocab_size, n_embd), _OUTPUT_STD)
     output[: len(SPECIAL_TOKENS)] = 0.0  # logit exactly 0: greedy practically never emits eos/bos/...
@@ -427,9 +446,17 @@ def write_dspark_draft(
         add = w.add_tensor
         w.add_tensor = lambda name, array: add(name, array.astype(np.float16) if array.ndim == 2 else array)
     w.add_name(f"tiny-dspark-s{seed}")
-    _add_common_hparams(w, ctx=ctx, n_embd=n_embd, n_layers=n_layers, n_ff=n_ff,
-                        n_head=n_head, n_head_kv=n_head_kv, head_dim=head_dim,
-                        file_type=gguf.LlamaFileType.MOSTLY_F16 if f16 else gguf.LlamaFileType.ALL_F32)
+    _add_common_hparams(
+        w,
+        ctx=ctx,
+        n_embd=n_embd,
+        n_layers=n_layers,
+        n_ff=n_ff,
+        n_head=n_head,
+        n_head_kv=n_head_kv,
+        head_dim=head_dim,
+        file_type=gguf.LlamaFileType.MOSTLY_F16 if f16 else gguf.LlamaFileType.ALL_F32,
+    )
     w.add_array("dflash.target_layers", target_layers)  # INT32 array
     w.add_uint32("dflash.block_size", block_size)
     w.add_bool("dflash.has_confidence_head", confidence_head)
@@ -443,8 +470,7 @@ def write_dspark_draft(
     w.add_tensor("fc.weight", rnd.normal((n_embd, n_in), _PROJ_STD))
     w.add_tensor("enc.output_norm.weight", rnd.ones(n_embd))
     for i in range(n_layers):
-        _add_attn_ffn_layer(w, rnd, i, n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv,
-                            head_dim=head_dim, n_ff=n_ff)
+        _add_attn_ffn_layer(w, rnd, i, n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv, head_dim=head_dim, n_ff=n_ff)
     w.add_tensor("output_norm.weight", rnd.ones(n_embd))
     if markov_rank:
         w.add_tensor("markov_w1.weight", rnd.normal((vocab_size, markov_rank), _PROJ_STD))

@@ -6,8 +6,7 @@ import tempfile
 from pathlib import Path
 
 from autotune.measure.prompts import PromptMix
-from autotune.search.inputs import check_inputs, SearchInputs, SearchOptions
-from autotune.search.inputs import SearchSettings
+from autotune.search.inputs import SearchInputs, SearchOptions, SearchSettings, check_inputs
 
 MODELS_DIR = Path(tempfile.gettempdir()) / "autotune-bench-models"
 

@@ -6,9 +6,9 @@ import statistics
 
 from scipy import stats
 
-from autotune.measure.stats import ci95
 from autotune.engines.python import PythonEngine
 from autotune.engines.server import ServerEngine
+from autotune.measure.stats import ci95
 from autotune.spec.config import SpecConfig
 
 
@@ -36,21 +36,28 @@ def compare(name: str, configs: list[SpecConfig], mix, max_tokens: int, rounds: 
                 counts[(engine.name, index)] = (measured.n_drafted, measured.n_accepted)
     python.close()
     server.close()
-    print(f"\n{name}: {len(mix)} prompts x {max_tokens} tokens, {rounds} interleaved rounds, "
-          f"{python.runtime.n_threads} threads both")
-    print(f"  {'configuration':<44} {'in-process tok/s':>17} {'llama-server tok/s':>18} {'ratio':>6} "
-          f"{'speedup py':>10} {'speedup srv':>11}  drafted/accepted py | srv")
+    print(
+        f"\n{name}: {len(mix)} prompts x {max_tokens} tokens, {rounds} interleaved rounds, "
+        f"{python.runtime.n_threads} threads both"
+    )
+    print(
+        f"  {'configuration':<44} {'in-process tok/s':>17} {'llama-server tok/s':>18} {'ratio':>6} "
+        f"{'speedup py':>10} {'speedup srv':>11}  drafted/accepted py | srv"
+    )
     means = {key: statistics.mean(values) for key, values in samples.items()}
     ratios = []
     for index, config in enumerate(configs):
         ratio = means[("python", index)] / means[("server", index)]
         ratios.append(ratio)
         speedups = [means[(e, index)] / means[(e, 0)] for e in ("python", "server")]
-        print(f"  {config.describe()[:44]:<44} {mean_ci(samples[('python', index)]):>17} "
-              f"{mean_ci(samples[('server', index)]):>18} {ratio:6.3f} {speedups[0]:9.2f}x {speedups[1]:10.2f}x  "
-              f"{counts[('python', index)]} | {counts[('server', index)]}"
-              f"{'' if counts[('python', index)] == counts[('server', index)] else '  COUNTS DIFFER'}")
-    rho = stats.spearmanr([means[("python", i)] for i in range(len(configs))],
-                          [means[("server", i)] for i in range(len(configs))]).statistic
+        print(
+            f"  {config.describe()[:44]:<44} {mean_ci(samples[('python', index)]):>17} "
+            f"{mean_ci(samples[('server', index)]):>18} {ratio:6.3f} {speedups[0]:9.2f}x {speedups[1]:10.2f}x  "
+            f"{counts[('python', index)]} | {counts[('server', index)]}"
+            f"{'' if counts[('python', index)] == counts[('server', index)] else '  COUNTS DIFFER'}"
+        )
+    rho = stats.spearmanr(
+        [means[("python", i)] for i in range(len(configs))], [means[("server", i)] for i in range(len(configs))]
+    ).statistic
     print(f"  Spearman (tok/s ranks, python vs server): {rho:.3f}")
     return ratios

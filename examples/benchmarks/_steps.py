@@ -23,7 +23,6 @@ import llama_cpp
 
 from autotune.engines.dflash import bindings as dfc
 
-
 _KV_CALLS = ("llama_memory_seq_rm", "llama_memory_seq_cp", "llama_memory_seq_keep")
 
 
@@ -93,7 +92,9 @@ class StepProfile:
             start = time.perf_counter()
             status = decode(ctx, batch)
             llama_cpp.llama_synchronize(ctx)
-            self.events.append((start, time.perf_counter() - start, "decode", address(ctx), rows * 1000_000 + batch.n_tokens))
+            self.events.append(
+                (start, time.perf_counter() - start, "decode", address(ctx), rows * 1000_000 + batch.n_tokens)
+            )
             return status
 
         def timed_process(ctx, kind, batch):

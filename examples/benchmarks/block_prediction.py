@@ -36,7 +36,12 @@ from autotune.spec.config import SpecConfig
 from autotune.spec.default import spec_default_config
 from autotune.testing import tiny_gguf
 from autotune.testing.dspark_fixtures import (
-    MIX, TRAINING_TEXTS, bigram_table, greedy_continuations, write_bigram_dspark_draft, write_qwen3_pair,
+    MIX,
+    TRAINING_TEXTS,
+    bigram_table,
+    greedy_continuations,
+    write_bigram_dspark_draft,
+    write_qwen3_pair,
 )
 
 CONTEXT = 1024
@@ -68,10 +73,19 @@ def plans(candidates: list[SpecConfig]) -> list[tuple[BlockPlan, Path]]:
     out = []
     for (spec_type, draft), configs in found.items():
         trees = [c for c in configs if c.params.get("dspark_pctree")]
-        out.append((BlockPlan(spec_type, tuple(sorted({int(c.value("draft_n_max")) for c in configs})), bool(trees),
-                              any(float(c.value("draft_p_min")) > 0 for c in configs),
-                              max((int(c.value("dspark_pctree_k")) for c in trees), default=0),
-                              max((int(c.value("dspark_pctree_n")) for c in trees), default=0)), draft))
+        out.append(
+            (
+                BlockPlan(
+                    spec_type,
+                    tuple(sorted({int(c.value("draft_n_max")) for c in configs})),
+                    bool(trees),
+                    any(float(c.value("draft_p_min")) > 0 for c in configs),
+                    max((int(c.value("dspark_pctree_k")) for c in trees), default=0),
+                    max((int(c.value("dspark_pctree_n")) for c in trees), default=0),
+                ),
+                draft,
+            )
+        )
     return out
 
 
@@ -84,11 +98,24 @@ def run(label: str, files: dict[str, Path], max_tokens: int, rounds: int) -> Non
         started = time.perf_counter()
         baseline = engine.measure(SpecConfig(target), MIX, max_tokens=max_tokens)
         spec_default = engine.measure(spec_default_config(target), MIX, max_tokens=max_tokens)
-        model = measure_target(engine, target, baseline, MIX, arbiter="python", max_tokens=max_tokens,
-                               drafts=[], chain_length=3, block_drafts=plans(candidates),
-                               note=lambda text: print(f"  {text}"))
-        model.calibrate([(SpecConfig(target), [r.decode_ms for r in baseline.results]),
-                         (spec_default_config(target), [r.decode_ms for r in spec_default.results])])
+        model = measure_target(
+            engine,
+            target,
+            baseline,
+            MIX,
+            arbiter="python",
+            max_tokens=max_tokens,
+            drafts=[],
+            chain_length=3,
+            block_drafts=plans(candidates),
+            note=lambda text: print(f"  {text}"),
+        )
+        model.calibrate(
+            [
+                (SpecConfig(target), [r.decode_ms for r in baseline.results]),
+                (spec_default_config(target), [r.decode_ms for r in spec_default.results]),
+            ]
+        )
         setup_s = time.perf_counter() - started
         predictions, predict_ms = [], []
         for config in candidates:
@@ -102,13 +129,20 @@ def run(label: str, files: dict[str, Path], max_tokens: int, rounds: int) -> Non
             for index, config in enumerate(candidates):
                 measured = engine.measure(config, MIX, max_tokens=max_tokens)
                 speedups[index].append(measured.mix_tok_s / base.mix_tok_s)
-                counts[index] = (measured.n_drafted, measured.n_accepted,
-                                 sum(r.n_verify_steps for r in measured.results))
-    print(f"\n{label}: {len(MIX)} prompts x {max_tokens} tokens, {rounds} interleaved rounds in-process "
-          f"(setup {setup_s:.1f} s); calibration scale {model.calibration.scale:.3f}, "
-          f"per step {model.calibration.per_step_ms:.3f} ms")
-    print(f"  {'configuration':<44} {'replayed d/a/s':>15} {'measured d/a/s':>15} {'pred':>6} "
-          f"{'measured [95% CI]':>19} {'error':>7} {'ms':>6}")
+                counts[index] = (
+                    measured.n_drafted,
+                    measured.n_accepted,
+                    sum(r.n_verify_steps for r in measured.results),
+                )
+    print(
+        f"\n{label}: {len(MIX)} prompts x {max_tokens} tokens, {rounds} interleaved rounds in-process "
+        f"(setup {setup_s:.1f} s); calibration scale {model.calibration.scale:.3f}, "
+        f"per step {model.calibration.per_step_ms:.3f} ms"
+    )
+    print(
+        f"  {'configuration':<44} {'replayed d/a/s':>15} {'measured d/a/s':>15} {'pred':>6} "
+        f"{'measured [95% CI]':>19} {'error':>7} {'ms':>6}"
+    )
     errors, predicted, means = [], [], []
     for index, config in enumerate(candidates):
         mean = float(np.mean(speedups[index]))
@@ -120,8 +154,10 @@ def run(label: str, files: dict[str, Path], max_tokens: int, rounds: int) -> Non
         replayed = predictions[index].replay
         ours = (replayed.drafted, replayed.accepted, replayed.verify_steps)
         flag = "" if ours == counts[index] else "  COUNTS DIFFER"
-        print(f"  {config.describe()[:44]:<44} {'/'.join(map(str, ours)):>15} {'/'.join(map(str, counts[index])):>15} "
-              f"{guess:6.2f} {mean:6.2f} [{low:.2f}-{high:.2f}] {guess / mean - 1:+7.1%} {predict_ms[index]:6.1f}{flag}")
+        print(
+            f"  {config.describe()[:44]:<44} {'/'.join(map(str, ours)):>15} {'/'.join(map(str, counts[index])):>15} "
+            f"{guess:6.2f} {mean:6.2f} [{low:.2f}-{high:.2f}] {guess / mean - 1:+7.1%} {predict_ms[index]:6.1f}{flag}"
+        )
     rho = stats.spearmanr(predicted, means).statistic
     print(f"  median |error| {statistics.median(errors):.1%}, worst {max(errors):.1%}, Spearman {rho:.3f}")
 
@@ -135,12 +171,19 @@ def main() -> None:
         root = Path(tmp)
         target = tiny_gguf.write_qwen3_target(root / "tiny-target.gguf")
         successors = bigram_table(greedy_continuations(target, TRAINING_TEXTS, 64))
-        files = {"target": target, "dspark": write_bigram_dspark_draft(root / "bigram.gguf", target, successors),
-                 "dflash": tiny_gguf.write_dspark_draft(root / "dflash.gguf", target_path=target, markov_rank=0, seed=5)}
+        files = {
+            "target": target,
+            "dspark": write_bigram_dspark_draft(root / "bigram.gguf", target, successors),
+            "dflash": tiny_gguf.write_dspark_draft(root / "dflash.gguf", target_path=target, markov_rank=0, seed=5),
+        }
         run("tiny target with the bigram DSpark draft (it predicts its target)", files, args.max_tokens, args.rounds)
         (root / "pair").mkdir()
-        run("fixture pair at Qwen3's 151,936-token vocabulary (random weights: few drafts accepted)",
-            write_qwen3_pair(root / "pair", ctx=CONTEXT), args.max_tokens, args.rounds)
+        run(
+            "fixture pair at Qwen3's 151,936-token vocabulary (random weights: few drafts accepted)",
+            write_qwen3_pair(root / "pair", ctx=CONTEXT),
+            args.max_tokens,
+            args.rounds,
+        )
 
 
 if __name__ == "__main__":

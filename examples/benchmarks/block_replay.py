@@ -35,13 +35,19 @@ from pathlib import Path
 from autotune.engines.python import PythonEngine
 from autotune.measure.prompts import Prompt, PromptMix
 from autotune.predict.block_drafts import BlockDraft, BlockPlan
-from autotune.predict.target import measure_target
 from autotune.predict.blocks import DraftBlocks, replay_linear, replay_tree
+from autotune.predict.target import measure_target
 from autotune.predict.trajectory import Trajectories
 from autotune.spec.config import SpecConfig
 from autotune.testing import tiny_gguf
 from autotune.testing.dspark_fixtures import (
-    MIX, QWEN3_VOCAB, TRAINING_TEXTS, bigram_table, greedy_continuations, write_bigram_dspark_draft, write_qwen3_pair,
+    MIX,
+    QWEN3_VOCAB,
+    TRAINING_TEXTS,
+    bigram_table,
+    greedy_continuations,
+    write_bigram_dspark_draft,
+    write_qwen3_pair,
 )
 
 
@@ -55,12 +61,18 @@ def configurations(files: dict[str, Path]) -> list[tuple[str, SpecConfig]]:
         ("dspark n3", spec("draft-dspark", "dspark", draft_n_max=3)),
         ("dspark n6", spec("draft-dspark", "dspark", draft_n_max=6)),
         ("dflash n5 p_min 0.05", spec("draft-dflash", "dflash", draft_n_max=5, draft_p_min=0.05)),
-        ("pctree k3 n16", spec("draft-dspark", "dspark", draft_n_max=6, dspark_pctree=True, dspark_pctree_k=3,
-                               dspark_pctree_n=16)),
-        ("pctree k4 n22", spec("draft-dspark", "dspark", draft_n_max=6, dspark_pctree=True, dspark_pctree_k=4,
-                               dspark_pctree_n=22)),
-        ("pctree k2 n8", spec("draft-dspark", "dspark", draft_n_max=6, dspark_pctree=True, dspark_pctree_k=2,
-                              dspark_pctree_n=8)),
+        (
+            "pctree k3 n16",
+            spec("draft-dspark", "dspark", draft_n_max=6, dspark_pctree=True, dspark_pctree_k=3, dspark_pctree_n=16),
+        ),
+        (
+            "pctree k4 n22",
+            spec("draft-dspark", "dspark", draft_n_max=6, dspark_pctree=True, dspark_pctree_k=4, dspark_pctree_n=22),
+        ),
+        (
+            "pctree k2 n8",
+            spec("draft-dspark", "dspark", draft_n_max=6, dspark_pctree=True, dspark_pctree_k=2, dspark_pctree_n=8),
+        ),
     ]
 
 
@@ -69,11 +81,18 @@ def run(label: str, files: dict[str, Path], max_tokens: int) -> None:
     with PythonEngine(context_size=1024, threads=2) as engine:
         baseline = engine.measure(SpecConfig(target), MIX, max_tokens=max_tokens)
         trajectories = Trajectories.from_measurement(
-            str(target), "python", baseline, [engine.prompt_tokens(target, p, max_tokens) for p in MIX], max_tokens,
-            engine.model(target).is_eog)
+            str(target),
+            "python",
+            baseline,
+            [engine.prompt_tokens(target, p, max_tokens) for p in MIX],
+            max_tokens,
+            engine.model(target).is_eog,
+        )
         print(f"\n{label}: {len(MIX.prompts)} prompts x {max_tokens} tokens")
-        print(f"{'configuration':<22} {'engine d/a/steps':>18} {'replayed d/a/steps':>20} {'equal':>5} "
-              f"{'engine s':>8} {'record s':>8} {'replay ms':>9}")
+        print(
+            f"{'configuration':<22} {'engine d/a/steps':>18} {'replayed d/a/steps':>20} {'equal':>5} "
+            f"{'engine s':>8} {'record s':>8} {'replay ms':>9}"
+        )
         recorded: dict[tuple, tuple[DraftBlocks, float]] = {}
         for name, config in configurations(files):
             started = time.perf_counter()
@@ -85,23 +104,35 @@ def run(label: str, files: dict[str, Path], max_tokens: int) -> None:
             if key not in recorded:
                 started = time.perf_counter()
                 n_max = int(config.value("draft_n_max"))
-                [blocks] = DraftBlocks.record(pair, trajectories, spec_type=config.spec_type, n_maxes=[n_max],
-                                              p_min=float(config.value("draft_p_min")) > 0,
-                                              candidates=[n_max] if pctree else []).values()
+                [blocks] = DraftBlocks.record(
+                    pair,
+                    trajectories,
+                    spec_type=config.spec_type,
+                    n_maxes=[n_max],
+                    p_min=float(config.value("draft_p_min")) > 0,
+                    candidates=[n_max] if pctree else [],
+                ).values()
                 recorded[key] = (blocks, time.perf_counter() - started)
             blocks, record_s = recorded[key]
             started = time.perf_counter()
-            replayed = (replay_tree(blocks, config, pair.markov(), trajectories) if pctree
-                        else replay_linear(blocks, config, trajectories))
+            replayed = (
+                replay_tree(blocks, config, pair.markov(), trajectories)
+                if pctree
+                else replay_linear(blocks, config, trajectories)
+            )
             replay_ms = (time.perf_counter() - started) * 1000
             ours = (replayed.drafted, replayed.accepted, replayed.verify_steps)
             theirs = (measured.n_drafted, measured.n_accepted, sum(r.n_verify_steps for r in measured.results))
-            print(f"{name:<22} {'/'.join(map(str, theirs)):>18} {'/'.join(map(str, ours)):>20} "
-                  f"{'yes' if ours == theirs else 'NO':>5} {engine_s:8.2f} {record_s:8.2f} {replay_ms:9.1f}")
+            print(
+                f"{name:<22} {'/'.join(map(str, theirs)):>18} {'/'.join(map(str, ours)):>20} "
+                f"{'yes' if ours == theirs else 'NO':>5} {engine_s:8.2f} {record_s:8.2f} {replay_ms:9.1f}"
+            )
 
 
 #: more prompts than MIX, so that a sample has windows to choose among
-LONG_MIX = PromptMix("sample", MIX.prompts + tuple(Prompt(f"t{i}", "training", text) for i, text in enumerate(TRAINING_TEXTS[:3])))
+LONG_MIX = PromptMix(
+    "sample", MIX.prompts + tuple(Prompt(f"t{i}", "training", text) for i, text in enumerate(TRAINING_TEXTS[:3]))
+)
 SAMPLE_SIZES = (128, 256, 512, 1024)
 
 
@@ -116,7 +147,9 @@ def truncation(engine: PythonEngine, config: SpecConfig, trajectories: Trajector
             for short, long in zip(rows, largest.blocks[key]):
                 same += short.chain == long.chain[:n]
                 total += 1
-        print(f"  n_max {n}: chain = the largest block's first {n} rows at {same}/{total} positions ({same / total:.1%})")
+        print(
+            f"  n_max {n}: chain = the largest block's first {n} rows at {same}/{total} positions ({same / total:.1%})"
+        )
 
 
 def sampled_against_full(files: dict[str, Path], max_tokens: int) -> None:
@@ -124,21 +157,42 @@ def sampled_against_full(files: dict[str, Path], max_tokens: int) -> None:
     plan = BlockPlan("draft-dspark", n_maxes=(1, 2, 3, 4), pctree=True, p_min=False, tree_k=3, tree_n=12)
     with PythonEngine(context_size=1024, threads=2) as engine:
         baseline = engine.measure(SpecConfig(target), LONG_MIX, max_tokens=max_tokens)
-        model = measure_target(engine, target, baseline, LONG_MIX, arbiter="python", max_tokens=max_tokens, drafts=[],
-                               chain_length=3, block_drafts=[(plan, draft)], note=lambda text: None)
+        model = measure_target(
+            engine,
+            target,
+            baseline,
+            LONG_MIX,
+            arbiter="python",
+            max_tokens=max_tokens,
+            drafts=[],
+            chain_length=3,
+            block_drafts=[(plan, draft)],
+            note=lambda text: None,
+        )
         trajectories = model.trajectories
         positions = sum(len(t.tokens) for t in trajectories.prompts)
-        print(f"\nsampled against full: bigram DSpark draft, {len(LONG_MIX)} prompts x {max_tokens} tokens = "
-              f"{positions} positions")
+        print(
+            f"\nsampled against full: bigram DSpark draft, {len(LONG_MIX)} prompts x {max_tokens} tokens = "
+            f"{positions} positions"
+        )
         print("does a shorter block equal the largest one cut short?")
         truncation(engine, SpecConfig(target, "draft-dspark", draft), trajectories, [1, 2, 3, 4])
-        configs = [SpecConfig(target, "draft-dspark", draft, p) for p in (
-            {"draft_n_max": 1}, {"draft_n_max": 2}, {"draft_n_max": 3}, {"draft_n_max": 4},
-            {"draft_n_max": 4, "dspark_pctree": True, "dspark_pctree_k": 3, "dspark_pctree_n": 12})]
+        configs = [
+            SpecConfig(target, "draft-dspark", draft, p)
+            for p in (
+                {"draft_n_max": 1},
+                {"draft_n_max": 2},
+                {"draft_n_max": 3},
+                {"draft_n_max": 4},
+                {"draft_n_max": 4, "dspark_pctree": True, "dspark_pctree_k": 3, "dspark_pctree_n": 12},
+            )
+        ]
         full = {c.describe(): model.prediction(c) for c in configs}
         pair = engine.dflash_pair(configs[0])
-        print(f"{'sample':>7} {'record s':>8} {'configuration':<44} {'tok/step':>8} {'± se':>7} {'full':>7} "
-              f"{'speedup moves':>13}")
+        print(
+            f"{'sample':>7} {'record s':>8} {'configuration':<44} {'tok/step':>8} {'± se':>7} {'full':>7} "
+            f"{'speedup moves':>13}"
+        )
         for size in SAMPLE_SIZES:
             started = time.perf_counter()
             sampled, _ = BlockDraft.record(pair, plan, trajectories, sample_positions=size)
@@ -146,9 +200,11 @@ def sampled_against_full(files: dict[str, Path], max_tokens: int) -> None:
             model.block_drafts[("draft-dspark", draft.name)] = sampled
             for config in configs:
                 ours, theirs = model.prediction(config), full[config.describe()]
-                print(f"{size:>7} {record_s:8.2f} {config.describe()[:44]:<44} {ours.replay.tokens_per_step:8.3f} "
-                      f"{ours.replay.sampling_error or 0:7.2%} {theirs.replay.tokens_per_step:7.3f} "
-                      f"{ours.speedup / theirs.speedup - 1:+13.2%}")
+                print(
+                    f"{size:>7} {record_s:8.2f} {config.describe()[:44]:<44} {ours.replay.tokens_per_step:8.3f} "
+                    f"{ours.replay.sampling_error or 0:7.2%} {theirs.replay.tokens_per_step:7.3f} "
+                    f"{ours.speedup / theirs.speedup - 1:+13.2%}"
+                )
 
 
 def quants_against_full(target: Path, drafts: dict[str, tuple[str, Path, Path]], max_tokens: int) -> None:
@@ -156,8 +212,13 @@ def quants_against_full(target: Path, drafts: dict[str, tuple[str, Path, Path]],
     with PythonEngine(context_size=1024, threads=2) as engine:
         baseline = engine.measure(SpecConfig(target), LONG_MIX, max_tokens=max_tokens)
         trajectories = Trajectories.from_measurement(
-            str(target), "python", baseline, [engine.prompt_tokens(target, p, max_tokens) for p in LONG_MIX],
-            max_tokens, engine.model(target).is_eog)
+            str(target),
+            "python",
+            baseline,
+            [engine.prompt_tokens(target, p, max_tokens) for p in LONG_MIX],
+            max_tokens,
+            engine.model(target).is_eog,
+        )
         print(f"\nper quant: {len(LONG_MIX)} prompts x {max_tokens} tokens, F16 against F32, every position")
         for name, (spec_type, f32, f16) in drafts.items():
             sizes = [1, 2, 3, 4] if spec_type == "draft-dspark" else [1, 2, 3]
@@ -165,8 +226,9 @@ def quants_against_full(target: Path, drafts: dict[str, tuple[str, Path, Path]],
             for path in (f32, f16):
                 config = SpecConfig(target, spec_type, path)
                 engine.load(config)  # the pair binds the loaded target and draft
-                recorded.append(DraftBlocks.record(engine.dflash_pair(config), trajectories, spec_type=spec_type,
-                                                   n_maxes=sizes))
+                recorded.append(
+                    DraftBlocks.record(engine.dflash_pair(config), trajectories, spec_type=spec_type, n_maxes=sizes)
+                )
             for n in sorted(recorded[0]):
                 share, compared = recorded[0][n].agreement(recorded[1][n])
                 print(f"  {name} n_max {n}: F16 chain = F32 chain at {share:.1%} of {compared} positions")
@@ -181,23 +243,44 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         (root / "pair").mkdir()
-        run(f"fixture pair at a {args.vocab}-token vocabulary (random weights)",
-            write_qwen3_pair(root / "pair", vocab_size=args.vocab, ctx=1024), args.max_tokens)
+        run(
+            f"fixture pair at a {args.vocab}-token vocabulary (random weights)",
+            write_qwen3_pair(root / "pair", vocab_size=args.vocab, ctx=1024),
+            args.max_tokens,
+        )
         target = tiny_gguf.write_qwen3_target(root / "tiny-target.gguf")
         successors = bigram_table(greedy_continuations(target, TRAINING_TEXTS, 64))
         bigram = write_bigram_dspark_draft(root / "bigram.gguf", target, successors)
         dflash = tiny_gguf.write_dspark_draft(root / "dflash.gguf", target_path=target, markov_rank=0, seed=5)
-        run("tiny target with the bigram DSpark draft (it predicts its target)",
-            {"target": target, "dspark": bigram, "dflash": dflash}, args.max_tokens)
+        run(
+            "tiny target with the bigram DSpark draft (it predicts its target)",
+            {"target": target, "dspark": bigram, "dflash": dflash},
+            args.max_tokens,
+        )
         sampled_against_full({"target": target, "dspark": bigram}, args.sample_tokens)
-        quants_against_full(target, {
-            "bigram DSpark": ("draft-dspark", bigram, write_bigram_dspark_draft(
-                root / "bigram-f16.gguf", target, successors, f16=True)),
-            "random DSpark": ("draft-dspark", tiny_gguf.write_dspark_draft(root / "dspark.gguf", target_path=target),
-                              tiny_gguf.write_dspark_draft(root / "dspark-f16.gguf", target_path=target, f16=True)),
-            "random DFlash": ("draft-dflash", dflash, tiny_gguf.write_dspark_draft(
-                root / "dflash-f16.gguf", target_path=target, markov_rank=0, seed=5, f16=True)),
-        }, args.sample_tokens)
+        quants_against_full(
+            target,
+            {
+                "bigram DSpark": (
+                    "draft-dspark",
+                    bigram,
+                    write_bigram_dspark_draft(root / "bigram-f16.gguf", target, successors, f16=True),
+                ),
+                "random DSpark": (
+                    "draft-dspark",
+                    tiny_gguf.write_dspark_draft(root / "dspark.gguf", target_path=target),
+                    tiny_gguf.write_dspark_draft(root / "dspark-f16.gguf", target_path=target, f16=True),
+                ),
+                "random DFlash": (
+                    "draft-dflash",
+                    dflash,
+                    tiny_gguf.write_dspark_draft(
+                        root / "dflash-f16.gguf", target_path=target, markov_rank=0, seed=5, f16=True
+                    ),
+                ),
+            },
+            args.sample_tokens,
+        )
 
 
 if __name__ == "__main__":

@@ -32,22 +32,20 @@ import time
 from pathlib import Path
 
 import numpy as np
-from autotune.measure.paired import Units, paired_speedup
-from autotune.measure.stats import ci95
+from _gemma import MODELS_DIR  # noqa: E402  (beside this script)
 
 from autotune.cli.progress import SilentReporter
 from autotune.engines.server import ServerEngine
+from autotune.measure.paired import Units, paired_speedup
 from autotune.measure.prompts import PromptMix, load_prompt_mix
+from autotune.measure.stats import ci95
 from autotune.race.race import RaceBudget
-from autotune.search.inputs import check_inputs, RaceOptions, SearchOptions
+from autotune.search.inputs import RaceOptions, SearchOptions, SearchSettings, check_inputs
 from autotune.search.measured import run_search
-from autotune.search.inputs import SearchSettings
 from autotune.spec.command import format_command
 from autotune.spec.config import SpecConfig
 from autotune.spec.space import find_space_file
 from autotune.study.records import TrialRecord
-
-from _gemma import MODELS_DIR  # noqa: E402  (beside this script)
 
 MODEL = "gemma3-270m"
 RUNTIME_TABLE = """
@@ -75,30 +73,45 @@ def mean_ci(values: list[float]) -> str:
 
 
 def options_for(args, storage: str, *, trials: int, objective: str, space_file: Path | None = None) -> SearchOptions:
-    settings = SearchSettings(MODEL, trials, args.max_tokens, seed=args.seed, objective=objective, baseline_every=0,
-                              pruning=False)
-    return SearchOptions(settings, engine_name="server", prompts_file=args.prompts_file, storage_url=storage,
-                         models_dir=MODELS_DIR, space_file=space_file)
+    settings = SearchSettings(
+        MODEL, trials, args.max_tokens, seed=args.seed, objective=objective, baseline_every=0, pruning=False
+    )
+    return SearchOptions(
+        settings,
+        engine_name="server",
+        prompts_file=args.prompts_file,
+        storage_url=storage,
+        models_dir=MODELS_DIR,
+        space_file=space_file,
+    )
 
 
 def levels_part(args, workdir: Path) -> None:
-    print(f"\n(a) {MODEL}: baseline and the best configuration per load, confirmed on llama-server "
-          f"({args.repeats} interleaved rounds, {args.trials} trials a level, objective {args.objective})")
+    print(
+        f"\n(a) {MODEL}: baseline and the best configuration per load, confirmed on llama-server "
+        f"({args.repeats} interleaved rounds, {args.trials} trials a level, objective {args.objective})"
+    )
     storage = f"sqlite:///{workdir / 'levels.db'}"
     options = options_for(args, storage, trials=args.trials, objective=args.objective)
     rows = []
     for level in args.levels:
         started = time.perf_counter()
-        best = run_search(options.at_level(level), reporter=Notes(), server_bin=args.server_bin,
-                          race_options=RaceOptions(True, args.confirm_top, RaceBudget(rounds=args.repeats)))
+        best = run_search(
+            options.at_level(level),
+            reporter=Notes(),
+            server_bin=args.server_bin,
+            race_options=RaceOptions(True, args.confirm_top, RaceBudget(rounds=args.repeats)),
+        )
         confirmation = best.confirmation
         if confirmation is None or best.confirmed is None:
             print(f"  N={level}: no speculative configuration was confirmed ({time.perf_counter() - started:.0f} s)")
             continue
         winner, baseline = best.confirmed, confirmation.baseline_of(best.confirmed)
         rows.append((level, baseline, winner, time.perf_counter() - started))
-    print(f"\n  {'N':>2}  {'config':<48} {'aggregate tok/s [95% CI]':>26} {'per-stream tok/s [95% CI]':>26} "
-          f"{'p10':>6}  speedup  p")
+    print(
+        f"\n  {'N':>2}  {'config':<48} {'aggregate tok/s [95% CI]':>26} {'per-stream tok/s [95% CI]':>26} "
+        f"{'p10':>6}  speedup  p"
+    )
     speedups = {}
     for level, baseline, winner, wall_s in rows:
         for row in (baseline, winner):
@@ -124,40 +137,50 @@ def joint_part(args, workdir: Path) -> None:
     import os
 
     level = args.joint_concurrency
-    print(f"\n(b) joint spec + runtime study vs spec-only study, {args.joint_trials} trials each, seed {args.seed}, "
-          f"{level} stream(s), objective {args.joint_objective}")
+    print(
+        f"\n(b) joint spec + runtime study vs spec-only study, {args.joint_trials} trials each, seed {args.seed}, "
+        f"{level} stream(s), objective {args.joint_objective}"
+    )
     bundled = find_space_file(MODEL)
     joint_space = workdir / f"{MODEL}.toml"
     joint_space.write_text(bundled.read_text() + RUNTIME_TABLE.format(cores=max(1, os.cpu_count() or 1)))
     winners, commands = {}, {}
     for name, space_file in (("spec-only", None), ("spec+runtime", joint_space)):
         storage = f"sqlite:///{workdir / f'joint-{name}.db'}"
-        options = options_for(args, storage, trials=args.joint_trials, objective=args.joint_objective,
-                              space_file=space_file)
+        options = options_for(
+            args, storage, trials=args.joint_trials, objective=args.joint_objective, space_file=space_file
+        )
         started = time.perf_counter()
-        best = run_search(options.at_level(level), reporter=Notes(), server_bin=args.server_bin,
-                          race_options=RaceOptions(False))
+        best = run_search(
+            options.at_level(level), reporter=Notes(), server_bin=args.server_bin, race_options=RaceOptions(False)
+        )
         winners[name] = TrialRecord.of(best.trial).spec_config()
         commands[name] = best.argv
-        print(f"  {name:<13} winner: {TrialRecord.of(best.trial).label} "
-              f"({best.tok_s:.1f} tok/s decode in its study, {time.perf_counter() - started:.0f} s)")
+        print(
+            f"  {name:<13} winner: {TrialRecord.of(best.trial).label} "
+            f"({best.tok_s:.1f} tok/s decode in its study, {time.perf_counter() - started:.0f} s)"
+        )
     inputs = check_inputs(options_for(args, None, trials=1, objective=args.joint_objective))
     mix = inputs.mix
     figure = "aggregate_tok_s" if args.joint_objective == "throughput" else "mix_tok_s"
     entries = [("baseline", SpecConfig(inputs.candidates.targets[0]))] + list(winners.items())
     samples: dict[str, list[float]] = {name: [] for name, _ in entries}
     space = inputs.space.model
-    with ServerEngine(context_size=space.context_size, binary=args.server_bin, base_flags=space.base_flags,
-                      concurrency=level) as engine:
+    with ServerEngine(
+        context_size=space.context_size, binary=args.server_bin, base_flags=space.base_flags, concurrency=level
+    ) as engine:
         for round_ in range(args.repeats):
             for name, config in entries:
                 measurement = engine.measure(config, mix, max_tokens=args.max_tokens)
                 samples[name].append(getattr(measurement, figure))
-            print(f"  round {round_ + 1}/{args.repeats}: " + ", ".join(f"{n} {s[-1]:.1f}" for n, s in samples.items()),
-                  flush=True)
+            print(
+                f"  round {round_ + 1}/{args.repeats}: " + ", ".join(f"{n} {s[-1]:.1f}" for n, s in samples.items()),
+                flush=True,
+            )
     print(f"\n  {figure} on llama-server, {args.repeats} interleaved rounds (mean [95% CI]):")
     for name, _ in entries:
         print(f"    {name:<13} {mean_ci(samples[name])}")
+
     def per_round(values: list[float]) -> Units:  # one unit a round: its time per token
         return Units.of([[1000.0 / v] for v in values], [[1]] * len(values))
 
@@ -165,8 +188,10 @@ def joint_part(args, workdir: Path) -> None:
     low, high = versus.interval()
     winner = "spec+runtime" if versus.ratio > 1 else "spec-only"
     p = min(versus.p_faster(), versus.p_slower())
-    print(f"  {winner} wins: spec+runtime / spec-only = {versus.ratio:.3f}x [95% CI {low:.3f}-{high:.3f}], paired by "
-          f"round, one-sided p = {p:.3g} ({'significant' if p < 0.025 else 'not significant'} at 0.05 two-sided)")
+    print(
+        f"  {winner} wins: spec+runtime / spec-only = {versus.ratio:.3f}x [95% CI {low:.3f}-{high:.3f}], paired by "
+        f"round, one-sided p = {p:.3g} ({'significant' if p < 0.025 else 'not significant'} at 0.05 two-sided)"
+    )
     print("  command of each winner:")
     for name, argv in commands.items():
         print(f"    {name}: {format_command(argv)}")
@@ -184,8 +209,12 @@ def main() -> None:
     parser.add_argument("--joint-concurrency", type=int, default=1)
     parser.add_argument("--joint-objective", default="decode", choices=["throughput", "decode"])
     parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--prompts-limit", type=int, default=None,
-                        help="only the first N prompts of the bundled mix (one per category): for a quick check")
+    parser.add_argument(
+        "--prompts-limit",
+        type=int,
+        default=None,
+        help="only the first N prompts of the bundled mix (one per category): for a quick check",
+    )
     parser.add_argument("--server-bin", default=None)
     parser.add_argument("--skip", choices=["levels", "joint"], default=None)
     args = parser.parse_args()
@@ -195,8 +224,12 @@ def main() -> None:
         if args.prompts_limit:
             mix = load_prompt_mix().take(per_category=1)
             args.prompts_file = workdir / "prompts.jsonl"
-            args.prompts_file.write_text("".join(json.dumps({"id": p.id, "category": p.category, "prompt": p.text}) + "\n"
-                                                 for p in PromptMix(mix.source, mix.prompts[: args.prompts_limit])))
+            args.prompts_file.write_text(
+                "".join(
+                    json.dumps({"id": p.id, "category": p.category, "prompt": p.text}) + "\n"
+                    for p in PromptMix(mix.source, mix.prompts[: args.prompts_limit])
+                )
+            )
         started = time.perf_counter()
         if args.skip != "levels":
             levels_part(args, workdir)

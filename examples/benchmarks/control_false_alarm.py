@@ -81,15 +81,32 @@ def record(path: Path, model: str, races: int, rounds: int, max_tokens: int, scr
         entrants = [Entrant(BASELINE_ROLE, None, SpecConfig(target)), Entrant(CONTROL_ROLE, None, SpecConfig(target))]
         started = time.perf_counter()
         with ServerEngine(context_size=CONTEXT) as engine:
-            measure_rounds(engine, entrants, mix, max_tokens=max_tokens, rounds=rounds, command=ServerCommand(CONTEXT),
-                           seed=1000 + len(recorded))
-        recorded.append({"max_tokens": max_tokens, "seconds": time.perf_counter() - started, **{
-            e.role: [[[r.decode_ms, r.decode_tokens] for r in m.results if r.stream == 0] for m in e.rounds]
-            for e in entrants}})
+            measure_rounds(
+                engine,
+                entrants,
+                mix,
+                max_tokens=max_tokens,
+                rounds=rounds,
+                command=ServerCommand(CONTEXT),
+                seed=1000 + len(recorded),
+            )
+        recorded.append(
+            {
+                "max_tokens": max_tokens,
+                "seconds": time.perf_counter() - started,
+                **{
+                    e.role: [[[r.decode_ms, r.decode_tokens] for r in m.results if r.stream == 0] for m in e.rounds]
+                    for e in entrants
+                },
+            }
+        )
         path.write_text(json.dumps(recorded))
         logs = [_round_log(recorded[-1], k) for k in range(rounds)]
-        print(f"  {model} race {len(recorded)}: {recorded[-1]['seconds']:.0f} s, control/baseline by round "
-              + " ".join(f"{math.exp(v):.3f}" for v in logs), flush=True)
+        print(
+            f"  {model} race {len(recorded)}: {recorded[-1]['seconds']:.0f} s, control/baseline by round "
+            + " ".join(f"{math.exp(v):.3f}" for v in logs),
+            flush=True,
+        )
     return recorded[:races]
 
 
@@ -117,8 +134,9 @@ def judge(race: dict, rounds: int) -> tuple[str | None, int]:
                     if voided > MAX_VOID:
                         return "the control moved in every replayed round", voided
                 continue
-            speedup = paired_speedup(_units(race["baseline"], order, j), _units(race["control"], order, j),
-                                     pair_by_unit=True)
+            speedup = paired_speedup(
+                _units(race["baseline"], order, j), _units(race["control"], order, j), pair_by_unit=True
+            )
             if (reason := control_moved(speedup)) is not None:
                 return reason, voided
             if j == prompts:
@@ -141,8 +159,13 @@ def _units(runs: list, order: list[int], looked: int) -> Units:
 
 def as_verdict_race(race: dict) -> dict:
     """`race` as examples/benchmarks/verdict.py records one: the baseline as A, the control as A2."""
-    return {name: {"decode_ms": [[ms for ms, _ in r] for r in race[role]], "tokens": [[t for _, t in r] for r in race[role]]}
-            for name, role in (("A", "baseline"), ("A2", "control"))}
+    return {
+        name: {
+            "decode_ms": [[ms for ms, _ in r] for r in race[role]],
+            "tokens": [[t for _, t in r] for r in race[role]],
+        }
+        for name, role in (("A", "baseline"), ("A2", "control"))
+    }
 
 
 def _rate(hits: int, trials: int) -> str:
@@ -161,12 +184,20 @@ def main() -> None:
     parser.add_argument("--recordings", type=Path, default=Path(tempfile.gettempdir()) / "autotune-control-races")
     args = parser.parse_args()
     args.recordings.mkdir(parents=True, exist_ok=True)
-    print(f"the control's stated level: {2 * CONTROL_ALPHA:.0%} a race; {args.races} fresh races a model, "
-          f"{args.rounds} rounds judged (+{args.spare} to replay voids), recordings in {args.recordings}")
+    print(
+        f"the control's stated level: {2 * CONTROL_ALPHA:.0%} a race; {args.races} fresh races a model, "
+        f"{args.rounds} rounds judged (+{args.spare} to replay voids), recordings in {args.recordings}"
+    )
     for model in args.models:
         tokens = args.gemma_tokens if model == "gemma" else args.tiny_tokens
-        races = record(args.recordings / f"{model}-{tokens}.json", model, args.races, args.rounds + args.spare, tokens,
-                       args.recordings)
+        races = record(
+            args.recordings / f"{model}-{tokens}.json",
+            model,
+            args.races,
+            args.rounds + args.spare,
+            tokens,
+            args.recordings,
+        )
         judged = [judge(r, args.rounds) for r in races]
         moved = [why for why, _ in judged if why is not None]
         voids = sum(v for _, v in judged)
@@ -174,15 +205,19 @@ def main() -> None:
         print(f"\n{model}, {tokens} tokens a prompt, {sum(r['seconds'] for r in races):.0f} s of racing:")
         print(f"  races ending 'machine moved': {_rate(len(moved), len(races))}")
         print(f"  void rounds: {_rate(voids, len(races) * args.rounds)} of the rounds judged")
-        print(f"  the control's round ratio: sd of its log {logs.std(ddof=1):.4f}, mean {math.exp(logs.mean()):.4f}, "
-              f"range {math.exp(logs.min()):.3f}-{math.exp(logs.max()):.3f}")
+        print(
+            f"  the control's round ratio: sd of its log {logs.std(ddof=1):.4f}, mean {math.exp(logs.mean()):.4f}, "
+            f"range {math.exp(logs.min()):.3f}-{math.exp(logs.max()):.3f}"
+        )
         for why in moved:
             print(f"    {why}")
         budget = args.rounds - 1  # the default budget's rounds; the last judged is the round after a decision
         for factor, meaning in FACTORS:
             won = sum(judge_race(as_verdict_race(r), "A2", factor, budget).winner for r in races)
-            print(f"  the control {factor:.2f}x as fast, raced over {budget} rounds: winners {_rate(won, len(races))} "
-                  f"({meaning})")
+            print(
+                f"  the control {factor:.2f}x as fast, raced over {budget} rounds: winners {_rate(won, len(races))} "
+                f"({meaning})"
+            )
 
 
 if __name__ == "__main__":

@@ -74,11 +74,15 @@ def main() -> None:
             root / "bigram.gguf", target, bigram_table(greedy_continuations(target, held_out, 64))
         ),
     }
-    print(f"mix: {len(mix.prompts)} prompts ({', '.join(p.id for p in mix)}), max_tokens {args.max_tokens}, "
-          f"threads {args.threads}, rounds {args.rounds}; bigram draft learned from {len(held_out)} other prompts")
+    print(
+        f"mix: {len(mix.prompts)} prompts ({', '.join(p.id for p in mix)}), max_tokens {args.max_tokens}, "
+        f"threads {args.threads}, rounds {args.rounds}; bigram draft learned from {len(held_out)} other prompts"
+    )
 
     baseline = SpecConfig(target)
-    linear = {name: SpecConfig(target, "draft-dspark", path, {"draft_n_max": args.n_max}) for name, path in drafts.items()}
+    linear = {
+        name: SpecConfig(target, "draft-dspark", path, {"draft_n_max": args.n_max}) for name, path in drafts.items()
+    }
     python = PythonEngine(context_size=CONTEXT, threads=args.threads)
     server = ServerEngine(context_size=CONTEXT, threads=args.threads)
     try:
@@ -91,16 +95,24 @@ def main() -> None:
         for _ in range(args.rounds):
             for engine_name, engine in (("python", python), ("server", server)):
                 for label, config in [("none", baseline)] + [(f"dspark/{n}", c) for n, c in linear.items()]:
-                    runs.setdefault((engine_name, label), []).append(engine.measure(config, mix, max_tokens=args.max_tokens))
-        print(f"(a) draft-dspark n_max={args.n_max}: in-process vs llama-server (decode tok/s, median of {args.rounds})")
-        print(f"{'config':<16}{'python tok/s':>14}{'server tok/s':>14}{'ratio':>8}{'py speedup':>12}{'srv speedup':>12}"
-              f"{'py drafted/acc':>16}{'srv drafted/acc':>17}")
+                    runs.setdefault((engine_name, label), []).append(
+                        engine.measure(config, mix, max_tokens=args.max_tokens)
+                    )
+        print(
+            f"(a) draft-dspark n_max={args.n_max}: in-process vs llama-server (decode tok/s, median of {args.rounds})"
+        )
+        print(
+            f"{'config':<16}{'python tok/s':>14}{'server tok/s':>14}{'ratio':>8}{'py speedup':>12}{'srv speedup':>12}"
+            f"{'py drafted/acc':>16}{'srv drafted/acc':>17}"
+        )
         py_base, srv_base = figures(runs[("python", "none")]), figures(runs[("server", "none")])
         for label in ["none"] + [f"dspark/{n}" for n in linear]:
             p, s = figures(runs[("python", label)]), figures(runs[("server", label)])
-            print(f"{label:<16}{p['tok_s']:>14.1f}{s['tok_s']:>14.1f}{p['tok_s'] / s['tok_s']:>8.2f}"
-                  f"{p['tok_s'] / py_base['tok_s']:>12.2f}{s['tok_s'] / srv_base['tok_s']:>12.2f}"
-                  f"{p['drafted']:>9}/{p['accepted']:<6}{s['drafted']:>10}/{s['accepted']:<6}")
+            print(
+                f"{label:<16}{p['tok_s']:>14.1f}{s['tok_s']:>14.1f}{p['tok_s'] / s['tok_s']:>8.2f}"
+                f"{p['tok_s'] / py_base['tok_s']:>12.2f}{s['tok_s'] / srv_base['tok_s']:>12.2f}"
+                f"{p['drafted']:>9}/{p['accepted']:<6}{s['drafted']:>10}/{s['accepted']:<6}"
+            )
         outputs_equal = all(
             [r.tokens for r in runs[("python", f"dspark/{n}")][-1].results]
             == [r.tokens for r in runs[("python", "none")][-1].results]
@@ -112,8 +124,14 @@ def main() -> None:
         sweep = [(None, None)] + [(k, n) for k in (2, 3, 4) for n in (8, 16, 32)]
         for name, draft in drafts.items():
             configs = {
-                (k, n): SpecConfig(target, "draft-dspark", draft, {"draft_n_max": args.n_max} if k is None else {
-                    "draft_n_max": args.n_max, "dspark_pctree": True, "dspark_pctree_k": k, "dspark_pctree_n": n})
+                (k, n): SpecConfig(
+                    target,
+                    "draft-dspark",
+                    draft,
+                    {"draft_n_max": args.n_max}
+                    if k is None
+                    else {"draft_n_max": args.n_max, "dspark_pctree": True, "dspark_pctree_k": k, "dspark_pctree_n": n},
+                )
                 for k, n in sweep
             }
             tree_runs: dict = {}
@@ -123,17 +141,23 @@ def main() -> None:
                     tree_runs.setdefault(key, []).append(python.measure(config, mix, max_tokens=args.max_tokens))
             base = figures(tree_runs["none"])
             base_tokens = [r.tokens for r in tree_runs["none"][-1].results]
-            print(f"(b) PCTree sweep, {name} draft, n_max={args.n_max} (in-process; baseline {base['tok_s']:.1f} tok/s)")
-            print(f"{'setting':<16}{'mean acc len':>13}{'acc/step':>10}{'acceptance':>12}{'drafted':>9}{'steps':>7}"
-                  f"{'tok/s':>9}{'speedup':>9}{'vs linear':>10}{'== base':>9}")
+            print(
+                f"(b) PCTree sweep, {name} draft, n_max={args.n_max} (in-process; baseline {base['tok_s']:.1f} tok/s)"
+            )
+            print(
+                f"{'setting':<16}{'mean acc len':>13}{'acc/step':>10}{'acceptance':>12}{'drafted':>9}{'steps':>7}"
+                f"{'tok/s':>9}{'speedup':>9}{'vs linear':>10}{'== base':>9}"
+            )
             lin = figures(tree_runs[(None, None)])
             for key in configs:
                 f = figures(tree_runs[key])
                 label = "linear" if key == (None, None) else f"k={key[0]} n={key[1]}"
                 same = [r.tokens for r in tree_runs[key][-1].results] == base_tokens
-                print(f"{label:<16}{fmt(f['mean_len']):>13}{fmt(f['accepted'] / f['steps'] if f['steps'] else None):>10}"
-                      f"{fmt(f['acceptance'], '.3f'):>12}{f['drafted']:>9}{f['steps']:>7}{f['tok_s']:>9.1f}"
-                      f"{f['tok_s'] / base['tok_s']:>9.2f}{f['tok_s'] / lin['tok_s']:>10.2f}{str(same):>9}")
+                print(
+                    f"{label:<16}{fmt(f['mean_len']):>13}{fmt(f['accepted'] / f['steps'] if f['steps'] else None):>10}"
+                    f"{fmt(f['acceptance'], '.3f'):>12}{f['drafted']:>9}{f['steps']:>7}{f['tok_s']:>9.1f}"
+                    f"{f['tok_s'] / base['tok_s']:>9.2f}{f['tok_s'] / lin['tok_s']:>10.2f}{str(same):>9}"
+                )
             print()
     finally:
         python.close()

@@ -19,10 +19,10 @@ from scipy import stats
 
 from autotune.engines.python import PythonEngine
 from autotune.engines.server import ServerEngine
-from autotune.models.files import resolve_model_files
 from autotune.measure.prompts import load_prompt_mix
-from autotune.spec.space import load_model_space
+from autotune.models.files import resolve_model_files
 from autotune.spec.config import SpecConfig
+from autotune.spec.space import load_model_space
 
 
 def configs(target: Path) -> list[SpecConfig]:
@@ -32,7 +32,16 @@ def configs(target: Path) -> list[SpecConfig]:
     def self_draft(n_max: int) -> SpecConfig:
         return SpecConfig(target, "draft-simple", target, {"draft_n_max": n_max})
 
-    return [SpecConfig(target), ngram(1, 4), ngram(2, 8), ngram(3, 16), ngram(4, 32), self_draft(2), self_draft(4), self_draft(8)]
+    return [
+        SpecConfig(target),
+        ngram(1, 4),
+        ngram(2, 8),
+        ngram(3, 16),
+        ngram(4, 32),
+        self_draft(2),
+        self_draft(4),
+        self_draft(8),
+    ]
 
 
 def main() -> None:
@@ -47,8 +56,10 @@ def main() -> None:
     ctx = space.model.context_size
     python = PythonEngine(context_size=ctx, threads=None)
     server = ServerEngine(context_size=ctx, threads=python.runtime.threads)
-    print(f"Gemma 3 270M Q4_K_M, {python.runtime.n_threads} threads, {len(mix)} prompts x {args.max_tokens} tokens, "
-          f"{args.rounds} rounds; server: {server.build_info}")
+    print(
+        f"Gemma 3 270M Q4_K_M, {python.runtime.n_threads} threads, {len(mix)} prompts x {args.max_tokens} tokens, "
+        f"{args.rounds} rounds; server: {server.build_info}"
+    )
     tok_s: dict[str, dict[str, list[float]]] = {}
     startup_share = []
     for _ in range(args.rounds):
@@ -68,8 +79,10 @@ def main() -> None:
         print(f"{label:<40} {p:8.1f} {s:8.1f} {p / s:6.3f}")
     rho = stats.spearmanr([m[0] for m in means], [m[1] for m in means]).statistic
     print(f"\nSpearman rank correlation over {len(means)} configurations: {rho:.3f}")
-    print(f"server start-up share of a trial's wall time: mean {100 * sum(startup_share) / len(startup_share):.1f}%, "
-          f"max {100 * max(startup_share):.1f}%")
+    print(
+        f"server start-up share of a trial's wall time: mean {100 * sum(startup_share) / len(startup_share):.1f}%, "
+        f"max {100 * max(startup_share):.1f}%"
+    )
     python.close()
     server.close()
 

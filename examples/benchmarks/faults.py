@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 import optuna
+from _gemma import gemma_inputs  # noqa: E402  (beside this script)
 
 from autotune.cli.progress import SilentReporter, TerminalReporter
 from autotune.engines.orphans import descendant_pids
@@ -31,8 +32,6 @@ from autotune.search.inputs import runnable_space
 from autotune.search.measured import Tuner
 from autotune.spec.config import SpecConfig
 from autotune.study.trials import counted_trials
-
-from _gemma import gemma_inputs  # noqa: E402  (beside this script)
 
 SIGNALS = (signal.SIGKILL, signal.SIGKILL, signal.SIGKILL, signal.SIGSEGV)
 
@@ -88,12 +87,16 @@ def main() -> None:
         measurement = engine.measure(baseline, mix, max_tokens=args.max_tokens, on_prompt=lambda i, r: None)
         overhead_s = time.perf_counter() - started - engine.last_worker_busy_s
         shares.append(overhead_s / (measurement.generation_ms / 1000))
-        print(f"  through the worker minus inside it: {1000 * overhead_s:6.2f} ms of "
-              f"{measurement.generation_ms / 1000:5.2f} s generation = {100 * shares[-1]:.3f}%")
+        print(
+            f"  through the worker minus inside it: {1000 * overhead_s:6.2f} ms of "
+            f"{measurement.generation_ms / 1000:5.2f} s generation = {100 * shares[-1]:.3f}%"
+        )
     print(f"  median {100 * statistics.median(shares):.3f}% of generation time (target < 1%)")
 
-    print(f"\n(b) {args.trials}-trial study, seed {args.seed}, the worker killed by "
-          f"{', '.join(signal.Signals(s).name for s in SIGNALS)} at random moments")
+    print(
+        f"\n(b) {args.trials}-trial study, seed {args.seed}, the worker killed by "
+        f"{', '.join(signal.Signals(s).name for s in SIGNALS)} at random moments"
+    )
     runnable = runnable_space(inputs.space, engine, inputs.candidates, SilentReporter())
     storage = optuna.storages.RDBStorage(f"sqlite:///{tempfile.mkdtemp()}/faults.db")
     done = threading.Event()
@@ -102,29 +105,40 @@ def main() -> None:
     started = time.monotonic()
     thread.start()
     try:
-        study = Tuner(runnable, inputs.candidates, mix, engine, options.settings,
-                      TerminalReporter()).run(storage)
+        study = Tuner(runnable, inputs.candidates, mix, engine, options.settings, TerminalReporter()).run(storage)
     finally:
         done.set()
         thread.join()
         wall_s = time.monotonic() - started
         engine.close()
     trials = study.trials
-    lost = [t for t in trials if not (t.state in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
-                                      or (t.state == optuna.trial.TrialState.FAIL and t.user_attrs.get("fail_reason")))]
+    lost = [
+        t
+        for t in trials
+        if not (
+            t.state in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+            or (t.state == optuna.trial.TrialState.FAIL and t.user_attrs.get("fail_reason"))
+        )
+    ]
     states = [t.state.name for t in trials]
     print(f"  kills: {', '.join(f'{name} at {at - started:.1f} s' for at, name in kills)}")
     for trial in trials:
         if trial.user_attrs.get("worker_died"):
-            print(f"  trial {trial.number} FAIL: {trial.user_attrs['fail_reason']} "
-                  f"(measurement lost: {trial.user_attrs['wall_s']:.1f} s)")
-    print(f"  {len(trials)} trials in {wall_s:.1f} s: {states.count('COMPLETE')} complete, {states.count('PRUNED')} "
-          f"pruned, {states.count('FAIL')} failed; trials lost: {len(lost)}")
+            print(
+                f"  trial {trial.number} FAIL: {trial.user_attrs['fail_reason']} "
+                f"(measurement lost: {trial.user_attrs['wall_s']:.1f} s)"
+            )
+    print(
+        f"  {len(trials)} trials in {wall_s:.1f} s: {states.count('COMPLETE')} complete, {states.count('PRUNED')} "
+        f"pruned, {states.count('FAIL')} failed; trials lost: {len(lost)}"
+    )
     print(f"  study finished: {counted_trials(study) >= args.trials}")
     left = [pid for pid in descendant_pids(os.getpid()) if "spawn_main" in _cmdline(pid)]
     print(f"  processes left after close(): {len(left)}")
-    print(f"  restarts: {len(engine.restarts_s)}, each {', '.join(f'{s:.2f} s' for s in engine.restarts_s)} "
-          "(spawn, imports, model load)")
+    print(
+        f"  restarts: {len(engine.restarts_s)}, each {', '.join(f'{s:.2f} s' for s in engine.restarts_s)} "
+        "(spawn, imports, model load)"
+    )
 
 
 def _cmdline(pid: int) -> str:

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from _interleave import compare, mean_ci
 from _printed import fresh_tok_s, searched
+
 from autotune.engines.prompt_tokens import PromptTokens
 from autotune.measure.prompts import load_prompt_mix
 from autotune.spec.config import SpecConfig
@@ -39,10 +40,12 @@ BIG_VOCAB = 151_936
 
 
 def fixture_configs(root: Path) -> list[SpecConfig]:
-    target = tiny_gguf.write_qwen3_target(root / "big-target.gguf", vocab_size=BIG_VOCAB, n_embd=128, n_layers=4,
-                                          ctx=2048)
-    draft = tiny_gguf.write_qwen3_target(root / "big-draft.gguf", vocab_size=BIG_VOCAB, n_embd=128, n_layers=1,
-                                         ctx=2048, seed=1)
+    target = tiny_gguf.write_qwen3_target(
+        root / "big-target.gguf", vocab_size=BIG_VOCAB, n_embd=128, n_layers=4, ctx=2048
+    )
+    draft = tiny_gguf.write_qwen3_target(
+        root / "big-draft.gguf", vocab_size=BIG_VOCAB, n_embd=128, n_layers=1, ctx=2048, seed=1
+    )
     dspark = tiny_gguf.write_dspark_draft(root / "big-dspark.gguf", target_path=target, block_size=4)
     return [
         SpecConfig(target),
@@ -71,8 +74,13 @@ def users_path(rounds: int) -> None:
     env = {**os.environ, "AUTOTUNE_HOME": home}
     print("\nuser's path: autotune search --model gemma3-270m (defaults)", flush=True)
     started = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "autotune", "search", "--model", "gemma3-270m"], env=env,
-                          capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "autotune", "search", "--model", "gemma3-270m"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     print(f"  (took {time.perf_counter() - started:.0f} s)")
     lines = done.stdout.splitlines()
     print("\n".join("  " + line for line in lines))
@@ -93,11 +101,15 @@ def remeasure(home: str, printed_line: str, rounds: int) -> None:
         for label, argv in (("plain", plain), ("printed", printed)):
             samples[label].append(fresh_tok_s(argv, prompts, max_tokens, command))
     ratios = [p / b for p, b in zip(samples["printed"], samples["plain"])]
-    print(f"  printed command as printed, {rounds} rounds interleaved with a plain server, {len(mix)} prompts x "
-          f"{max_tokens} tokens:")
-    print(f"    plain {mean_ci(samples['plain'])} tok/s, printed {mean_ci(samples['printed'])} tok/s, "
-          f"speedup {statistics.mean(samples['printed']) / statistics.mean(samples['plain']):.3f}x "
-          f"(per round {', '.join(f'{r:.3f}' for r in ratios)})")
+    print(
+        f"  printed command as printed, {rounds} rounds interleaved with a plain server, {len(mix)} prompts x "
+        f"{max_tokens} tokens:"
+    )
+    print(
+        f"    plain {mean_ci(samples['plain'])} tok/s, printed {mean_ci(samples['printed'])} tok/s, "
+        f"speedup {statistics.mean(samples['printed']) / statistics.mean(samples['plain']):.3f}x "
+        f"(per round {', '.join(f'{r:.3f}' for r in ratios)})"
+    )
 
 
 def main() -> None:
@@ -110,8 +122,14 @@ def main() -> None:
     mix = load_prompt_mix().take(per_category=args.per_category)
     ratios = compare("Gemma 3 270M Q4_K_M", gemma_configs(), mix, args.max_tokens, args.rounds, 4096)
     with tempfile.TemporaryDirectory() as tmp:
-        ratios += compare(f"Qwen3-architecture fixture, vocabulary {BIG_VOCAB}", fixture_configs(Path(tmp)), mix,
-                          args.max_tokens, args.rounds, 2048)
+        ratios += compare(
+            f"Qwen3-architecture fixture, vocabulary {BIG_VOCAB}",
+            fixture_configs(Path(tmp)),
+            mix,
+            args.max_tokens,
+            args.rounds,
+            2048,
+        )
     print(f"\nin-process ÷ server over every configuration: {min(ratios):.3f} .. {max(ratios):.3f}")
     if not args.skip_search:
         users_path(args.rounds)

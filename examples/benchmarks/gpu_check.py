@@ -66,13 +66,24 @@ def used_mib() -> str:
 def server_runs(server: ServerEngine, config: SpecConfig) -> bool:
     """Whether this llama-server has the type and every flag of `config` (PCTree needs a fork's)."""
     known = SPEC_TYPE_PARAMS[config.spec_type]
-    return config.spec_type in server.runnable_spec_types and all(server.supports_param(known[name]) for name in config.params)
+    return config.spec_type in server.runnable_spec_types and all(
+        server.supports_param(known[name]) for name in config.params
+    )
 
 
-def compare(label: str, configs: dict[str, SpecConfig], mix: PromptMix, max_tokens: int, server: ServerEngine | None,
-            threads: int | None) -> None:
-    print(f"{label}: {'config':<26}{'python tok/s':>13}{'server tok/s':>13}{'ratio':>7}{'host %':>8}"
-          f"{'host ms/step':>13}{'used MiB':>10}", flush=True)
+def compare(
+    label: str,
+    configs: dict[str, SpecConfig],
+    mix: PromptMix,
+    max_tokens: int,
+    server: ServerEngine | None,
+    threads: int | None,
+) -> None:
+    print(
+        f"{label}: {'config':<26}{'python tok/s':>13}{'server tok/s':>13}{'ratio':>7}{'host %':>8}"
+        f"{'host ms/step':>13}{'used MiB':>10}",
+        flush=True,
+    )
     with PythonEngine(context_size=CONTEXT, threads=threads) as engine:
         for name, config in configs.items():
             try:
@@ -87,9 +98,14 @@ def compare(label: str, configs: dict[str, SpecConfig], mix: PromptMix, max_toke
                     theirs = server.measure(config, mix, max_tokens=max_tokens).mix_tok_s
                 except AutotuneError as exc:
                     print(f"{label}: {name:<26} server: {exc}", flush=True)
-            shown = f"{theirs:>13.1f}{ours.mix_tok_s / theirs:>7.2f}" if theirs else f"{'-':>13}{'-':>7}"  # '-': not on it
-            print(f"{label}: {name:<26}{ours.mix_tok_s:>13.1f}{shown}{100 * tally.host_share:>7.1f}%"
-                  f"{tally.host_ms_per_step:>13.3f}{used:>10}", flush=True)
+            shown = (
+                f"{theirs:>13.1f}{ours.mix_tok_s / theirs:>7.2f}" if theirs else f"{'-':>13}{'-':>7}"
+            )  # '-': not on it
+            print(
+                f"{label}: {name:<26}{ours.mix_tok_s:>13.1f}{shown}{100 * tally.host_share:>7.1f}%"
+                f"{tally.host_ms_per_step:>13.3f}{used:>10}",
+                flush=True,
+            )
 
 
 def predict_blocks(files: dict[str, Path], mix: PromptMix, max_tokens: int, threads: int | None) -> None:
@@ -100,8 +116,12 @@ def predict_blocks(files: dict[str, Path], mix: PromptMix, max_tokens: int, thre
     configs = {
         "draft-dspark n_max=8": SpecConfig(target, "draft-dspark", dspark, {"draft_n_max": 8}),
         "draft-dspark n_max=3": SpecConfig(target, "draft-dspark", dspark, {"draft_n_max": 3}),
-        "pctree k=3 n=16": SpecConfig(target, "draft-dspark", dspark, {
-            "draft_n_max": 8, "dspark_pctree": True, "dspark_pctree_k": 3, "dspark_pctree_n": 16}),
+        "pctree k=3 n=16": SpecConfig(
+            target,
+            "draft-dspark",
+            dspark,
+            {"draft_n_max": 8, "dspark_pctree": True, "dspark_pctree_k": 3, "dspark_pctree_n": 16},
+        ),
     }
     with PythonEngine(context_size=CONTEXT, threads=threads) as engine:
         for config in configs.values():
@@ -109,8 +129,18 @@ def predict_blocks(files: dict[str, Path], mix: PromptMix, max_tokens: int, thre
         baseline = engine.measure(SpecConfig(target), mix, max_tokens=max_tokens)
         started = time.perf_counter()
         plan = BlockPlan("draft-dspark", n_maxes=(3, 8), pctree=True, p_min=False, tree_k=3, tree_n=16)
-        model = measure_target(engine, target, baseline, mix, arbiter="python", max_tokens=max_tokens, drafts=[],
-                               chain_length=3, block_drafts=[(plan, dspark)], note=lambda _: None)
+        model = measure_target(
+            engine,
+            target,
+            baseline,
+            mix,
+            arbiter="python",
+            max_tokens=max_tokens,
+            drafts=[],
+            chain_length=3,
+            block_drafts=[(plan, dspark)],
+            note=lambda _: None,
+        )
         print(f"blocks: recorded and costed in {time.perf_counter() - started:.1f} s", flush=True)
         for name, config in configs.items():
             started = time.perf_counter()
@@ -120,15 +150,19 @@ def predict_blocks(files: dict[str, Path], mix: PromptMix, max_tokens: int, thre
             replayed = predicted.replay
             ours = f"{replayed.drafted}/{replayed.accepted}/{replayed.verify_steps}"
             theirs = f"{measured.n_drafted}/{measured.n_accepted}/{sum(r.n_verify_steps for r in measured.results)}"
-            print(f"blocks: {name:<26} replayed {ours} measured {theirs} predicted {predicted.speedup or 0:.2f}x "
-                  f"measured {measured.mix_tok_s / baseline.mix_tok_s:.2f}x prediction {predict_ms:.1f} ms", flush=True)
+            print(
+                f"blocks: {name:<26} replayed {ours} measured {theirs} predicted {predicted.speedup or 0:.2f}x "
+                f"measured {measured.mix_tok_s / baseline.mix_tok_s:.2f}x prediction {predict_ms:.1f} ms",
+                flush=True,
+            )
 
 
 def doctor(models_dir: Path) -> int:
     """`autotune doctor` on the builds the check measures (the server of AUTOTUNE_LLAMA_SERVER), its lines passed
     through; its exit code."""
-    done = subprocess.run([sys.executable, "-m", "autotune", "doctor", "--models-dir", str(models_dir)],
-                          stdout=subprocess.PIPE, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "autotune", "doctor", "--models-dir", str(models_dir)], stdout=subprocess.PIPE, text=True
+    )
     for line in done.stdout.splitlines():
         print(f"doctor: {line}", flush=True)
     return done.returncode
@@ -149,10 +183,32 @@ def search(models_dir: Path, args: argparse.Namespace) -> int:
     (the mix a study of this base model measures), its output passed through; its exit code."""
     prompts = models_dir / "prompts.jsonl"
     chosen = load_prompt_mix(continuation_mix_path()).take(per_category=1).prompts[: args.prompts]
-    prompts.write_text("".join(json.dumps({"id": p.id, "category": p.category, "prompt": p.text}) + "\n" for p in chosen))
-    argv = [sys.executable, "-m", "autotune", "search", "--strategy", "measure", "--model", "gemma3-270m", "--trials",
-            str(args.trials), "--max-tokens", str(args.max_tokens), "--prompts", str(prompts), "--per-category", "1",
-            "--models-dir", str(models_dir), "--seed", "0", *args.search_args.split()]
+    prompts.write_text(
+        "".join(json.dumps({"id": p.id, "category": p.category, "prompt": p.text}) + "\n" for p in chosen)
+    )
+    argv = [
+        sys.executable,
+        "-m",
+        "autotune",
+        "search",
+        "--strategy",
+        "measure",
+        "--model",
+        "gemma3-270m",
+        "--trials",
+        str(args.trials),
+        "--max-tokens",
+        str(args.max_tokens),
+        "--prompts",
+        str(prompts),
+        "--per-category",
+        "1",
+        "--models-dir",
+        str(models_dir),
+        "--seed",
+        "0",
+        *args.search_args.split(),
+    ]
     print(f"search: {' '.join(argv[1:])}", flush=True)
     done = subprocess.run(argv, stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     for line in done.stdout.splitlines():
@@ -165,12 +221,26 @@ def plan(models_dir: Path) -> int:
     """The two plans (module docstring), their output passed through; the first failing exit code, else 0."""
     empty = models_dir.parent / "no-models"
     empty.mkdir(exist_ok=True)
-    runs = [["--model", "qwen3-8b", "--offline", "--plan-tok-s", "95", "--models-dir", str(empty)],
-            ["--model", "gemma3-270m", "--models-dir", str(models_dir)]]
+    runs = [
+        ["--model", "qwen3-8b", "--offline", "--plan-tok-s", "95", "--models-dir", str(empty)],
+        ["--model", "gemma3-270m", "--models-dir", str(models_dir)],
+    ]
     codes = []
     for extra in runs:
-        argv = [sys.executable, "-m", "autotune", "search", "--max-tokens", "512", "--per-category", "4", "--plan",
-                "--storage", f"sqlite:///{models_dir.parent / 'plan-never-written.db'}", *extra]
+        argv = [
+            sys.executable,
+            "-m",
+            "autotune",
+            "search",
+            "--max-tokens",
+            "512",
+            "--per-category",
+            "4",
+            "--plan",
+            "--storage",
+            f"sqlite:///{models_dir.parent / 'plan-never-written.db'}",
+            *extra,
+        ]
         print(f"plan: {' '.join(argv[1:])}", flush=True)
         done = subprocess.run(argv, stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
         for line in done.stdout.splitlines():
@@ -194,8 +264,11 @@ def main() -> None:
     args = parser.parse_args()
 
     for device in memory.devices():
-        print(f"device: {device.name} ({device.description}), {device.total / 2**30:.1f} GiB, "
-              f"{device.free / 2**30:.1f} GiB free", flush=True)
+        print(
+            f"device: {device.name} ({device.description}), {device.total / 2**30:.1f} GiB, "
+            f"{device.free / 2**30:.1f} GiB free",
+            flush=True,
+        )
     mix = PromptMix("check", tuple(load_prompt_mix().take(per_category=1).prompts[: args.prompts]))
     with tempfile.TemporaryDirectory(prefix="autotune-gpu-check-") as scratch:  # 174 MB at Qwen3's vocabulary
         code = check(args, mix, Path(scratch))
@@ -216,22 +289,44 @@ def check(args: argparse.Namespace, mix: PromptMix, scratch: Path) -> int:
             return 1
         if args.quick:
             return 0
-        compare("gemma", {
-            "none": SpecConfig(gemma),
-            "ngram-simple n4 m16": SpecConfig(gemma, "ngram-simple", None, {"ngram_simple_size_n": 4, "ngram_simple_size_m": 16}),
-            "draft-simple n_max=4": SpecConfig(gemma, "draft-simple", gemma, {"draft_n_max": 4}),
-        }, mix, args.max_tokens, server, args.threads)
+        compare(
+            "gemma",
+            {
+                "none": SpecConfig(gemma),
+                "ngram-simple n4 m16": SpecConfig(
+                    gemma, "ngram-simple", None, {"ngram_simple_size_n": 4, "ngram_simple_size_m": 16}
+                ),
+                "draft-simple n_max=4": SpecConfig(gemma, "draft-simple", gemma, {"draft_n_max": 4}),
+            },
+            mix,
+            args.max_tokens,
+            server,
+            args.threads,
+        )
         (scratch / "fixture").mkdir()
         files = write_qwen3_pair(scratch / "fixture", vocab_size=args.vocab, ctx=CONTEXT)
         target = files["target"]
-        compare("fixture", {
-            "none": SpecConfig(target),
-            "ngram-simple n2 m8": SpecConfig(target, "ngram-simple", None, {"ngram_simple_size_n": 2, "ngram_simple_size_m": 8}),
-            "draft-simple n_max=4": SpecConfig(target, "draft-simple", files["draft"], {"draft_n_max": 4}),
-            "draft-dspark n_max=8": SpecConfig(target, "draft-dspark", files["dspark"], {"draft_n_max": 8}),
-            "pctree k=3 n=16": SpecConfig(target, "draft-dspark", files["dspark"], {
-                "draft_n_max": 8, "dspark_pctree": True, "dspark_pctree_k": 3, "dspark_pctree_n": 16}),
-        }, mix, args.max_tokens, server, args.threads)
+        compare(
+            "fixture",
+            {
+                "none": SpecConfig(target),
+                "ngram-simple n2 m8": SpecConfig(
+                    target, "ngram-simple", None, {"ngram_simple_size_n": 2, "ngram_simple_size_m": 8}
+                ),
+                "draft-simple n_max=4": SpecConfig(target, "draft-simple", files["draft"], {"draft_n_max": 4}),
+                "draft-dspark n_max=8": SpecConfig(target, "draft-dspark", files["dspark"], {"draft_n_max": 8}),
+                "pctree k=3 n=16": SpecConfig(
+                    target,
+                    "draft-dspark",
+                    files["dspark"],
+                    {"draft_n_max": 8, "dspark_pctree": True, "dspark_pctree_k": 3, "dspark_pctree_n": 16},
+                ),
+            },
+            mix,
+            args.max_tokens,
+            server,
+            args.threads,
+        )
         predict_blocks(files, mix, args.max_tokens, args.threads)
     finally:
         if server is not None:

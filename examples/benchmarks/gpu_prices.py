@@ -53,7 +53,7 @@ from autotune.llamacpp.bindings import Context, LoadedModel, llama_build
 from autotune.llamacpp.runtime import Runtime
 from autotune.predict.blocks import layer_inputs
 from autotune.predict.cost import timed_curve
-from autotune.search.plan import load_prices, Prices, prices_path, write_prices
+from autotune.search.plan import Prices, load_prices, prices_path, write_prices
 from autotune.spec.config import SpecConfig
 from autotune.testing import tiny_gguf
 
@@ -86,25 +86,52 @@ def write_models(scratch: Path, args: argparse.Namespace) -> dict[str, Path]:
     """The F32 target, the measured (quantized) target, the DSpark draft and the draft-simple model."""
     started = time.perf_counter()
     target_f32 = tiny_gguf.write_qwen3_target(
-        scratch / "target-F32.gguf", vocab_size=args.vocab, n_embd=args.n_embd, n_layers=args.layers,
-        n_head=args.n_head, n_head_kv=args.n_head_kv, n_ff=args.n_ff, ctx=SERVER_CONTEXT)
+        scratch / "target-F32.gguf",
+        vocab_size=args.vocab,
+        n_embd=args.n_embd,
+        n_layers=args.layers,
+        n_head=args.n_head,
+        n_head_kv=args.n_head_kv,
+        n_ff=args.n_ff,
+        ctx=SERVER_CONTEXT,
+    )
     target = quantize(target_f32, args.target_quant, args.threads)
     features = [i * args.layers // args.draft_features for i in range(args.draft_features)]
     dspark = tiny_gguf.write_dspark_draft(
-        scratch / "dspark-F16.gguf", target_path=target_f32, n_layers=args.draft_layers, n_ff=args.n_ff,
-        target_layers=features, block_size=args.block_size, f16=True)
+        scratch / "dspark-F16.gguf",
+        target_path=target_f32,
+        n_layers=args.draft_layers,
+        n_ff=args.n_ff,
+        target_layers=features,
+        block_size=args.block_size,
+        f16=True,
+    )
     heads = max(1, args.simple_n_embd // 128)
-    simple = quantize(tiny_gguf.write_qwen3_target(
-        scratch / "simple-F32.gguf", vocab_size=args.vocab, n_embd=args.simple_n_embd, n_layers=args.simple_layers,
-        n_head=heads, n_head_kv=heads, n_ff=3 * args.simple_n_embd, ctx=SERVER_CONTEXT), args.simple_quant, args.threads)
+    simple = quantize(
+        tiny_gguf.write_qwen3_target(
+            scratch / "simple-F32.gguf",
+            vocab_size=args.vocab,
+            n_embd=args.simple_n_embd,
+            n_layers=args.simple_layers,
+            n_head=heads,
+            n_head_kv=heads,
+            n_ff=3 * args.simple_n_embd,
+            ctx=SERVER_CONTEXT,
+        ),
+        args.simple_quant,
+        args.threads,
+    )
     files = {"target F32": target_f32, "target": target, "dspark": dspark, "draft-simple": simple}
-    log(f"wrote {', '.join(f'{k} {v.stat().st_size / 1e9:.2f} GB' for k, v in files.items())} "
-        f"in {time.perf_counter() - started:.1f} s")
+    log(
+        f"wrote {', '.join(f'{k} {v.stat().st_size / 1e9:.2f} GB' for k, v in files.items())} "
+        f"in {time.perf_counter() - started:.1f} s"
+    )
     return files
 
 
 def one_step_ms(context: Context, fill: list[int], depth: int, *, repeats: int) -> float:
     """Median ms of a decode step of one token after `depth` positions."""
+
     def prepare(d: int) -> None:
         context.clear()
         context.decode(fill[:d], 0)
@@ -121,6 +148,7 @@ def one_step_ms(context: Context, fill: list[int], depth: int, *, repeats: int) 
 
 def prefill_ms(context: Context, fill: list[int]) -> float:
     """Median ms of a prompt of PREFILL_TOKENS in one batch, its last row's logits out."""
+
     def step(_size: int, _depth: int) -> float:
         started = time.perf_counter()
         context.decode(fill[:PREFILL_TOKENS], 0)
@@ -157,7 +185,7 @@ class BareBlock:
 def block_prices(pair: DFlashPair, fill: list[int], rows: int) -> dict[str, tuple[float, ...]]:
     """block_ms, logits_copy_ms and inject_ms for 1..`rows` rows, after DEPTH injected positions."""
     draft, sizes = pair.draft, tuple(range(1, rows + 1))
-    features = layer_inputs(pair, fill[:DEPTH + rows])
+    features = layer_inputs(pair, fill[: DEPTH + rows])
     bare = BareBlock(pair)
 
     def prepare(depth: int) -> None:
@@ -171,6 +199,7 @@ def block_prices(pair: DFlashPair, fill: list[int], rows: int) -> dict[str, tupl
             elapsed = (time.perf_counter() - started) * 1000
             draft.truncate(depth)
             return elapsed
+
         return timed_curve(sizes, (DEPTH,), prepare, step, repeats=REPEATS).ms[0]
 
     def noise(size: int, depth: int) -> list[int]:
@@ -179,11 +208,14 @@ def block_prices(pair: DFlashPair, fill: list[int], rows: int) -> dict[str, tupl
     try:
         read = timed(lambda size, depth: draft.block(noise(size, depth), depth, confidence=False)[0].argmax(axis=1))
         unread = timed(lambda size, depth: bare(noise(size, depth), depth))
-        injected = timed(lambda size, depth: draft.inject(features[depth:depth + size], depth))
+        injected = timed(lambda size, depth: draft.inject(features[depth : depth + size], depth))
     finally:
         bare.free()
-    return {"block_ms": tuple(read), "logits_copy_ms": tuple(max(0.0, a - b) for a, b in zip(read, unread)),
-            "inject_ms": tuple(injected)}
+    return {
+        "block_ms": tuple(read),
+        "logits_copy_ms": tuple(max(0.0, a - b) for a, b in zip(read, unread)),
+        "inject_ms": tuple(injected),
+    }
 
 
 def server_start(path: Path, threads: int | None) -> tuple[float, str]:
@@ -208,11 +240,15 @@ def measure(files: dict[str, Path], args: argparse.Namespace) -> Prices:
         context = Context(target, n_ctx=CONTEXT, runtime=runtime)
         try:
             step_ms = one_step_ms(context, fill, DEPTH, repeats=2 * REPEATS)
-            log(f"target step {step_ms:.3f} ms: {step_ms / args.layers:.4f} ms a layer ({args.layers} layers, "
-                f"{args.target_quant}, {args.n_embd} wide, {args.vocab:,} tokens)")
+            log(
+                f"target step {step_ms:.3f} ms: {step_ms / args.layers:.4f} ms a layer ({args.layers} layers, "
+                f"{args.target_quant}, {args.n_embd} wide, {args.vocab:,} tokens)"
+            )
             prefill = prefill_ms(context, fill)
-            log(f"prefill {prefill:.2f} ms for {PREFILL_TOKENS} tokens: "
-                f"{prefill / PREFILL_TOKENS / args.layers:.5f} ms a token a layer")
+            log(
+                f"prefill {prefill:.2f} ms for {PREFILL_TOKENS} tokens: "
+                f"{prefill / PREFILL_TOKENS / args.layers:.5f} ms a token a layer"
+            )
         finally:
             context.free()
         draft = LoadedModel(files["dspark"])
@@ -226,8 +262,10 @@ def measure(files: dict[str, Path], args: argparse.Namespace) -> Prices:
             draft.free()
     finally:
         target.free()
-    log(f"DSpark draft, {args.draft_layers} layers F16, after {DEPTH} positions: rows, block ms (every row's "
-        "logits read out), of which the logits, injection ms")
+    log(
+        f"DSpark draft, {args.draft_layers} layers F16, after {DEPTH} positions: rows, block ms (every row's "
+        "logits read out), of which the logits, injection ms"
+    )
     for row, (block, logits, inject) in enumerate(zip(*blocks.values()), start=1):
         log(f"  {row:>2} {block:9.3f} {logits:9.3f} {inject:9.3f}")
     simple = LoadedModel(files["draft-simple"])
@@ -244,22 +282,38 @@ def measure(files: dict[str, Path], args: argparse.Namespace) -> Prices:
     start_s, server_build = server_start(files["target F32"], args.threads)
     log(f"llama-server start {start_s:.2f} s ({files['target F32'].stat().st_size / 1e9:.2f} GB file; {server_build})")
     return Prices(
-        hardware=hardware_key(), measured_on=datetime.date.today().isoformat(), llama_build=llama_build(),
-        server_build=server_build, n_embd=args.n_embd, n_vocab=args.vocab, target_layers=args.layers,
-        target_quant=args.target_quant, target_step_ms_per_layer=step_ms / args.layers,
-        prefill_ms_per_token_layer=prefill / PREFILL_TOKENS / args.layers, draft_layers=args.draft_layers,
-        draft_quant="F16", **blocks, draft_simple_shape=simple_shape, draft_simple_token_ms=simple_ms,
-        server_start_s=start_s, server_start_file_bytes=files["target F32"].stat().st_size)
+        hardware=hardware_key(),
+        measured_on=datetime.date.today().isoformat(),
+        llama_build=llama_build(),
+        server_build=server_build,
+        n_embd=args.n_embd,
+        n_vocab=args.vocab,
+        target_layers=args.layers,
+        target_quant=args.target_quant,
+        target_step_ms_per_layer=step_ms / args.layers,
+        prefill_ms_per_token_layer=prefill / PREFILL_TOKENS / args.layers,
+        draft_layers=args.draft_layers,
+        draft_quant="F16",
+        **blocks,
+        draft_simple_shape=simple_shape,
+        draft_simple_token_ms=simple_ms,
+        server_start_s=start_s,
+        server_start_file_bytes=files["target F32"].stat().st_size,
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--layers", type=int, default=2, help="the target's layers (the per-layer figures divide by it)")
+    parser.add_argument(
+        "--layers", type=int, default=2, help="the target's layers (the per-layer figures divide by it)"
+    )
     parser.add_argument("--n-embd", type=int, default=QWEN3_8B["n_embd"])
     parser.add_argument("--vocab", type=int, default=QWEN3_8B["vocab"])
     parser.add_argument("--n-head", type=int, default=QWEN3_8B["n_head"])
     parser.add_argument("--n-head-kv", type=int, default=QWEN3_8B["n_head_kv"])
-    parser.add_argument("--n-ff", type=int, default=None, help="feed-forward width (default: 3 x --n-embd, as Qwen3-8B)")
+    parser.add_argument(
+        "--n-ff", type=int, default=None, help="feed-forward width (default: 3 x --n-embd, as Qwen3-8B)"
+    )
     parser.add_argument("--target-quant", default="Q4_K_M", help="the target's weights: a llama.cpp ftype, or F32")
     parser.add_argument("--draft-layers", type=int, default=5)
     parser.add_argument("--draft-features", type=int, default=5, help="target layers the DSpark draft reads")
@@ -268,8 +322,9 @@ def main() -> None:
     parser.add_argument("--simple-layers", type=int, default=28)
     parser.add_argument("--simple-quant", default="Q8_0")
     parser.add_argument("--threads", type=int, default=None)
-    parser.add_argument("--out", type=Path, default=None, help="the prices file (default: this machine's, under "
-                                                                "the autotune home)")
+    parser.add_argument(
+        "--out", type=Path, default=None, help="the prices file (default: this machine's, under the autotune home)"
+    )
     args = parser.parse_args()
     args.n_ff = args.n_ff or 3 * args.n_embd
     args.simple_n_embd = args.simple_n_embd or args.n_embd // 4

@@ -35,9 +35,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from _printed import fresh_tok_s, searched, spec_flags
 from scipy import stats
 
-from _printed import fresh_tok_s, searched, spec_flags
 from autotune.engines.prompt_tokens import PromptTokens
 from autotune.spec.config import SpecConfig
 from autotune.spec.default import spec_default_config
@@ -57,13 +57,36 @@ def run_searches(recording: Path, seeds: int, max_tokens: int) -> list[dict]:
             continue
         home = tempfile.mkdtemp(prefix=f"autotune-held-out-{seed}-")
         started = time.perf_counter()
-        ran = subprocess.run([sys.executable, "-m", "autotune", "search", "--model", "gemma3-270m", "--prompts",
-                              str(HELD_OUT), "--max-tokens", str(max_tokens), "--seed", str(seed)],
-                             env={**os.environ, "AUTOTUNE_HOME": home}, capture_output=True, text=True)
+        ran = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "autotune",
+                "search",
+                "--model",
+                "gemma3-270m",
+                "--prompts",
+                str(HELD_OUT),
+                "--max-tokens",
+                str(max_tokens),
+                "--seed",
+                str(seed),
+            ],
+            env={**os.environ, "AUTOTUNE_HOME": home},
+            capture_output=True,
+            text=True,
+        )
         if ran.returncode != 0:
             sys.exit(f"the search of seed {seed} failed (exit {ran.returncode}): {ran.stderr[-800:]}")
-        done.append({"seed": seed, "max_tokens": max_tokens, "home": home, "seconds": time.perf_counter() - started,
-                     "stdout": ran.stdout})
+        done.append(
+            {
+                "seed": seed,
+                "max_tokens": max_tokens,
+                "home": home,
+                "seconds": time.perf_counter() - started,
+                "stdout": ran.stdout,
+            }
+        )
         recording.write_text(json.dumps(done, indent=1))
         print(f"  seed {seed}: {done[-1]['seconds']:.0f} s", flush=True)
         print("\n".join("    " + line for line in ran.stdout.splitlines()[:4]), flush=True)
@@ -72,14 +95,19 @@ def run_searches(recording: Path, seeds: int, max_tokens: int) -> list[dict]:
 
 def grid(target: Path, command) -> dict[str, list[str]]:
     """The grid's entries by name: each a llama-server argv."""
-    configs = {"plain": SpecConfig(target), "--spec-default": spec_default_config(target),
-               "draft-simple n4 (itself)": SpecConfig(target, "draft-simple", target, {"draft_n_max": 4})}
+    configs = {
+        "plain": SpecConfig(target),
+        "--spec-default": spec_default_config(target),
+        "draft-simple n4 (itself)": SpecConfig(target, "draft-simple", target, {"draft_n_max": 4}),
+    }
     for m, n in NGRAM_SIMPLE:
         configs[f"ngram-simple m{m}/n{n}"] = SpecConfig(
-            target, "ngram-simple", params={"ngram_simple_size_m": m, "ngram_simple_size_n": n})
+            target, "ngram-simple", params={"ngram_simple_size_m": m, "ngram_simple_size_n": n}
+        )
     for match, most, least in NGRAM_MOD:
         configs[f"ngram-mod {match}/{most}/{least}"] = SpecConfig(
-            target, "ngram-mod", params={"ngram_mod_n_match": match, "ngram_mod_n_max": most, "ngram_mod_n_min": least})
+            target, "ngram-mod", params={"ngram_mod_n_match": match, "ngram_mod_n_max": most, "ngram_mod_n_min": least}
+        )
     return {name: command.argv(config) for name, config in configs.items()}
 
 
@@ -101,9 +129,14 @@ def main() -> None:
     parser.add_argument("--recording", type=Path, default=Path(tempfile.gettempdir()) / "autotune-held-out.json")
     parser.add_argument("--skip-search", action="store_true", help="measure the picks already in --recording")
     args = parser.parse_args()
-    print(f"{args.seeds} searches of gemma3-270m on {HELD_OUT.name}, {args.max_tokens} tokens (kept in {args.recording})")
-    searches = (json.loads(args.recording.read_text())[:args.seeds] if args.skip_search
-                else run_searches(args.recording, args.seeds, args.max_tokens))
+    print(
+        f"{args.seeds} searches of gemma3-270m on {HELD_OUT.name}, {args.max_tokens} tokens (kept in {args.recording})"
+    )
+    searches = (
+        json.loads(args.recording.read_text())[: args.seeds]
+        if args.skip_search
+        else run_searches(args.recording, args.seeds, args.max_tokens)
+    )
     by_seed = {s["seed"]: s for s in searches}
     command, mix, max_tokens = searched(searches[0]["home"])
     printed = {s["seed"]: shlex.split(s["stdout"].splitlines()[0]) for s in searches}
@@ -121,8 +154,11 @@ def main() -> None:
         picks[seed] = name
     tokens = PromptTokens(command.context_size)
     prompts = [(p, tokens.tokens(target, p, max_tokens)) for p in mix]
-    print(f"\na grid of {len(entries)} entries (the picks among them), {args.rounds} rounds on fresh servers, "
-          f"{len(prompts)} prompts x {max_tokens} tokens, interleaved and shuffled", flush=True)
+    print(
+        f"\na grid of {len(entries)} entries (the picks among them), {args.rounds} rounds on fresh servers, "
+        f"{len(prompts)} prompts x {max_tokens} tokens, interleaved and shuffled",
+        flush=True,
+    )
     tok_s: dict[str, list[float]] = {name: [] for name in entries}
     rng = random.Random(0)
     for round_ in range(args.rounds):
@@ -131,8 +167,10 @@ def main() -> None:
         rng.shuffle(order)
         for name in order:
             tok_s[name].append(fresh_tok_s(entries[name], prompts, max_tokens, command))
-        print(f"  round {round_ + 1}: {time.perf_counter() - started:.0f} s, plain {tok_s['plain'][-1]:.1f} tok/s",
-              flush=True)
+        print(
+            f"  round {round_ + 1}: {time.perf_counter() - started:.0f} s, plain {tok_s['plain'][-1]:.1f} tok/s",
+            flush=True,
+        )
     speedup = {name: log_interval([t / p for t, p in zip(tok_s[name], tok_s["plain"])]) for name in entries}
     print(f"\n{'entry':<44} {'tok/s':>7} {'speedup [95% CI]':>24}")
     for name in sorted(entries, key=lambda n: -speedup[n][0]):
@@ -147,8 +185,10 @@ def main() -> None:
         point, low, high = log_interval([p / b for p, b in zip(tok_s[name], tok_s[best])])
         found += point >= 1 - WITHIN
         verdict = next(iter(by_seed[seed]["stdout"].splitlines()[1:2]), "")
-        print(f"  seed {seed}: {name}: {point:.3f}x the best [95% CI {low:.3f}-{high:.3f}]"
-              f"{'' if point >= 1 - WITHIN else ' (more than 3 % below)'}; it printed {verdict.lstrip('# ')}")
+        print(
+            f"  seed {seed}: {name}: {point:.3f}x the best [95% CI {low:.3f}-{high:.3f}]"
+            f"{'' if point >= 1 - WITHIN else ' (more than 3 % below)'}; it printed {verdict.lstrip('# ')}"
+        )
     print(f"picks within {WITHIN:.0%} of the grid's best: {found} of {len(picks)}")
 
 

@@ -16,6 +16,7 @@ import time
 from dataclasses import replace
 
 import optuna
+from _gemma import gemma_inputs  # noqa: E402  (beside this script)
 
 from autotune.cli.progress import SilentReporter
 from autotune.engines.python import PythonEngine
@@ -24,8 +25,6 @@ from autotune.search.measured import Tuner
 from autotune.spec.config import SpecConfig
 from autotune.study.best import best_result
 from autotune.study.records import TrialRecord
-
-from _gemma import gemma_inputs  # noqa: E402  (beside this script)
 
 
 def main() -> None:
@@ -43,8 +42,10 @@ def main() -> None:
 
     samples = [engine.measure(baseline, mix, max_tokens=args.max_tokens).mix_tok_s for _ in range(args.repeats)]
     cv = statistics.stdev(samples) / statistics.mean(samples)
-    print(f"\n(a) baseline mix tok/s over {args.repeats} repeats: mean {statistics.mean(samples):.1f}, "
-          f"min {min(samples):.1f}, max {max(samples):.1f}, coefficient of variation {100 * cv:.1f}%")
+    print(
+        f"\n(a) baseline mix tok/s over {args.repeats} repeats: mean {statistics.mean(samples):.1f}, "
+        f"min {min(samples):.1f}, max {max(samples):.1f}, coefficient of variation {100 * cv:.1f}%"
+    )
 
     print(f"\n(b) {args.trials}-trial study, seed 7, with and without pruning")
     runnable = runnable_space(inputs.space, engine, inputs.candidates, SilentReporter())
@@ -56,9 +57,11 @@ def main() -> None:
         wall = time.perf_counter() - started
         states = [t.state.name for t in study.trials]
         best = best_result(study)
-        print(f"  pruning {'on ' if pruning else 'off'}: wall {wall:6.1f} s, {states.count('COMPLETE')} complete, "
-              f"{states.count('PRUNED')} pruned, {states.count('FAIL')} failed; best: trial {best.trial.number} "
-              f"{TrialRecord.of(best.trial).label} {best.tok_s:.1f} tok/s ({best.speedup:.2f}x)")
+        print(
+            f"  pruning {'on ' if pruning else 'off'}: wall {wall:6.1f} s, {states.count('COMPLETE')} complete, "
+            f"{states.count('PRUNED')} pruned, {states.count('FAIL')} failed; best: trial {best.trial.number} "
+            f"{TrialRecord.of(best.trial).label} {best.tok_s:.1f} tok/s ({best.speedup:.2f}x)"
+        )
     engine.close()
 
 

@@ -32,8 +32,13 @@ ROW = re.compile(r"\s+(.+?)\s+([\d,]+) tokens\s+([\d,]+) decodes\s+(\d+) server 
 
 
 def autotune(home: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "autotune", *args], capture_output=True, text=True,
-                          env={**os.environ, "AUTOTUNE_HOME": str(home)}, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "autotune", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "AUTOTUNE_HOME": str(home)},
+        check=False,
+    )
 
 
 def planned(output: str) -> dict[str, dict[str, float]]:
@@ -42,8 +47,12 @@ def planned(output: str) -> dict[str, dict[str, float]]:
         match = ROW.match(line)
         if match:
             tokens, decodes, starts, minutes = (float(g.replace(",", "")) for g in match.groups()[1:])
-            rows[match.group(1)] = {"tokens": tokens, "decodes": decodes, "server_starts": starts,
-                                    "seconds": minutes * 60}
+            rows[match.group(1)] = {
+                "tokens": tokens,
+                "decodes": decodes,
+                "server_starts": starts,
+                "seconds": minutes * 60,
+            }
     return rows
 
 
@@ -67,9 +76,11 @@ def report(name: str, found: dict) -> None:
     for phase in dict.fromkeys([*plan, *cost]):
         p, c = plan.get(phase, {}), cost.get(phase, {})
         ratio = c.get("seconds", 0) / p["seconds"] if p.get("seconds") else float("nan")
-        print(f"  {phase:<12} {p.get('seconds', 0):8.0f} {c.get('seconds', 0):9.0f} {ratio:6.2f}   "
-              f"{c.get('tokens', 0):>7,.0f}/{p.get('tokens', 0):<8,.0f}   {c.get('server_starts', 0):>3.0f}/"
-              f"{p.get('server_starts', 0):<3.0f}")
+        print(
+            f"  {phase:<12} {p.get('seconds', 0):8.0f} {c.get('seconds', 0):9.0f} {ratio:6.2f}   "
+            f"{c.get('tokens', 0):>7,.0f}/{p.get('tokens', 0):<8,.0f}   {c.get('server_starts', 0):>3.0f}/"
+            f"{p.get('server_starts', 0):<3.0f}"
+        )
     total_plan = sum(p["seconds"] for p in plan.values())
     total_cost = sum(c["seconds"] for c in cost.values())
     print(f"  {'total':<12} {total_plan:8.0f} {total_cost:9.0f} {total_cost / total_plan:6.2f}")

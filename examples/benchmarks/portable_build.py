@@ -45,21 +45,31 @@ def main() -> None:
     times = {name: [] for name in binaries}
     tokens = {name: [] for name in binaries}
     with ExitStack() as stack:
-        live = {name: stack.enter_context(stack.enter_context(ServerEngine(context_size=CONTEXT, binary=binary))
-                                          .live([SpecConfig(target)], mix, max_tokens=args.max_tokens))
-                for name, binary in binaries.items()}
+        live = {
+            name: stack.enter_context(
+                stack.enter_context(ServerEngine(context_size=CONTEXT, binary=binary)).live(
+                    [SpecConfig(target)], mix, max_tokens=args.max_tokens
+                )
+            )
+            for name, binary in binaries.items()
+        }
         names = list(binaries)
         for round_ in range(args.rounds):
             for name in names:
                 times[name].append([])
                 tokens[name].append([])
             for index in range(len(mix)):
-                for name in names[(round_ + index) % 2:] + names[:(round_ + index) % 2]:
+                for name in names[(round_ + index) % 2 :] + names[: (round_ + index) % 2]:
                     result = live[name].generate(0, index)
                     times[name][-1].append(result.decode_ms)
                     tokens[name][-1].append(result.decode_tokens)
-            print(f"round {round_ + 1}: " + ", ".join(
-                f"{name} {sum(tokens[name][-1]) * 1000 / sum(times[name][-1]):.1f} tok/s" for name in names), flush=True)
+            print(
+                f"round {round_ + 1}: "
+                + ", ".join(
+                    f"{name} {sum(tokens[name][-1]) * 1000 / sum(times[name][-1]):.1f} tok/s" for name in names
+                ),
+                flush=True,
+            )
     units = {name: Units.of(times[name], tokens[name]) for name in names}
     versus = paired_speedup(units["native"], units["portable"], pair_by_unit=True)
     low, high = versus.interval()

@@ -58,24 +58,39 @@ def main() -> None:
     baseline = SpecConfig(files.target)
     engine.prepare(baseline, mix, max_tokens=args.max_tokens)
     texts = [engine._models[files.target].chat_prompt(p.text) for p in mix]
-    llm = Llama(str(files.target), n_ctx=space.model.context_size, n_threads=threads, n_threads_batch=threads,
-                n_gpu_layers=-1, flash_attn=True, verbose=False)
+    llm = Llama(
+        str(files.target),
+        n_ctx=space.model.context_size,
+        n_threads=threads,
+        n_threads_batch=threads,
+        n_gpu_layers=-1,
+        flash_attn=True,
+        verbose=False,
+    )
 
-    print(f"Gemma 3 270M Q4_K_M, {threads} threads, {len(mix)} prompts x {args.max_tokens} tokens, {args.rounds} rounds")
+    print(
+        f"Gemma 3 270M Q4_K_M, {threads} threads, {len(mix)} prompts x {args.max_tokens} tokens, {args.rounds} rounds"
+    )
     print("\n(a) baseline decode tok/s: autotune lean loop vs Llama(...) streamed")
     ours, theirs = [], []
     for round_ in range(args.rounds):
         ours.append(engine.measure(baseline, mix, max_tokens=args.max_tokens).mix_tok_s)
         theirs.append(llama_streamed_tok_s(llm, texts, args.max_tokens))
-        print(f"  round {round_ + 1}: autotune {ours[-1]:6.1f}   Llama {theirs[-1]:6.1f}   ratio {ours[-1] / theirs[-1]:.3f}")
-    print(f"  mean: autotune {sum(ours) / len(ours):.1f}  Llama {sum(theirs) / len(theirs):.1f}  "
-          f"ratio {sum(ours) / sum(theirs):.3f}")
+        print(
+            f"  round {round_ + 1}: autotune {ours[-1]:6.1f}   Llama {theirs[-1]:6.1f}   ratio {ours[-1] / theirs[-1]:.3f}"
+        )
+    print(
+        f"  mean: autotune {sum(ours) / len(ours):.1f}  Llama {sum(theirs) / len(theirs):.1f}  "
+        f"ratio {sum(ours) / sum(theirs):.3f}"
+    )
     del llm
 
     print("\n(b) ngram-simple speedup over baseline, summarization + rag (4 prompts each), interleaved")
     copy_mix = load_prompt_mix().take(categories=["summarization", "rag"])
-    configs = [SpecConfig(files.target, "ngram-simple", params={"ngram_simple_size_n": n, "ngram_simple_size_m": m})
-               for n, m in ((2, 8), (3, 16), (4, 32))]
+    configs = [
+        SpecConfig(files.target, "ngram-simple", params={"ngram_simple_size_n": n, "ngram_simple_size_m": m})
+        for n, m in ((2, 8), (3, 16), (4, 32))
+    ]
     sums: dict[str, list[float]] = {}
     for _ in range(args.rounds):
         for config in [baseline, *configs]:
@@ -94,9 +109,14 @@ def main() -> None:
     print("\n(c) one trial's wall time and its share that is not generation (models already loaded)")
     with tempfile.TemporaryDirectory() as tmp:
         storage = optuna.storages.RDBStorage(f"sqlite:///{tmp}/bench.db")
-        tuner = Tuner(space.restricted_to(set(engine.runnable_spec_types)), find_candidates(files), mix, engine,
-                      SearchSettings("gemma3-270m", trials=6, max_tokens=args.max_tokens, seed=0, pruning=False),
-                      SilentReporter())
+        tuner = Tuner(
+            space.restricted_to(set(engine.runnable_spec_types)),
+            find_candidates(files),
+            mix,
+            engine,
+            SearchSettings("gemma3-270m", trials=6, max_tokens=args.max_tokens, seed=0, pruning=False),
+            SilentReporter(),
+        )
         study = tuner.run(storage)
         for trial in study.trials:
             wall, gen = TrialRecord.of(trial).wall_s, TrialRecord.of(trial).generation_s
@@ -104,8 +124,10 @@ def main() -> None:
                 print(f"  trial {trial.number} {trial.state.name}")
                 continue
             label = TrialRecord.of(trial).label
-            print(f"  trial {trial.number} {label:<45} wall {wall:6.2f}s generation {gen:6.2f}s "
-                  f"not generation {100 * (wall - gen) / wall:4.1f}%")
+            print(
+                f"  trial {trial.number} {label:<45} wall {wall:6.2f}s generation {gen:6.2f}s "
+                f"not generation {100 * (wall - gen) / wall:4.1f}%"
+            )
     engine.close()
 
 

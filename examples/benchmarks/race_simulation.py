@@ -32,7 +32,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     print(f"{args.races} races a scenario; nominal false-winner rate {ALPHA / FAMILY:.2%} (0.05 / {FAMILY})")
-    print(f"{'scenario':<38} {'kind':<6} {'picked (95% CI)':>28} {'named':>6} {'mean rounds':>11} {'voids':>6} {'s':>5}")
+    print(
+        f"{'scenario':<38} {'kind':<6} {'picked (95% CI)':>28} {'named':>6} {'mean rounds':>11} {'voids':>6} {'s':>5}"
+    )
     for scenario, entrant, kind in scenarios():
         started = time.perf_counter()
         found = simulate(scenario, args.races, family=FAMILY, seed=args.seed)
@@ -42,8 +44,10 @@ def main() -> None:
         rate = f"{hits}/{args.races} = {hits / args.races:6.2%} [{interval.low:.2%}-{interval.high:.2%}]"
         won = found.pick == entrant
         rounds = f"{np.mean(found.rounds[won]):.2f}" if won.any() else "-"
-        print(f"{scenario.name:<38} {kind:<6} {rate:>28} {int(np.sum(found.named & won)):>6} {rounds:>11} "
-              f"{int(found.voids.sum()):>6} {took:5.1f}")
+        print(
+            f"{scenario.name:<38} {kind:<6} {rate:>28} {int(np.sum(found.named & won)):>6} {rounds:>11} "
+            f"{int(found.voids.sum()):>6} {took:5.1f}"
+        )
 
 
 if __name__ == "__main__":

@@ -32,15 +32,35 @@ from autotune.testing.processes import process_ids_named, start_autotune
 ROOT = Path(__file__).resolve().parents[2]
 SIGNALS = {"SIGTERM": signal.SIGTERM, "SIGHUP": signal.SIGHUP, "SIGKILL": signal.SIGKILL}
 WINDOWS = ("start-up", "generation")
-CTRL_C_TESTS = ["tests/engines/test_worker.py::test_ctrl_c_kills_the_worker_and_leaves_no_process_behind",
-                "tests/search/test_faults.py::test_a_stop_signal_closes_the_running_trial_kills_the_server_and_the_"
-                "study_resumes[SIGINT-generation]"]
+CTRL_C_TESTS = [
+    "tests/engines/test_worker.py::test_ctrl_c_kills_the_worker_and_leaves_no_process_behind",
+    "tests/search/test_faults.py::test_a_stop_signal_closes_the_running_trial_kills_the_server_and_the_"
+    "study_resumes[SIGINT-generation]",
+]
 
 
 def search_args(models: Path) -> list[str]:
-    return ["search", "--strategy", "measure", "--engine", "server", "--model", "gemma3-270m", "--models-dir",
-            str(models), "--trials", "3", "--max-tokens", "32", "--per-category", "1", "--no-pruning",
-            "--no-confirm", "--baseline-every", "0"]
+    return [
+        "search",
+        "--strategy",
+        "measure",
+        "--engine",
+        "server",
+        "--model",
+        "gemma3-270m",
+        "--models-dir",
+        str(models),
+        "--trials",
+        "3",
+        "--max-tokens",
+        "32",
+        "--per-category",
+        "1",
+        "--no-pruning",
+        "--no-confirm",
+        "--baseline-every",
+        "0",
+    ]
 
 
 def ready(pid: int) -> bool:
@@ -98,8 +118,12 @@ def fault_run(models: Path, runs: int) -> None:
                     running += stuck
                     if stuck:  # the next run of the same command must close what the dead one left
                         env = {**os.environ, "AUTOTUNE_HOME": str(home)}
-                        subprocess.run([sys.executable, "-m", "autotune", *search_args(models)], env=env,
-                                       capture_output=True, timeout=900)
+                        subprocess.run(
+                            [sys.executable, "-m", "autotune", *search_args(models)],
+                            env=env,
+                            capture_output=True,
+                            timeout=900,
+                        )
                         after += running_trials(home)
             shown = ", ".join(f"{c}x{n}" for c, n in sorted(codes.items(), key=lambda kv: str(kv[0])))
             print(f"{name:8} {window:10} {shown:22} {left:>12} {running:>8} {after:>14}", flush=True)
@@ -107,9 +131,13 @@ def fault_run(models: Path, runs: int) -> None:
 
 def ctrl_c_tests(repeat: int) -> None:
     print(f"(b) the two Ctrl-C tests, {repeat} runs in a row each way")
-    command = " ".join([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=", *CTRL_C_TESTS])
-    ways = {"foreground (a pty)": ["script", "-qec", command, "/dev/null"],
-            "background job of a script": ["bash", "-c", f"{command} & wait $!"]}
+    command = " ".join(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=", *CTRL_C_TESTS]
+    )
+    ways = {
+        "foreground (a pty)": ["script", "-qec", command, "/dev/null"],
+        "background job of a script": ["bash", "-c", f"{command} & wait $!"],
+    }
     for way, argv in ways.items():
         passed = 0
         for _ in range(repeat):

@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 from _interleave import compare
+
 from autotune.measure.prompts import default_mix_path, load_prompt_mix
 from autotune.spec.config import SpecConfig
 from autotune.spec.default import spec_default_config
@@ -40,14 +41,29 @@ def gemma_configs(target: Path) -> list[SpecConfig]:
         spec_default_config(target),
         SpecConfig(target, "ngram-mod", params={"ngram_mod_n_match": 8, "ngram_mod_n_min": 2, "ngram_mod_n_max": 16}),
         SpecConfig(target, "ngram-map-k", params={"ngram_map_k_size_n": 4, "ngram_map_k_size_m": 16}),
-        SpecConfig(target, "ngram-map-k4v", params={"ngram_map_k4v_size_n": 4, "ngram_map_k4v_size_m": 16,
-                                                    "ngram_map_k4v_min_hits": 1}),
+        SpecConfig(
+            target,
+            "ngram-map-k4v",
+            params={"ngram_map_k4v_size_n": 4, "ngram_map_k4v_size_m": 16, "ngram_map_k4v_min_hits": 1},
+        ),
         SpecConfig(target, "ngram-cache"),
-        SpecConfig(target, "ngram-simple,ngram-mod", params={"ngram_simple_size_n": 4, "ngram_simple_size_m": 16,
-                                                             "ngram_mod_n_match": 8, "ngram_mod_n_min": 2,
-                                                             "ngram_mod_n_max": 16}),
-        SpecConfig(target, "ngram-mod,draft-simple", target, {"ngram_mod_n_match": 8, "ngram_mod_n_min": 2,
-                                                              "ngram_mod_n_max": 16, "draft_n_max": 4}),
+        SpecConfig(
+            target,
+            "ngram-simple,ngram-mod",
+            params={
+                "ngram_simple_size_n": 4,
+                "ngram_simple_size_m": 16,
+                "ngram_mod_n_match": 8,
+                "ngram_mod_n_min": 2,
+                "ngram_mod_n_max": 16,
+            },
+        ),
+        SpecConfig(
+            target,
+            "ngram-mod,draft-simple",
+            target,
+            {"ngram_mod_n_match": 8, "ngram_mod_n_min": 2, "ngram_mod_n_max": 16, "draft_n_max": 4},
+        ),
     ]
 
 
@@ -62,26 +78,60 @@ def users_path(trials: int) -> None:
     env = {**os.environ, "AUTOTUNE_HOME": home}
     print(f"\nuser's path: autotune search --model gemma3-270m --trials {trials}", flush=True)
     started = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "autotune", "search", "--strategy", "measure", "--model", "gemma3-270m", "--trials", str(trials)],
-                          env=env, capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "autotune",
+            "search",
+            "--strategy",
+            "measure",
+            "--model",
+            "gemma3-270m",
+            "--trials",
+            str(trials),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     print(f"  (took {time.perf_counter() - started:.0f} s)")
     print("\n".join("  " + line for line in done.stdout.splitlines()))
-    best = json.loads(subprocess.run([sys.executable, "-m", "autotune", "best", "--model", "gemma3-270m", "--json"],
-                                     env=env, capture_output=True, text=True, check=True).stdout)
+    best = json.loads(
+        subprocess.run(
+            [sys.executable, "-m", "autotune", "best", "--model", "gemma3-270m", "--json"],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    )
     confirmed = best["confirmed"] or {}
     print(f"  winner: {best['params']}")
-    print(f"  confirmed on {confirmed.get('engine')}: {confirmed.get('tok_s')} tok/s {confirmed.get('ci95')}, "
-          f"baseline {confirmed.get('baseline_tok_s')}, speedup {confirmed.get('speedup')} (p={confirmed.get('p_value')}); "
-          f"--spec-default {confirmed.get('spec_default_tok_s')}, speedup over it {confirmed.get('speedup_vs_spec_default')} "
-          f"(p={confirmed.get('p_value_vs_spec_default')})")
-    rows = json.loads(subprocess.run([sys.executable, "-m", "autotune", "trials", "--model", "gemma3-270m", "--json"],
-                                     env=env, capture_output=True, text=True, check=True).stdout)
+    print(
+        f"  confirmed on {confirmed.get('engine')}: {confirmed.get('tok_s')} tok/s {confirmed.get('ci95')}, "
+        f"baseline {confirmed.get('baseline_tok_s')}, speedup {confirmed.get('speedup')} (p={confirmed.get('p_value')}); "
+        f"--spec-default {confirmed.get('spec_default_tok_s')}, speedup over it {confirmed.get('speedup_vs_spec_default')} "
+        f"(p={confirmed.get('p_value_vs_spec_default')})"
+    )
+    rows = json.loads(
+        subprocess.run(
+            [sys.executable, "-m", "autotune", "trials", "--model", "gemma3-270m", "--json"],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    )
     by_type: dict[str, list[float]] = {}
     for row in rows:
         if row.get("speedup") is not None:
             by_type.setdefault(row["spec_type"], []).append(row["speedup"])
-    print("  search, best in-process speedup per spec type: "
-          + ", ".join(f"{t} {max(v):.2f}x ({len(v)})" for t, v in sorted(by_type.items())))
+    print(
+        "  search, best in-process speedup per spec type: "
+        + ", ".join(f"{t} {max(v):.2f}x ({len(v)})" for t, v in sorted(by_type.items()))
+    )
 
 
 def main() -> None:
@@ -97,11 +147,18 @@ def main() -> None:
     target = Path(assemble())
     mix_path, _ = default_mix_path([target])
     mix = load_prompt_mix(mix_path).take(per_category=args.per_category)
-    ratios = compare(f"Gemma 3 270M Q4_K_M, {mix_path.name}", gemma_configs(target), mix, args.max_tokens,
-                     args.rounds, 4096)
+    ratios = compare(
+        f"Gemma 3 270M Q4_K_M, {mix_path.name}", gemma_configs(target), mix, args.max_tokens, args.rounds, 4096
+    )
     with tempfile.TemporaryDirectory() as tmp:
-        ratios += compare("Qwen3-architecture fixture (151,936 tokens) with a DFlash draft", dflash_configs(Path(tmp)),
-                          mix, args.max_tokens, args.rounds, 2048)
+        ratios += compare(
+            "Qwen3-architecture fixture (151,936 tokens) with a DFlash draft",
+            dflash_configs(Path(tmp)),
+            mix,
+            args.max_tokens,
+            args.rounds,
+            2048,
+        )
     print(f"\nin-process ÷ server over every configuration: {min(ratios):.3f} .. {max(ratios):.3f}")
     if not args.skip_search:
         users_path(args.trials)

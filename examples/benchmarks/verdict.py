@@ -75,20 +75,43 @@ def record_races(path: Path, races: int, rounds: int, max_tokens: int) -> list[d
     recorded = json.loads(path.read_text()) if path.exists() else []
     recorded = [r for r in recorded if r["max_tokens"] == max_tokens and len(r["A"]["decode_ms"]) >= rounds]
     while len(recorded) < races:
-        entrants = [Entrant("baseline", None, SpecConfig(target)), Entrant("trial", 1, SpecConfig(target)),
-                    Entrant("spec-default", None, spec_default_config(target))]
+        entrants = [
+            Entrant("baseline", None, SpecConfig(target)),
+            Entrant("trial", 1, SpecConfig(target)),
+            Entrant("spec-default", None, spec_default_config(target)),
+        ]
         started = time.perf_counter()
         with ServerEngine(context_size=CONTEXT) as engine:
-            measure_rounds(engine, entrants, mix, max_tokens=max_tokens, rounds=rounds, command=ServerCommand(CONTEXT),
-                           seed=len(recorded) + 1)
-        recorded.append({"max_tokens": max_tokens, "seconds": time.perf_counter() - started, **{
-            name: {"decode_ms": [[r.decode_ms for r in m.results] for m in e.rounds],
-                   "tokens": [[r.decode_tokens for r in m.results] for m in e.rounds],
-                   "prompt_ids": [[r.prompt_id for r in m.results] for m in e.rounds]}
-            for name, e in zip(NAMES, entrants)}})
+            measure_rounds(
+                engine,
+                entrants,
+                mix,
+                max_tokens=max_tokens,
+                rounds=rounds,
+                command=ServerCommand(CONTEXT),
+                seed=len(recorded) + 1,
+            )
+        recorded.append(
+            {
+                "max_tokens": max_tokens,
+                "seconds": time.perf_counter() - started,
+                **{
+                    name: {
+                        "decode_ms": [[r.decode_ms for r in m.results] for m in e.rounds],
+                        "tokens": [[r.decode_tokens for r in m.results] for m in e.rounds],
+                        "prompt_ids": [[r.prompt_id for r in m.results] for m in e.rounds],
+                    }
+                    for name, e in zip(NAMES, entrants)
+                },
+            }
+        )
         path.write_text(json.dumps(recorded))
-        print(f"  race {len(recorded)}: {recorded[-1]['seconds']:.0f} s, A " + ", ".join(
-            f"{_tok_s(recorded[-1]['A'], k):.1f}" for k in range(rounds)) + " tok/s by round", flush=True)
+        print(
+            f"  race {len(recorded)}: {recorded[-1]['seconds']:.0f} s, A "
+            + ", ".join(f"{_tok_s(recorded[-1]['A'], k):.1f}" for k in range(rounds))
+            + " tok/s by round",
+            flush=True,
+        )
     return recorded[:races]
 
 
@@ -135,8 +158,15 @@ def judge_race(race: dict, entrant: str, factor: float, budget: int, truth: floa
         reference = _grid(race["A"], look, prompts, race["A"])
         own = _grid(race[entrant], look, prompts, race["A"], scale)
         control = _grid(race["A2"], look, prompts, race["A"])
-        decision = decide(Look(reference[None, None], own[None, None], np.ones((1, 1), dtype=bool),
-                               control_noise(reference[None], control[None])), family=3)
+        decision = decide(
+            Look(
+                reference[None, None],
+                own[None, None],
+                np.ones((1, 1), dtype=bool),
+                control_noise(reference[None], control[None]),
+            ),
+            family=3,
+        )
         spent = look == budget * prompts and decision.proven[0, 0]
         if decision.winner[0] >= 0 or spent:
             seen = -(-look // prompts)
@@ -151,8 +181,8 @@ def judge_race(race: dict, entrant: str, factor: float, budget: int, truth: floa
 
 def pooled_ratio(races: list[dict], entrant: str, budget: int) -> float:
     """`entrant`'s speedup over A on every race's rounds together (its truth, within that figure's error)."""
-    a = sum(sum(map(sum, r["A"]["decode_ms"][:budget + 1])) for r in races)
-    b = sum(sum(map(sum, r[entrant]["decode_ms"][:budget + 1])) for r in races)
+    a = sum(sum(map(sum, r["A"]["decode_ms"][: budget + 1])) for r in races)
+    b = sum(sum(map(sum, r[entrant]["decode_ms"][: budget + 1])) for r in races)
     return a / b
 
 
@@ -184,8 +214,12 @@ def demo(loaded: bool) -> tuple[str, float]:
         neighbour.start()
     started = time.perf_counter()
     try:
-        done = subprocess.run([sys.executable, "-m", "autotune", "search", "--model", "gemma3-270m"],
-                              env={**os.environ, "AUTOTUNE_HOME": home}, capture_output=True, text=True)
+        done = subprocess.run(
+            [sys.executable, "-m", "autotune", "search", "--model", "gemma3-270m"],
+            env={**os.environ, "AUTOTUNE_HOME": home},
+            capture_output=True,
+            text=True,
+        )
     finally:
         if neighbour is not None:
             stop.set()
@@ -206,8 +240,10 @@ def main() -> None:
     parser.add_argument("--demo-runs", type=int, default=1, help="demo runs on the quiet box")
     parser.add_argument("--loaded-runs", type=int, default=1, help="demo runs under the busy neighbour")
     args = parser.parse_args()
-    print(f"{args.races} fresh races of A, A' and --spec-default on llama-server, {args.budget} rounds and one for "
-          f"after a decision, {args.max_tokens} tokens (kept in {args.recording})")
+    print(
+        f"{args.races} fresh races of A, A' and --spec-default on llama-server, {args.budget} rounds and one for "
+        f"after a decision, {args.max_tokens} tokens (kept in {args.recording})"
+    )
     races = record_races(args.recording, args.races, args.budget + 1, args.max_tokens)
     print(f"  {sum(r['seconds'] for r in races):.0f} s of racing in all")
     print("\neach race's own A' over A (the truth is 1), over all its rounds:")
@@ -215,16 +251,20 @@ def main() -> None:
     print("  " + ", ".join(f"{ratio:.3f}" for ratio in own) + f" (sd {np.std(own, ddof=1):.3f})")
     truth = {"A2": 1.0, "spec_default": pooled_ratio(races, "spec_default", args.budget)}
     print(f"--spec-default over A, every race pooled: {truth['spec_default']:.3f}x (divided out below)")
-    print(f"\n{'true speedup':>13} {'entrant':>24} {'winners (95% CI)':>26} {'prompts to win':>15} "
-          f"{'at decision/true':>17} {'printed/true':>13}")
+    print(
+        f"\n{'true speedup':>13} {'entrant':>24} {'winners (95% CI)':>26} {'prompts to win':>15} "
+        f"{'at decision/true':>17} {'printed/true':>13}"
+    )
     for factor in FACTORS:
         for entrant, kind in (("A2", "A' (uniform)"), ("spec_default", "--spec-default rescaled")):
             judged = [judge_race(race, entrant, factor, args.budget, truth[entrant]) for race in races]
             won = [j for j in judged if j.winner]
             label = f"{factor:.2f}x" + {1.0: " (A/A)" if entrant == "A2" else "", 1.02: " (edge)"}.get(factor, "")
-            print(f"{label:>13} {kind:>24} {_rate(len(won), len(judged)):>26} "
-                  f"{_mean([j.prompts for j in won]):15.1f} {_mean([j.at_decision for j in won]):17.3f} "
-                  f"{_mean([j.printed for j in won]):13.3f}")
+            print(
+                f"{label:>13} {kind:>24} {_rate(len(won), len(judged)):>26} "
+                f"{_mean([j.prompts for j in won]):15.1f} {_mean([j.at_decision for j in won]):17.3f} "
+                f"{_mean([j.printed for j in won]):13.3f}"
+            )
     if args.demo:
         print("\nthe README demo (`autotune search --model gemma3-270m`):")
         for loaded in (False, True):

@@ -42,6 +42,7 @@ def assert_refused(done: Result, home: Path, *needles: str) -> None:
 
 # -- the inputs, broken one at a time: each returns the arguments that break it and what the line names ------
 
+
 def missing_gguf(models_dir: Path, tmp_path: Path) -> tuple[list[str], list[str]]:
     (models_dir / "tiny-target.gguf").unlink()
     return [], ["no file matching 'tiny-target.gguf'"]
@@ -61,17 +62,21 @@ def garbage_gguf(models_dir: Path, tmp_path: Path) -> tuple[list[str], list[str]
 
 def draft_of_the_wrong_architecture(models_dir: Path, tmp_path: Path) -> tuple[list[str], list[str]]:
     space = tmp_path / "dspark-draft-is-qwen3.toml"
-    space.write_text('[model]\nname = "tiny"\ntarget = "tiny-target.gguf"\n'
-                     '[drafts.draft-dspark]\nfile = "tiny-draft.gguf"\n'
-                     '[spec_types.draft-dspark]\ndraft_n_max = [1, 4]\n'
-                     '[spec_types.ngram-simple]\nngram_simple_size_n = [1, 3]\n')
+    space.write_text(
+        '[model]\nname = "tiny"\ntarget = "tiny-target.gguf"\n'
+        '[drafts.draft-dspark]\nfile = "tiny-draft.gguf"\n'
+        "[spec_types.draft-dspark]\ndraft_n_max = [1, 4]\n"
+        "[spec_types.ngram-simple]\nngram_simple_size_n = [1, 3]\n"
+    )
     return ["--space", str(space)], ["tiny-draft.gguf", "dflash-architecture"]
 
 
 def draft_of_another_vocabulary(models_dir: Path, tmp_path: Path) -> tuple[list[str], list[str]]:
     space = tmp_path / "draft-of-other-words.toml"
-    space.write_text('[model]\nname = "tiny"\ntarget = "tiny-target.gguf"\ndraft = "tiny-otherwords.gguf"\n'
-                     '[spec_types.draft-simple]\ndraft_n_max = [1, 4]\n')
+    space.write_text(
+        '[model]\nname = "tiny"\ntarget = "tiny-target.gguf"\ndraft = "tiny-otherwords.gguf"\n'
+        "[spec_types.draft-simple]\ndraft_n_max = [1, 4]\n"
+    )
     return ["--space", str(space)], ["tiny-otherwords.gguf", "token 5"]
 
 
@@ -136,10 +141,25 @@ def storage_driver_missing(models_dir: Path, tmp_path: Path) -> tuple[list[str],
     return ["--storage", "mysql+mysqldb://autotune@127.0.0.1/autotune"], ["MySQLdb"]
 
 
-BAD_INPUTS = [missing_gguf, truncated_gguf, garbage_gguf, draft_of_the_wrong_architecture,
-              draft_of_another_vocabulary, prompts_not_jsonl, prompts_not_utf8, prompt_line_without_its_prompt,
-              prompts_empty, prompts_missing, race_budget_of_hours, race_budget_of_no_rounds, storage_not_a_url,
-              storage_unwritable, storage_on_a_full_device, storage_server_unreachable, storage_driver_missing]
+BAD_INPUTS = [
+    missing_gguf,
+    truncated_gguf,
+    garbage_gguf,
+    draft_of_the_wrong_architecture,
+    draft_of_another_vocabulary,
+    prompts_not_jsonl,
+    prompts_not_utf8,
+    prompt_line_without_its_prompt,
+    prompts_empty,
+    prompts_missing,
+    race_budget_of_hours,
+    race_budget_of_no_rounds,
+    storage_not_a_url,
+    storage_unwritable,
+    storage_on_a_full_device,
+    storage_server_unreachable,
+    storage_driver_missing,
+]
 
 
 def space_not_toml(path: Path) -> str:
@@ -153,8 +173,9 @@ def space_not_utf8(path: Path) -> str:
 
 
 def space_with_an_empty_range(path: Path) -> str:
-    path.write_text('[model]\nname = "tiny"\ntarget = "tiny-target.gguf"\n'
-                    '[spec_types.ngram-simple]\nngram_simple_size_n = [5, 2]\n')
+    path.write_text(
+        '[model]\nname = "tiny"\ntarget = "tiny-target.gguf"\n[spec_types.ngram-simple]\nngram_simple_size_n = [5, 2]\n'
+    )
     return str(path)
 
 
@@ -176,12 +197,23 @@ SEARCHING = ["search", "search --strategy measure", "nightly"]
 
 @pytest.mark.parametrize("command", SEARCHING)
 @pytest.mark.parametrize("breaks", BAD_INPUTS, ids=lambda f: f.__name__)
-def test_bad_input_is_one_line_exit_2_before_anything_runs(command, breaks, tiny_space, models_dir, tmp_path,
-                                                           autotune_home):
+def test_bad_input_is_one_line_exit_2_before_anything_runs(
+    command, breaks, tiny_space, models_dir, tmp_path, autotune_home
+):
     extra, needles = breaks(models_dir, tmp_path)
     space = [] if "--space" in extra else ["--space", str(tiny_space)]
-    done = autotune(*command.split(), "--model", "tiny", *space, "--models-dir", str(models_dir), "--max-tokens", "8",
-                    *extra, home=autotune_home)
+    done = autotune(
+        *command.split(),
+        "--model",
+        "tiny",
+        *space,
+        "--models-dir",
+        str(models_dir),
+        "--max-tokens",
+        "8",
+        *extra,
+        home=autotune_home,
+    )
     assert_refused(done, autotune_home, *needles)
 
 
@@ -189,8 +221,9 @@ def test_bad_input_is_one_line_exit_2_before_anything_runs(command, breaks, tiny
 @pytest.mark.parametrize("breaks", BAD_SPACES, ids=lambda f: f.__name__)
 def test_an_unreadable_or_invalid_search_space_is_one_line_exit_2(command, breaks, models_dir, tmp_path, autotune_home):
     space = breaks(tmp_path / "tiny.toml")
-    done = autotune(*command.split(), "--model", "tiny", "--space", space, "--models-dir", str(models_dir),
-                    home=autotune_home)
+    done = autotune(
+        *command.split(), "--model", "tiny", "--space", space, "--models-dir", str(models_dir), home=autotune_home
+    )
     assert_refused(done, autotune_home, space)
 
 
@@ -201,13 +234,15 @@ def test_an_unknown_model_is_one_line_exit_2_naming_the_known_ones(command, auto
 
 
 @pytest.mark.parametrize("breaks", [missing_gguf, truncated_gguf, garbage_gguf], ids=lambda f: f.__name__)
-def test_doctor_reports_a_missing_or_corrupt_model_file_as_its_problem(breaks, tiny_space, models_dir, tmp_path,
-                                                                       autotune_home):
+def test_doctor_reports_a_missing_or_corrupt_model_file_as_its_problem(
+    breaks, tiny_space, models_dir, tmp_path, autotune_home
+):
     """`doctor` diagnoses: the machine's builds are still reported, the file is its one `problem:` line
     (exit 1, as for any problem it finds), and nothing is decoded."""
     _, [needle] = breaks(models_dir, tmp_path)
-    done = autotune("doctor", "--model", "tiny", "--space", str(tiny_space), "--models-dir", str(models_dir),
-                    home=autotune_home)
+    done = autotune(
+        "doctor", "--model", "tiny", "--space", str(tiny_space), "--models-dir", str(models_dir), home=autotune_home
+    )
     assert done.exit_code == 1, (done.exception, done.output)
     problems = [line for line in done.stdout.splitlines() if line.startswith("problem: ")]
     assert len(problems) == 1 and problems[0].startswith("problem: nothing to decode: ") and needle in problems[0]

@@ -15,7 +15,9 @@ from autotune.testing.database import studies_in
 
 def autotune(*args: str, home) -> subprocess.CompletedProcess:
     env = {**os.environ, "AUTOTUNE_HOME": str(home)}
-    return subprocess.run([sys.executable, "-m", "autotune", *args], env=env, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "autotune", *args], env=env, capture_output=True, text=True, timeout=120
+    )
 
 
 def assert_usage_error(done: subprocess.CompletedProcess, home, *needles: str) -> None:

@@ -29,8 +29,22 @@ def run(*args: str, ok: bool = True):
 
 
 def tiny_search(tiny_space, models_dir, *extra):
-    return run("search", "--strategy", "measure", "--model", "tiny", "--space", str(tiny_space), "--models-dir", str(models_dir),
-               "--max-tokens", "12", "--per-category", "1", *extra)
+    return run(
+        "search",
+        "--strategy",
+        "measure",
+        "--model",
+        "tiny",
+        "--space",
+        str(tiny_space),
+        "--models-dir",
+        str(models_dir),
+        "--max-tokens",
+        "12",
+        "--per-category",
+        "1",
+        *extra,
+    )
 
 
 def load(home: Path, model: str) -> optuna.Study:
@@ -81,8 +95,22 @@ def test_rerun_resumes_the_same_study(tiny_space, models_dir, autotune_home):
 @pytest.mark.slow
 def test_changed_measurement_settings_are_refused(tiny_space, models_dir):
     tiny_search(tiny_space, models_dir, "--trials", "2")
-    result = run("search", "--strategy", "measure", "--model", "tiny", "--space", str(tiny_space), "--models-dir", str(models_dir),
-                 "--max-tokens", "20", "--trials", "3", ok=False)
+    result = run(
+        "search",
+        "--strategy",
+        "measure",
+        "--model",
+        "tiny",
+        "--space",
+        str(tiny_space),
+        "--models-dir",
+        str(models_dir),
+        "--max-tokens",
+        "20",
+        "--trials",
+        "3",
+        ok=False,
+    )
     assert result.exit_code == 2 and "--max-tokens 12" in result.output
 
 
@@ -125,8 +153,26 @@ def test_gemma_search_end_to_end_in_a_real_process(tmp_path, gemma_path, autotun
     models = tmp_path / "models"
     models.mkdir()
     env = {**os.environ, "AUTOTUNE_HOME": str(autotune_home), "AUTOTUNE_MODELS_DIR": str(models)}
-    args = [sys.executable, "-m", "autotune", "search", "--strategy", "measure", "--model", "gemma3-270m", "--trials", "4",
-            "--max-tokens", "16", "--seed", "2", "--race-top", "1", "--race-budget", "2"]
+    args = [
+        sys.executable,
+        "-m",
+        "autotune",
+        "search",
+        "--strategy",
+        "measure",
+        "--model",
+        "gemma3-270m",
+        "--trials",
+        "4",
+        "--max-tokens",
+        "16",
+        "--seed",
+        "2",
+        "--race-top",
+        "1",
+        "--race-budget",
+        "2",
+    ]
     done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     assert "[1/4] trial   0 none" in done.stderr
@@ -148,9 +194,11 @@ def test_gemma_search_end_to_end_in_a_real_process(tmp_path, gemma_path, autotun
 
 def test_the_sampler_never_measures_a_combination_that_cannot_draft(tmp_path, models_dir, autotune_home):
     space = tmp_path / "bounds.toml"
-    space.write_text('[model]\nname = "tiny"\ntarget = "tiny-target.gguf"\ndraft = "tiny-draft.gguf"\n'
-                     'context_size = 512\n[spec_types.draft-simple]\ndraft_n_max = [1, 2]\ndraft_n_min = [0, 6]\n'
-                     '[spec_types.ngram-simple]\nngram_simple_size_n = [2, 6]\nngram_simple_size_m = [1, 3]\n')
+    space.write_text(
+        '[model]\nname = "tiny"\ntarget = "tiny-target.gguf"\ndraft = "tiny-draft.gguf"\n'
+        "context_size = 512\n[spec_types.draft-simple]\ndraft_n_max = [1, 2]\ndraft_n_min = [0, 6]\n"
+        "[spec_types.ngram-simple]\nngram_simple_size_n = [2, 6]\nngram_simple_size_m = [1, 3]\n"
+    )
     tiny_search(space, models_dir, "--trials", "8", "--seed", "4", "--no-pruning", "--no-confirm")
     configs = [t.user_attrs["config"] for t in load(autotune_home, "tiny").trials if not is_reference(t)]
     assert len(configs) == 7

@@ -13,8 +13,8 @@ import pytest
 from click.testing import CliRunner
 
 from autotune.cli.main import cli
-from autotune.spec.command import format_command
 from autotune.hardware import hardware_key
+from autotune.spec.command import format_command
 
 
 def run(*args: str, ok: bool = True):
@@ -26,14 +26,17 @@ def run(*args: str, ok: bool = True):
 
 def write_space(tmp_path, draft: str, spec_tables: str, base_flags: str = "[]"):
     path = tmp_path / "tiny.toml"
-    path.write_text(textwrap.dedent(f"""
+    path.write_text(
+        textwrap.dedent(f"""
         [model]
         name = "tiny"
         target = "tiny-target.gguf"
         draft = "{draft}"
         context_size = 512
         base_flags = {base_flags}
-    """) + textwrap.dedent(spec_tables))
+    """)
+        + textwrap.dedent(spec_tables)
+    )
     return path
 
 
@@ -51,17 +54,38 @@ def searched(trials: list[optuna.trial.FrozenTrial]) -> list[optuna.trial.Frozen
 
 
 def search(space, models_dir, *extra, ok: bool = True):
-    return run("search", "--strategy", "measure", "--model", "tiny", "--space", str(space), "--models-dir", str(models_dir),
-               "--max-tokens", "12", "--per-category", "1", "--no-pruning", *extra, ok=ok)
+    return run(
+        "search",
+        "--strategy",
+        "measure",
+        "--model",
+        "tiny",
+        "--space",
+        str(space),
+        "--models-dir",
+        str(models_dir),
+        "--max-tokens",
+        "12",
+        "--per-category",
+        "1",
+        "--no-pruning",
+        *extra,
+        ok=ok,
+    )
 
 
 @pytest.mark.slow
-def test_server_search_on_dspark_measures_and_prints_the_launched_command(tmp_path, models_dir, autotune_home,
-                                                                           confirmed_pick):
-    space = write_space(tmp_path, "tiny-dspark.gguf", """
+def test_server_search_on_dspark_measures_and_prints_the_launched_command(
+    tmp_path, models_dir, autotune_home, confirmed_pick
+):
+    space = write_space(
+        tmp_path,
+        "tiny-dspark.gguf",
+        """
         [spec_types.draft-dspark]
         draft_n_max = [1, 4]
-    """)
+    """,
+    )
     result = search(space, models_dir, "--engine", "server", "--trials", "3", "--seed", "0")
     trials = trials_of(autotune_home, "server")
     assert [t.user_attrs.get("role") for t in trials[:2]] == ["baseline", "spec-default"]
@@ -75,8 +99,11 @@ def test_server_search_on_dspark_measures_and_prints_the_launched_command(tmp_pa
     (spec_default,) = confirmation["spec_defaults"]
     if trials[1].user_attrs["figures"]["n_drafted"] == 0:  # drafted nothing in the search: nor in the confirmation
         assert spec_default["failure"].startswith("drafted nothing: speculation was inactive")
-    confirmed = [c for c in confirmation["configs"] + confirmation["spec_defaults"]
-                 if c["role"] in ("trial", "spec-default") and not c["failure"]]
+    confirmed = [
+        c
+        for c in confirmation["configs"] + confirmation["spec_defaults"]
+        if c["role"] in ("trial", "spec-default") and not c["failure"]
+    ]
     assert {trials[c["trial"]].user_attrs["config"]["spec_type"] for c in confirmed} >= {"draft-dspark"}
     # the printed command: the confirmation's pick, else the plain command with the reason
     pick = confirmed_pick(confirmation)
@@ -85,8 +112,9 @@ def test_server_search_on_dspark_measures_and_prints_the_launched_command(tmp_pa
         assert command == format_command(trials[pick["trial"]].user_attrs["argv"])
     else:
         assert command == format_command(trials[0].user_attrs["argv"])
-        assert "# the plain command: no configuration was proven faster than it by 2% on llama-server (" \
-            in result.stdout
+        assert (
+            "# the plain command: no configuration was proven faster than it by 2% on llama-server (" in result.stdout
+        )
     argv = shlex.split(command)
     assert shutil.which(argv[0])
     assert Path(argv[argv.index("-m") + 1]).samefile(models_dir / "tiny-target.gguf")
@@ -98,13 +126,17 @@ def test_server_search_on_dspark_measures_and_prints_the_launched_command(tmp_pa
 
 @pytest.mark.slow
 def test_pctree_is_left_out_when_the_binary_lacks_the_fork_flags(tmp_path, models_dir, autotune_home):
-    space = write_space(tmp_path, "tiny-dspark.gguf", """
+    space = write_space(
+        tmp_path,
+        "tiny-dspark.gguf",
+        """
         [spec_types.draft-dspark]
         draft_n_max = [1, 4]
         dspark_pctree = [false, true]
         dspark_pctree_k = [2, 4]
         dspark_pctree_n = [8, 32]
-    """)
+    """,
+    )
     result = search(space, models_dir, "--engine", "server", "--trials", "2")
     assert "has no --spec-dspark-pctree" in result.stderr
     (trial,) = searched(trials_of(autotune_home, "server"))
@@ -114,11 +146,15 @@ def test_pctree_is_left_out_when_the_binary_lacks_the_fork_flags(tmp_path, model
 
 @pytest.mark.slow
 def test_a_config_that_never_drafts_fails_as_speculation_inactive(tmp_path, models_dir, autotune_home):
-    space = write_space(tmp_path, "tiny-draft.gguf", """
+    space = write_space(
+        tmp_path,
+        "tiny-draft.gguf",
+        """
         [spec_types.ngram-simple]
         ngram_simple_size_n = 12
         ngram_simple_size_m = 48
-    """)
+    """,
+    )
     search(space, models_dir, "--engine", "server", "--trials", "2")
     baseline, spec_default, ngram = trials_of(autotune_home, "server")
     assert baseline.state.name == "COMPLETE"
@@ -128,10 +164,14 @@ def test_a_config_that_never_drafts_fails_as_speculation_inactive(tmp_path, mode
 
 
 def test_a_vocab_mismatched_draft_never_reaches_a_trial(tmp_path, models_dir, autotune_home):
-    space = write_space(tmp_path, "tiny-otherwords.gguf", """
+    space = write_space(
+        tmp_path,
+        "tiny-otherwords.gguf",
+        """
         [spec_types.draft-simple]
         draft_n_max = [2, 4]
-    """)
+    """,
+    )
     result = search(space, models_dir, "--engine", "server", "--trials", "2", ok=False)
     assert result.exit_code == 2
     assert "draft-simple: tiny-target.gguf + tiny-otherwords.gguf" in result.stderr
@@ -140,10 +180,15 @@ def test_a_vocab_mismatched_draft_never_reaches_a_trial(tmp_path, models_dir, au
 
 
 def test_a_server_that_will_not_start_fails_every_trial_and_the_study_goes_on(tmp_path, models_dir, autotune_home):
-    space = write_space(tmp_path, "tiny-draft.gguf", """
+    space = write_space(
+        tmp_path,
+        "tiny-draft.gguf",
+        """
         [spec_types.ngram-simple]
         ngram_simple_size_n = [1, 3]
-    """, base_flags='["--no-such-flag"]')
+    """,
+        base_flags='["--no-such-flag"]',
+    )
     result = search(space, models_dir, "--engine", "server", "--trials", "2", ok=False)
     assert result.exit_code == 1 and "every trial failed" in result.output and "invalid argument" in result.output
     trials = trials_of(autotune_home, "server")
@@ -166,4 +211,5 @@ def test_confirm_remeasures_the_winners_and_best_shows_it(tiny_space, models_dir
     assert confirmed["baseline_tok_s"] > 0
     figures = run("best", "--model", "tiny").stdout.splitlines()[1]
     assert "x the plain command's speed [95% CI " in figures or (
-        figures.startswith("# the plain command: ") and " on llama-server (" in figures)
+        figures.startswith("# the plain command: ") and " on llama-server (" in figures
+    )

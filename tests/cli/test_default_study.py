@@ -32,14 +32,19 @@ pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_server_left_behind")
 
 #: One prompt of each category is raced (--per-category 1, the default): the categories every
 #: per-category output must show.
-PROMPTS = [("qa", "What is the capital of France?"), ("code", "def fibonacci(n):"),
-           ("chat", "Hello! How are you today?")]
+PROMPTS = [
+    ("qa", "What is the capital of France?"),
+    ("code", "def fibonacci(n):"),
+    ("chat", "Hello! How are you today?"),
+]
 CATEGORIES = ["chat", "code", "qa"]
 #: The chosen race: 2 rounds x 3 prompts of the plain command's decode times (ms).
 BASELINE_MS = [[400.0, 500.0, 600.0], [410.0, 490.0, 610.0]]
 SPEC_DEFAULT_FAILURE = "drafted nothing: speculation was inactive"
-PLAIN_LINE = ("# the plain command: no configuration was proven faster than it by 2% on llama-server "
-              "(2 rounds x 3 prompts, each prompt paired, 6 looks; {ended})")
+PLAIN_LINE = (
+    "# the plain command: no configuration was proven faster than it by 2% on llama-server "
+    "(2 rounds x 3 prompts, each prompt paired, 6 looks; {ended})"
+)
 
 
 @dataclass(frozen=True)
@@ -63,13 +68,30 @@ def studies(tmp_path_factory, tiny_dir) -> Studies:
     storage = f"sqlite:///{root / 'autotune.db'}"
     space, prompts = root / "tiny.toml", root / "prompts.jsonl"
     space.write_text(textwrap.dedent(TINY_SPACE.format(draft="tiny-draft.gguf")))
-    prompts.write_text("".join(json.dumps({"id": f"{c}-{i}", "category": c, "prompt": p}) + "\n"
-                               for i, (c, p) in enumerate(PROMPTS)))
+    prompts.write_text(
+        "".join(json.dumps({"id": f"{c}-{i}", "category": c, "prompt": p}) + "\n" for i, (c, p) in enumerate(PROMPTS))
+    )
     with pytest.MonkeyPatch.context() as env:
         env.setenv("AUTOTUNE_HOME", str(root / "home"))
         env.setenv("AUTOTUNE_LOCK_DIR", str(root / "locks"))
-        run("search", "--model", "tiny", "--space", str(space), "--models-dir", str(tiny_dir), "--prompts",
-            str(prompts), "--max-tokens", "24", "--race-top", "2", "--race-budget", "2", storage=storage)
+        run(
+            "search",
+            "--model",
+            "tiny",
+            "--space",
+            str(space),
+            "--models-dir",
+            str(tiny_dir),
+            "--prompts",
+            str(prompts),
+            "--max-tokens",
+            "24",
+            "--race-top",
+            "2",
+            "--race-budget",
+            "2",
+            storage=storage,
+        )
     real = optuna.load_study(study_name=study_name("tiny", hardware_key(), "predicted"), storage=storage)
     for outcome in (WINNER, NONE_CAN_WIN, BUDGET_SPENT):
         _derive(real, storage, outcome)
@@ -88,18 +110,41 @@ def _derive(real: optuna.Study, storage: str, ended: str) -> None:
     speed, jitter = {WINNER: (1.30, 0.0), NONE_CAN_WIN: (0.95, 0.0), BUDGET_SPENT: (1.30, 0.3)}[ended]
 
     def row(entrant: ConfirmedConfig, decode_ms: list[list[float]], significant: bool = False) -> ConfirmedConfig:
-        made = raced_row(entrant.label, entrant.role, decode_ms, baseline_ms=BASELINE_MS, trial=entrant.trial,
-                         target=entrant.target, argv=entrant.argv, significant=significant)
+        made = raced_row(
+            entrant.label,
+            entrant.role,
+            decode_ms,
+            baseline_ms=BASELINE_MS,
+            trial=entrant.trial,
+            target=entrant.target,
+            argv=entrant.argv,
+            significant=significant,
+        )
         return replace(made, family=entrant.family)
 
-    chosen = replace(race, repeats=2, looks=6, ended=ended, machine_moved=None, decided_round=None, after_decision_round=None,
-                     baselines=[
-        replace(raced_row("none", "baseline", BASELINE_MS, trial=baseline.trial, target=baseline.target,
-                          argv=baseline.argv))],
-        configs=[row(first, scaled(BASELINE_MS, speed, jitter, seed=3), significant=ended == WINNER),
-                 *(row(other, scaled(BASELINE_MS, 0.9)) for other in others)])
-    study = optuna.create_study(storage=storage, study_name=study_name(MODELS[ended], hardware_key(), "predicted"),
-                                direction="maximize")
+    chosen = replace(
+        race,
+        repeats=2,
+        looks=6,
+        ended=ended,
+        machine_moved=None,
+        decided_round=None,
+        after_decision_round=None,
+        baselines=[
+            replace(
+                raced_row(
+                    "none", "baseline", BASELINE_MS, trial=baseline.trial, target=baseline.target, argv=baseline.argv
+                )
+            )
+        ],
+        configs=[
+            row(first, scaled(BASELINE_MS, speed, jitter, seed=3), significant=ended == WINNER),
+            *(row(other, scaled(BASELINE_MS, 0.9)) for other in others),
+        ],
+    )
+    study = optuna.create_study(
+        storage=storage, study_name=study_name(MODELS[ended], hardware_key(), "predicted"), direction="maximize"
+    )
     for key, value in real.user_attrs.items():
         study.set_user_attr(key, chosen.as_dict() if key == "confirmation" else value)
     study.add_trials(real.trials)
@@ -124,6 +169,7 @@ def categories_of(text: str) -> dict[str, str]:
 
 # -- the real default search ------------------------------------------------------------------------
 
+
 def test_the_real_search_says_its_failed_entrant_in_best_json_and_the_report(studies):
     text = run("best", "--model", "tiny", storage=studies.storage).stdout
     assert f"# llama.cpp's --spec-default left the race: {SPEC_DEFAULT_FAILURE}" in text.splitlines()
@@ -146,10 +192,12 @@ def test_trials_lists_every_trial_of_the_real_search(studies):
 
 # -- each outcome ----------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("ended", [WINNER, NONE_CAN_WIN, BUDGET_SPENT])
 def test_report_draws_every_outcome_without_a_traceback(studies, ended):
-    written = run("report", "--model", MODELS[ended], "--out", str(studies.out / MODELS[ended]),
-                  storage=studies.storage).stdout.splitlines()
+    written = run(
+        "report", "--model", MODELS[ended], "--out", str(studies.out / MODELS[ended]), storage=studies.storage
+    ).stdout.splitlines()
     assert Path(written[0]).name == "index.html" and len(written) >= 3  # the page and its PNG figures
     assert all(Path(p).stat().st_size > 0 for p in written)
     assert f"{ended}, " in Path(written[0]).read_text()  # the summary's race row says how it ended
@@ -186,8 +234,9 @@ def test_a_plain_pick_prints_the_plain_command_and_where_the_fastest_entrant_won
     assert found["by_category"]["fastest"]["label"] == first.label
     assert sorted(found["by_category"]["fastest"]["categories"]) == CATEGORIES
     by_category = run("best", "--model", MODELS[ended], "--by-category", storage=studies.storage).stdout
-    assert (f"# the plain command is the pick; the fastest entrant, {first.label}: speedup by category [95% CI], "
-            "predicted") in by_category.splitlines()
+    assert (
+        f"# the plain command is the pick; the fastest entrant, {first.label}: speedup by category [95% CI], predicted"
+    ) in by_category.splitlines()
     assert sorted(categories_of(by_category)) == CATEGORIES
 
 
@@ -203,15 +252,33 @@ def test_an_entrant_that_cannot_reach_the_minimum_effect_is_said_so_with_its_fig
 
 # -- presets export --------------------------------------------------------------------------------
 
+
 def test_a_default_nightly_makes_the_preset_every_export_writes(tmp_path, tiny_dir, studies):
     """`nightly`'s first night on the default strategy stores its pick as the preset (exit 0, 'first
     preset'); json, toml and sh exports all carry that pick's command."""
     space = tmp_path / "tiny.toml"
     space.write_text(textwrap.dedent(TINY_SPACE.format(draft="tiny-draft.gguf")))
     storage = f"sqlite:///{tmp_path / 'night.db'}"
-    night = CliRunner().invoke(cli, ["nightly", "--model", "tiny", "--space", str(space), "--models-dir",
-                                     str(tiny_dir), "--max-tokens", "24", "--top", "2", "--race-budget", "2",
-                                     "--storage", storage])
+    night = CliRunner().invoke(
+        cli,
+        [
+            "nightly",
+            "--model",
+            "tiny",
+            "--space",
+            str(space),
+            "--models-dir",
+            str(tiny_dir),
+            "--max-tokens",
+            "24",
+            "--top",
+            "2",
+            "--race-budget",
+            "2",
+            "--storage",
+            storage,
+        ],
+    )
     assert night.exit_code == 0, (night.exception, night.output)
     assert night.stdout.startswith("improved: tiny: first preset")
     command = run("best", "--model", "tiny", storage=storage).stdout.splitlines()[0]

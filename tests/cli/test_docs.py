@@ -67,9 +67,13 @@ def test_cli_reference_is_generated_from_the_root_group():
 def test_cli_reference_renders_every_command_and_option():
     """What mkdocs-click writes into docs/cli.md at build time names every command and every option."""
     from mkdocs_click import _docs as docs  # the test extra has mkdocs-click (not mkdocs): CI runs this before .[docs]
+
     [block] = mkdocs_click_blocks(PAGES[CLI_PAGE])
-    rendered = "\n".join(docs.make_command_docs(prog_name="autotune", command=cli, depth=int(block.get(":depth:", 0)),
-                                                style=block.get(":style:", "plain")))
+    rendered = "\n".join(
+        docs.make_command_docs(
+            prog_name="autotune", command=cli, depth=int(block.get(":depth:", 0)), style=block.get(":style:", "plain")
+        )
+    )
     for path, command in commands():
         assert re.search(rf"^#+ {re.escape(path[-1])}\b", rendered, re.M), f"no heading for {' '.join(path)}"
         for param in command.params:
@@ -97,7 +101,10 @@ def test_readme_demo_command_names_a_real_extra_and_model():
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     assert "demo" in extras and "docs" in extras
     argv = shlex.split(search)
-    assert argv[:2] == ["autotune", "search"] and (ROOT / "search_spaces" / f"{argv[argv.index('--model') + 1]}.toml").is_file()
+    assert (
+        argv[:2] == ["autotune", "search"]
+        and (ROOT / "search_spaces" / f"{argv[argv.index('--model') + 1]}.toml").is_file()
+    )
     assert command in fenced(PAGES["getting-started.md"])
 
 

@@ -57,14 +57,32 @@ def quant_models(tmp_path, tiny_dir):
 
 def test_every_target_and_draft_quant_pair_is_predicted_from_its_own_trajectory(quant_models, autotune_home):
     models, space = quant_models
-    result = CliRunner().invoke(cli, ["search", "--model", "tiny-quants", "--space", str(space), "--models-dir",
-                                      str(models), "--max-tokens", "24", "--race-top", "2", "--race-budget", "2"])
+    result = CliRunner().invoke(
+        cli,
+        [
+            "search",
+            "--model",
+            "tiny-quants",
+            "--space",
+            str(space),
+            "--models-dir",
+            str(models),
+            "--max-tokens",
+            "24",
+            "--race-top",
+            "2",
+            "--race-budget",
+            "2",
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert [line for line in result.output.splitlines() if "not predicted:" in line] == [
         "autotune: not predicted: ngram-mod,draft-dspark (the replay covers the n-gram types, draft-simple and their "
-        "combinations, and draft-dflash and draft-dspark alone); --strategy measure measures them"]
-    study = optuna.load_study(study_name=f"tiny-quants@{hardware_key()}:predicted",
-                              storage=f"sqlite:///{autotune_home / 'autotune.db'}")
+        "combinations, and draft-dflash and draft-dspark alone); --strategy measure measures them"
+    ]
+    study = optuna.load_study(
+        study_name=f"tiny-quants@{hardware_key()}:predicted", storage=f"sqlite:///{autotune_home / 'autotune.db'}"
+    )
     prediction = study.user_attrs["prediction"]
     targets = {str(models / "tiny-A.gguf"), str(models / "tiny-B.gguf")}
     assert set(prediction["trajectories"]) == targets
@@ -73,8 +91,11 @@ def test_every_target_and_draft_quant_pair_is_predicted_from_its_own_trajectory(
     for target in targets:
         assert set(prediction["costs"][target]["blocks"]) == {"tiny-dspark-A.gguf", "tiny-dspark-B.gguf"}
     records = [TrialRecord.of(t) for t in study.trials if TrialRecord.of(t).role is None]
-    dspark = {(r.config_target, r.spec_config().draft.name, r.spec_config().value("draft_n_max"))
-              for r in records if r.spec_type == "draft-dspark"}
+    dspark = {
+        (r.config_target, r.spec_config().draft.name, r.spec_config().value("draft_n_max"))
+        for r in records
+        if r.spec_type == "draft-dspark"
+    }
     assert {(t, d) for t, d, _ in dspark} == {(target, f"tiny-dspark-{q}.gguf") for target in targets for q in "AB"}
     assert {n for _, _, n in dspark} == {1, 2, 3, 4}
     assert all(r.predicted["tok_s"] > 0 for r in records if r.spec_type == "draft-dspark")

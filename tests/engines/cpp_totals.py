@@ -34,15 +34,26 @@ CONTEXT_SIZE = 512
 SCENARIOS: dict[str, tuple[str, dict]] = {
     "ngram-simple": ("ngram-simple", {"ngram_simple_size_n": 2, "ngram_simple_size_m": 4}),
     "ngram-map-k": ("ngram-map-k", {"ngram_map_k_size_n": 2, "ngram_map_k_size_m": 5}),
-    "ngram-map-k4v": ("ngram-map-k4v", {"ngram_map_k4v_size_n": 2, "ngram_map_k4v_size_m": 3,
-                                        "ngram_map_k4v_min_hits": 2}),
+    "ngram-map-k4v": (
+        "ngram-map-k4v",
+        {"ngram_map_k4v_size_n": 2, "ngram_map_k4v_size_m": 3, "ngram_map_k4v_min_hits": 2},
+    ),
     "ngram-mod": ("ngram-mod", {"ngram_mod_n_match": 3, "ngram_mod_n_min": 1, "ngram_mod_n_max": 8}),
     "ngram-mod n_min=4": ("ngram-mod", {"ngram_mod_n_match": 2, "ngram_mod_n_min": 4, "ngram_mod_n_max": 12}),
     "ngram-cache": ("ngram-cache", {}),
-    "chain": ("ngram-simple,ngram-map-k4v,ngram-mod,ngram-cache", {
-        "ngram_simple_size_n": 3, "ngram_simple_size_m": 6,
-        "ngram_map_k4v_size_n": 2, "ngram_map_k4v_size_m": 4, "ngram_map_k4v_min_hits": 1,
-        "ngram_mod_n_match": 2, "ngram_mod_n_min": 1, "ngram_mod_n_max": 6}),
+    "chain": (
+        "ngram-simple,ngram-map-k4v,ngram-mod,ngram-cache",
+        {
+            "ngram_simple_size_n": 3,
+            "ngram_simple_size_m": 6,
+            "ngram_map_k4v_size_n": 2,
+            "ngram_map_k4v_size_m": 4,
+            "ngram_map_k4v_min_hits": 1,
+            "ngram_mod_n_match": 2,
+            "ngram_mod_n_min": 1,
+            "ngram_mod_n_max": 6,
+        },
+    ),
 }
 
 
@@ -65,7 +76,7 @@ def repetitive_text(n: int, vocab: int = 50, seed: int = 7) -> list[int]:
     while len(text) < n:
         if next_int(10) < 6:
             start = next_int(len(text))
-            text += text[start:start + 2 + next_int(19)]
+            text += text[start : start + 2 + next_int(19)]
         else:
             text += [next_int(vocab) for _ in range(1 + next_int(4))]
     return [FIRST_TOKEN + token for token in text[:n]]
@@ -96,18 +107,27 @@ def _verify_steps(server: ServerProcess) -> int:
 
 def server_totals(name: str, target: Path, binary: str | None = None) -> list[tuple[int, int, int]]:
     """(drafted, accepted, verify steps) per request of scenario `name`, measured on one llama-server."""
-    argv = server_argv(scenario_config(name, target), context_size=CONTEXT_SIZE, binary=resolve_server_binary(binary),
-                       threads=1) + ["--metrics", "--no-webui"]
+    argv = server_argv(
+        scenario_config(name, target), context_size=CONTEXT_SIZE, binary=resolve_server_binary(binary), threads=1
+    ) + ["--metrics", "--no-webui"]
     totals = []
     with ServerProcess(argv, startup_timeout_s=120, request_timeout_s=120) as server:
         for prompt, output, max_tokens in requests():
             before = _verify_steps(server)
-            body = {"prompt": prompt, "n_predict": max_tokens, **GREEDY.request_fields(),
-                    "grammar": forcing_grammar(output), "cache_prompt": False, "return_tokens": True, "stream": False}
+            body = {
+                "prompt": prompt,
+                "n_predict": max_tokens,
+                **GREEDY.request_fields(),
+                "grammar": forcing_grammar(output),
+                "cache_prompt": False,
+                "return_tokens": True,
+                "stream": False,
+            }
             answer = server.post("/completion", body, what=f"scenario {name}")
             if answer["tokens"] != output[:max_tokens]:
-                raise RuntimeError(f"scenario {name}: llama-server did not generate the forced tokens: "
-                                   f"{answer['tokens']}")
+                raise RuntimeError(
+                    f"scenario {name}: llama-server did not generate the forced tokens: {answer['tokens']}"
+                )
             timings = answer["timings"]
             totals.append((int(timings["draft_n"]), int(timings["draft_n_accepted"]), _verify_steps(server) - before))
     return totals

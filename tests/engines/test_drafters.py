@@ -3,10 +3,9 @@ counts must equal llama-server's (CPP_TOTALS; `python tests/engines/cpp_totals.p
 
 from pathlib import Path
 
+import cpp_totals  # tests/engines/cpp_totals.py: the scenarios and the harness that counted CPP_TOTALS
 import llama_cpp
 import pytest
-
-import cpp_totals  # tests/engines/cpp_totals.py: the scenarios and the harness that counted CPP_TOTALS
 
 from autotune.engines.drafters.chain import ChainDrafter
 from autotune.engines.drafters.ngram_cache import NgramCacheDrafter, _libstdcxx_order
@@ -53,13 +52,18 @@ T = Path("t.gguf")
 
 
 def mod(n_match, n_min, n_max):
-    return NgramModDrafter(SpecConfig(T, "ngram-mod", params={
-        "ngram_mod_n_match": n_match, "ngram_mod_n_min": n_min, "ngram_mod_n_max": n_max}))
+    return NgramModDrafter(
+        SpecConfig(
+            T, "ngram-mod", params={"ngram_mod_n_match": n_match, "ngram_mod_n_min": n_min, "ngram_mod_n_max": n_max}
+        )
+    )
 
 
 def ngram_map(spec_type, n, m, min_hits=1):
     prefix = spec_type.replace("-", "_")
-    config = SpecConfig(T, spec_type, params={f"{prefix}_size_n": n, f"{prefix}_size_m": m, f"{prefix}_min_hits": min_hits})
+    config = SpecConfig(
+        T, spec_type, params={f"{prefix}_size_n": n, f"{prefix}_size_m": m, f"{prefix}_min_hits": min_hits}
+    )
     return NgramMapDrafter(config, prefix)
 
 
@@ -204,8 +208,9 @@ def test_three_requests_count_what_llama_server_counts(engine, tiny_dir, name):
     for index, (prompt, output, max_tokens) in enumerate(cpp_totals.requests()):
         sampler = forced_sampler(model, output)
         try:
-            result = PythonEngine._generate(target, sampler, drafter, Prompt(f"request-{index}", "qa", ""), prompt,
-                                            max_tokens)
+            result = PythonEngine._generate(
+                target, sampler, drafter, Prompt(f"request-{index}", "qa", ""), prompt, max_tokens
+            )
         finally:
             sampler.free()
         assert result.tokens == output[:max_tokens], name

@@ -13,14 +13,14 @@ import numpy as np
 import pytest
 
 from autotune.engines.dflash import bindings as dfc
-from autotune.llamacpp.bindings import Context
-from autotune.llamacpp.runtime import Runtime
-from autotune.engines.dflash.drafter import DFlashDrafter
 from autotune.engines.dflash.contexts import DFlashPair
+from autotune.engines.dflash.drafter import DFlashDrafter
 from autotune.engines.dflash.pctree import MAX_TREE_LEAVES, MarkovHead, Tree, build_tree
 from autotune.engines.python import PythonEngine
 from autotune.engines.server import ServerEngine
 from autotune.errors import ModelFileError, TrialFailure
+from autotune.llamacpp.bindings import Context
+from autotune.llamacpp.runtime import Runtime
 from autotune.measure.lossless import compare_outputs
 from autotune.spec.config import SpecConfig
 from autotune.testing import tiny_gguf
@@ -52,7 +52,9 @@ def models(tiny_dir, tmp_path_factory) -> dict[str, Path]:
         root / "bonus-anchor.gguf", target_path=target, sample_from_anchor=False, block_size=5
     )
     files["causal"] = tiny_gguf.write_dspark_draft(root / "causal.gguf", target_path=target, causal=True, seed=3)
-    files["confidence"] = tiny_gguf.write_dspark_draft(root / "confidence.gguf", target_path=target, confidence_head=True, seed=4)
+    files["confidence"] = tiny_gguf.write_dspark_draft(
+        root / "confidence.gguf", target_path=target, confidence_head=True, seed=4
+    )
     files["dflash"] = tiny_gguf.write_dspark_draft(root / "dflash.gguf", target_path=target, markov_rank=0, seed=5)
     successors = bigram_table(greedy_continuations(target, TRAINING_TEXTS, 64))
     files["bigram"] = write_bigram_dspark_draft(root / "bigram.gguf", target, successors)
@@ -89,7 +91,9 @@ def assert_baseline_output(engine, config, baseline, m):
     if [r.tokens for r in m.results] == [r.tokens for r in baseline.results]:
         return
     verdicts = compare_outputs(
-        [p.id for p in MIX], [r.tokens for r in baseline.results], [r.tokens for r in m.results],
+        [p.id for p in MIX],
+        [r.tokens for r in baseline.results],
+        [r.tokens for r in m.results],
         lambda i, generated, a, b: engine.tie_evidence(config.target, MIX.prompts[i], generated, a, b),
     )
     assert all(v.lossless for v in verdicts), verdicts
@@ -139,7 +143,9 @@ def test_engine_lists_draft_dspark_and_draft_dflash(engine):
         ("draft-dflash", "bonus-anchor", {"draft_n_max": 4}),
     ],
 )
-def test_drafts_equal_the_baseline_and_counts_equal_llama_servers(engine, server, models, baseline, spec_type, draft, params):
+def test_drafts_equal_the_baseline_and_counts_equal_llama_servers(
+    engine, server, models, baseline, spec_type, draft, params
+):
     config = SpecConfig(models["target"], spec_type, models[draft], params)
     m = engine.measure(config, MIX, max_tokens=MAX_TOKENS)
     assert m.n_drafted > 0
@@ -154,8 +160,10 @@ def test_drafts_equal_the_baseline_and_counts_equal_llama_servers(engine, server
 def test_dflash_p_min_stops_at_the_top_10_probability(engine, models):
     """draft-dflash's p-min needs no confidence head: it cuts drafts where the top token's probability
     among the row's top 10 falls below it, so a higher p-min drafts less and leaves the output alone."""
-    free, some, all_cut = (engine.measure(dflash(models, draft_n_max=3, draft_p_min=p), MIX, max_tokens=MAX_TOKENS)
-                           for p in (0.0, 0.95, 1.0))
+    free, some, all_cut = (
+        engine.measure(dflash(models, draft_n_max=3, draft_p_min=p), MIX, max_tokens=MAX_TOKENS)
+        for p in (0.0, 0.95, 1.0)
+    )
     assert free.n_drafted > some.n_drafted > 0 and all_cut.n_drafted == 0
     assert [r.tokens for r in some.results] == [r.tokens for r in free.results] == [r.tokens for r in all_cut.results]
 
@@ -235,7 +243,8 @@ def test_pctree_wins_on_the_bigram_draft(engine, models):
     linear = engine.measure(dspark(models, "bigram", draft_n_max=4), MIX, max_tokens=MAX_TOKENS)
     tree = engine.measure(
         dspark(models, "bigram", draft_n_max=4, dspark_pctree=True, dspark_pctree_k=3, dspark_pctree_n=16),
-        MIX, max_tokens=MAX_TOKENS,
+        MIX,
+        max_tokens=MAX_TOKENS,
     )
     assert tree.mean_accepted_length > linear.mean_accepted_length + 0.3
 
@@ -254,7 +263,9 @@ def test_tree_verification_gives_each_node_its_paths_logits(engine, models):
     target = pair.target
     prompt = engine._prompts.tokens(models["target"], MIX.prompts[0], MAX_TOKENS)
     #        root   a    b    c  |  a.x  a.y  b.z | a.x.w
-    tree = Tree(tokens=[7, 20, 30, 40, 21, 22, 31, 50], parents=[-1, 0, 0, 0, 1, 1, 2, 4], depths=[0, 1, 1, 1, 2, 2, 2, 3])
+    tree = Tree(
+        tokens=[7, 20, 30, 40, 21, 22, 31, 50], parents=[-1, 0, 0, 0, 1, 1, 2, 4], depths=[0, 1, 1, 1, 2, 2, 2, 3]
+    )
     seqs = tree.sequences()
     assert sorted(seqs[0]) == list(range(4)) and seqs[4] == seqs[7]  # leaves: c, a.y, b.z, a.x.w
     target.clear()
@@ -276,7 +287,9 @@ def test_tree_verification_gives_each_node_its_paths_logits(engine, models):
             row = None
             for i, token_node in enumerate(reversed(path)):
                 row = reference.decode([tree.tokens[token_node]], n_past + i)[-1]
-            np.testing.assert_allclose(logits[node], row, atol=2e-2)  # f16 KV cache: batched and one-by-one differ by ~1e-3; a wrong mask by ~1
+            np.testing.assert_allclose(
+                logits[node], row, atol=2e-2
+            )  # f16 KV cache: batched and one-by-one differ by ~1e-3; a wrong mask by ~1
     finally:
         reference.free()
     assert np.isfinite(features).all() and features.shape == (len(tree), len(pair.layer_ids) * target.n_embd)
@@ -289,7 +302,9 @@ def test_tree_verification_gives_each_node_its_paths_logits(engine, models):
     reference = Context(engine._models[models["target"]], n_ctx=512, runtime=Runtime(threads=2))
     try:
         expected = reference.decode(prompt + [7, 20, 21, 50, 60], 0)[-1]
-        np.testing.assert_allclose(follow, expected, atol=2e-2)  # f16 KV cache: batched and one-by-one differ by ~1e-3; a wrong mask by ~1
+        np.testing.assert_allclose(
+            follow, expected, atol=2e-2
+        )  # f16 KV cache: batched and one-by-one differ by ~1e-3; a wrong mask by ~1
     finally:
         reference.free()
 
@@ -297,7 +312,9 @@ def test_tree_verification_gives_each_node_its_paths_logits(engine, models):
 def test_build_tree_shape():
     rng = np.random.default_rng(0)
     vocab, rank = 64, 4
-    markov = MarkovHead(rng.standard_normal((vocab, rank)).astype(np.float32), rng.standard_normal((vocab, rank)).astype(np.float32))
+    markov = MarkovHead(
+        rng.standard_normal((vocab, rank)).astype(np.float32), rng.standard_normal((vocab, rank)).astype(np.float32)
+    )
     rows = (rng.standard_normal((4, vocab)) * 3).astype(np.float32)
     chain = [int(r.argmax()) for r in rows]
     for k, n in [(1, 4), (2, 8), (3, 16), (4, 32), (4, 2)]:
@@ -305,7 +322,9 @@ def test_build_tree_shape():
         kids = tree.children()
         assert tree.tokens[0] == 9 and tree.parents[0] == -1 and tree.depths[0] == 0
         assert min(n, len(chain)) <= len(tree) - 1 <= n
-        assert all(tree.parents[i] < i and tree.depths[i] == tree.depths[tree.parents[i]] + 1 for i in range(1, len(tree)))
+        assert all(
+            tree.parents[i] < i and tree.depths[i] == tree.depths[tree.parents[i]] + 1 for i in range(1, len(tree))
+        )
         assert all(len(c) <= k for c in kids) and max(tree.depths) <= len(chain)
         assert sum(1 for c in kids if not c) <= 6
         assert tree.depths == sorted(tree.depths)

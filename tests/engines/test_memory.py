@@ -17,11 +17,11 @@ from click.testing import CliRunner
 
 from autotune.cli.main import cli
 from autotune.engines import memory
-from autotune.llamacpp.bindings import LoadedModel
 from autotune.engines.memory import ContextShape
 from autotune.engines.python import PythonEngine
 from autotune.engines.worker import WorkerEngine
 from autotune.errors import TrialFailure
+from autotune.llamacpp.bindings import LoadedModel
 from autotune.measure.prompts import Prompt, PromptMix
 from autotune.spec.config import SpecConfig
 from autotune.testing import tiny_gguf
@@ -33,14 +33,18 @@ OUT_OF_MEMORY = re.compile(r"out of host memory: needs [0-9.e-]+ GiB, free [0-9.
 @pytest.fixture(scope="module")
 def big_draft(tiny_dir):
     """A draft-simple draft for the tiny target (same vocabulary) that is ~20 times its size."""
-    return tiny_gguf.write_qwen3_target(tiny_dir / "tiny-big.gguf", n_embd=256, n_layers=4, n_head=4, n_head_kv=2, seed=2)
+    return tiny_gguf.write_qwen3_target(
+        tiny_dir / "tiny-big.gguf", n_embd=256, n_layers=4, n_head=4, n_head_kv=2, seed=2
+    )
 
 
 def fitting_budget_gib(engine: PythonEngine, target, draft) -> float:
     """A budget that holds the target with its context, and not the big draft besides."""
     alone = memory.estimate([target], engine._context_shapes(SpecConfig(target))[("target", target)])
-    with_draft = memory.estimate([target, draft], [s for group in engine._context_shapes(
-        SpecConfig(target, "draft-simple", draft)).values() for s in group])
+    with_draft = memory.estimate(
+        [target, draft],
+        [s for group in engine._context_shapes(SpecConfig(target, "draft-simple", draft)).values() for s in group],
+    )
     assert with_draft > 2 * alone
     return 1.5 * alone / memory.GIB
 
@@ -106,17 +110,43 @@ def test_the_worker_reports_it_as_a_trial_failure_and_stays_up(tiny_dir, big_dra
         assert engine.measure(SpecConfig(target), MIX, max_tokens=4).results[0].n_generated == 4
 
 
-def test_a_study_fails_the_trials_that_do_not_fit_and_goes_on(tmp_path, models_dir, big_draft, monkeypatch, autotune_home):
+def test_a_study_fails_the_trials_that_do_not_fit_and_goes_on(
+    tmp_path, models_dir, big_draft, monkeypatch, autotune_home
+):
     target = models_dir / "tiny-target.gguf"
     (models_dir / big_draft.name).write_bytes(big_draft.read_bytes())
     space = tmp_path / "tiny.toml"
-    space.write_text(tiny_gguf.tiny_space(big_draft.name,
-                                          spec_types={"draft-simple": tiny_gguf.TINY_SPEC_TYPES["draft-simple"]}))
+    space.write_text(
+        tiny_gguf.tiny_space(big_draft.name, spec_types={"draft-simple": tiny_gguf.TINY_SPEC_TYPES["draft-simple"]})
+    )
     with PythonEngine(context_size=512, threads=1) as probe:
-        monkeypatch.setenv("AUTOTUNE_MEMORY_BUDGET_GIB", str(fitting_budget_gib(probe, target, models_dir / big_draft.name)))
-    result = CliRunner().invoke(cli, ["search", "--strategy", "measure", "--model", "tiny", "--space", str(space), "--models-dir", str(models_dir),
-                                      "--max-tokens", "8", "--per-category", "1", "--trials", "6", "--seed", "1",
-                                      "--no-confirm", "--no-pruning"])
+        monkeypatch.setenv(
+            "AUTOTUNE_MEMORY_BUDGET_GIB", str(fitting_budget_gib(probe, target, models_dir / big_draft.name))
+        )
+    result = CliRunner().invoke(
+        cli,
+        [
+            "search",
+            "--strategy",
+            "measure",
+            "--model",
+            "tiny",
+            "--space",
+            str(space),
+            "--models-dir",
+            str(models_dir),
+            "--max-tokens",
+            "8",
+            "--per-category",
+            "1",
+            "--trials",
+            "6",
+            "--seed",
+            "1",
+            "--no-confirm",
+            "--no-pruning",
+        ],
+    )
     assert result.exit_code == 0, result.output
     trials = json.loads(CliRunner().invoke(cli, ["trials", "--model", "tiny", "--json"]).output)
     draft_trials = [t for t in trials if t["spec_type"] == "draft-simple"]

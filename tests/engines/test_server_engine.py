@@ -13,15 +13,14 @@ from pathlib import Path
 import gguf
 import pytest
 
-from autotune.llamacpp.capabilities import parse_capabilities, read_capabilities
 from autotune.engines.prompt_tokens import PromptTokens
 from autotune.engines.python import PythonEngine
 from autotune.engines.server import ServerEngine, ServerFailure
-from autotune.errors import ModelFileError, TrialFailure, UsageError
+from autotune.errors import ModelFileError, ServerBinaryError, TrialFailure, UsageError
+from autotune.llamacpp.capabilities import parse_capabilities, read_capabilities
+from autotune.llamacpp.server_binary import SERVER_BINARY_ENV, resolve_server_binary
 from autotune.measure.lossless import compare_outputs
 from autotune.measure.prompts import Prompt, PromptMix, load_prompt_mix
-from autotune.errors import ServerBinaryError
-from autotune.llamacpp.server_binary import SERVER_BINARY_ENV, resolve_server_binary
 from autotune.spec.config import SpecConfig
 from autotune.testing import tiny_gguf
 from autotune.testing.processes import our_llama_servers
@@ -214,7 +213,9 @@ def test_target_the_server_cannot_load_is_a_trial_failure(tiny, tmp_path):
     field.parts[field.data[0]][0] = 3
     del reader
     with ServerEngine(context_size=512) as engine:
-        with pytest.raises(ServerFailure, match="exited with code 1 before it was ready: .*tensor 'blk.2.attn_norm.weight' not found") as caught:
+        with pytest.raises(
+            ServerFailure, match="exited with code 1 before it was ready: .*tensor 'blk.2.attn_norm.weight' not found"
+        ) as caught:
             engine.measure(SpecConfig(broken), TINY_MIX, max_tokens=4)
     assert "exiting due to model loading error" in caught.value.log_tail
 
@@ -257,13 +258,17 @@ def test_gemma_baseline_ngram_mod_and_self_draft(gemma_path):
         baseline = engine.measure(SpecConfig(gemma_path), mix, max_tokens=16)
         assert baseline.mix_tok_s > 0 and [r.n_generated for r in baseline.results] == [16, 16]
         for config in (
-            SpecConfig(gemma_path, "ngram-mod", params={"ngram_mod_n_match": 2, "ngram_mod_n_min": 1, "ngram_mod_n_max": 8}),
+            SpecConfig(
+                gemma_path, "ngram-mod", params={"ngram_mod_n_match": 2, "ngram_mod_n_min": 1, "ngram_mod_n_max": 8}
+            ),
             SpecConfig(gemma_path, "draft-simple", gemma_path, {"draft_n_max": 3}),
         ):
             m = engine.measure(config, mix, max_tokens=16)
             assert all(r.n_generated == 16 for r in m.results), config.describe()
             verdicts = compare_outputs(
-                [p.id for p in mix], [r.tokens for r in baseline.results], [r.tokens for r in m.results],
+                [p.id for p in mix],
+                [r.tokens for r in baseline.results],
+                [r.tokens for r in m.results],
                 lambda i, generated, a, b: engine.tie_evidence(gemma_path, mix.prompts[i], generated, a, b),
             )
             assert all(v.lossless for v in verdicts), verdicts

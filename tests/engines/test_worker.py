@@ -29,8 +29,9 @@ from autotune.testing.database import studies_in
 from autotune.testing.processes import start_autotune, wait_for_exits, watch_exits
 
 # ~250 ms a prompt on one thread here: long enough for a signal or a deadline to land mid-prompt
-LONG_MIX = PromptMix("test", tuple(Prompt(f"p{i}", "qa", "The quick brown fox jumps over the lazy dog.")
-                                   for i in range(8)))
+LONG_MIX = PromptMix(
+    "test", tuple(Prompt(f"p{i}", "qa", "The quick brown fox jumps over the lazy dog.") for i in range(8))
+)
 LONG_TOKENS = 600
 
 
@@ -70,6 +71,7 @@ def alive(pid: int) -> bool:
 
 def measure_killed_by(engine, target, signum: int) -> WorkerDied:
     """Measure LONG_MIX and send `signum` to the worker while it generates the second prompt."""
+
     def on_prompt(index, result):
         if index == 0:
             threading.Timer(0.05, os.kill, (engine.worker_pid, signum)).start()
@@ -81,7 +83,8 @@ def measure_killed_by(engine, target, signum: int) -> WorkerDied:
 
 @pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGSEGV], ids=["SIGKILL", "SIGSEGV"])
 def test_a_worker_killed_mid_measure_fails_the_measurement_and_the_next_call_gets_a_fresh_worker(
-        engine, target, signum):
+    engine, target, signum
+):
     engine.prepare(SpecConfig(target), LONG_MIX, max_tokens=16)
     first = engine.worker_pid
     failure = measure_killed_by(engine, target, signum)
@@ -136,8 +139,13 @@ def test_a_deadline_that_passes_mid_prompt_kills_the_worker(engine, target):
     doomed = engine.worker_pid
     finished = []
     with pytest.raises(TrialFailure, match=r"^timeout after \d+\.\d s at prompt 1$") as failure:
-        engine.measure(SpecConfig(target), LONG_MIX, max_tokens=LONG_TOKENS, deadline_s=time.monotonic(),
-                       on_prompt=lambda index, result: finished.append(index))
+        engine.measure(
+            SpecConfig(target),
+            LONG_MIX,
+            max_tokens=LONG_TOKENS,
+            deadline_s=time.monotonic(),
+            on_prompt=lambda index, result: finished.append(index),
+        )
     assert not isinstance(failure.value, WorkerDied)  # a hang we stopped, not a crash
     assert finished == []  # cut inside the first prompt
     assert not alive(doomed)
@@ -191,18 +199,26 @@ def test_close_ends_the_worker(target):
 MEASURING = ("measuring the baseline", "calibrat", "race round", "[1/", "tok/s")
 
 
-@pytest.mark.parametrize("command, extra, space_line, needle", [
-    # found by the worker's prepare; the default strategy measures the baseline's pace first: not before this
-    *[(command, ["--max-tokens", "400"], "", "above the search space's context_size 512")
-      for command in ("search", "search --strategy measure")],
-    # the python engine's refusal, before any worker starts (the default strategy measures its pace on llama-server)
-    ("search --strategy measure", [], 'base_flags = ["--mlock"]', "cannot apply '--mlock'"),
-], ids=["max-tokens-default", "max-tokens-measure", "mlock-measure"])
-def test_bad_input_is_a_one_line_usage_error_before_any_study(tiny_space, models_dir, autotune_home, command, extra,
-                                                              space_line, needle):
+@pytest.mark.parametrize(
+    "command, extra, space_line, needle",
+    [
+        # found by the worker's prepare; the default strategy measures the baseline's pace first: not before this
+        *[
+            (command, ["--max-tokens", "400"], "", "above the search space's context_size 512")
+            for command in ("search", "search --strategy measure")
+        ],
+        # the python engine's refusal, before any worker starts (the default strategy measures its pace on llama-server)
+        ("search --strategy measure", [], 'base_flags = ["--mlock"]', "cannot apply '--mlock'"),
+    ],
+    ids=["max-tokens-default", "max-tokens-measure", "mlock-measure"],
+)
+def test_bad_input_is_a_one_line_usage_error_before_any_study(
+    tiny_space, models_dir, autotune_home, command, extra, space_line, needle
+):
     tiny_space.write_text(tiny_space.read_text().replace("context_size = 512", f"context_size = 512\n{space_line}"))
-    result = CliRunner().invoke(cli, [*command.split(), "--model", "tiny", "--space", str(tiny_space),
-                                      "--models-dir", str(models_dir), *extra])
+    result = CliRunner().invoke(
+        cli, [*command.split(), "--model", "tiny", "--space", str(tiny_space), "--models-dir", str(models_dir), *extra]
+    )
     assert result.exit_code == 2, result.output
     *notes, line = result.output.strip().splitlines()  # notes (the base model's mix) may come first
     assert line.startswith("autotune: error: ") and needle in line
@@ -228,13 +244,13 @@ def load(home: Path) -> optuna.Study:
     return optuna.load_study(study_name=f"tiny@{hardware_key()}:python", storage=f"sqlite:///{home / 'autotune.db'}")
 
 
-def test_a_study_whose_worker_is_killed_finishes_with_every_trial_accounted_for(tiny_space, models_dir,
-                                                                               autotune_home):
+def test_a_study_whose_worker_is_killed_finishes_with_every_trial_accounted_for(tiny_space, models_dir, autotune_home):
     killed, fresh = [], []
 
     def kill_inside_a_searched_trials_measurement() -> None:
-        wait_for(lambda: measuring_trial(autotune_home, 2) and workers_of(os.getpid()), "a searched trial's measurement",
-                 120)
+        wait_for(
+            lambda: measuring_trial(autotune_home, 2) and workers_of(os.getpid()), "a searched trial's measurement", 120
+        )
         (worker,) = workers_of(os.getpid())
         wait_for(lambda: process_state(worker) == "R", "the worker decoding")  # inside a call, not idle between two
         os.kill(worker, signal.SIGKILL)
@@ -244,9 +260,28 @@ def test_a_study_whose_worker_is_killed_finishes_with_every_trial_accounted_for(
 
     killer = threading.Thread(target=kill_inside_a_searched_trials_measurement)
     killer.start()
-    result = CliRunner().invoke(cli, ["search", "--strategy", "measure", "--model", "tiny", "--space", str(tiny_space), "--models-dir",
-                                      str(models_dir), "--trials", "6", "--max-tokens", "120", "--no-pruning",
-                                      "--baseline-every", "0", "--no-confirm"])
+    result = CliRunner().invoke(
+        cli,
+        [
+            "search",
+            "--strategy",
+            "measure",
+            "--model",
+            "tiny",
+            "--space",
+            str(tiny_space),
+            "--models-dir",
+            str(models_dir),
+            "--trials",
+            "6",
+            "--max-tokens",
+            "120",
+            "--no-pruning",
+            "--baseline-every",
+            "0",
+            "--no-confirm",
+        ],
+    )
     killer.join()
     assert result.exit_code == 0, result.output
     assert killed and not alive(killed[0])
@@ -280,7 +315,9 @@ def trial_measured(home: Path, number: int = 0) -> int | None:
         with contextlib.closing(sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=5)) as db:
             row = db.execute(
                 "SELECT min(t.number) FROM trials t JOIN trial_user_attributes a ON a.trial_id = t.trial_id "
-                "WHERE t.number >= ? AND t.state = 'RUNNING' AND a.key = 'model_revisions'", (number,)).fetchone()
+                "WHERE t.number >= ? AND t.state = 'RUNNING' AND a.key = 'model_revisions'",
+                (number,),
+            ).fetchone()
     except sqlite3.OperationalError:
         return None  # the tables are not there yet
     return None if row is None else row[0]
@@ -293,15 +330,33 @@ def wait_for(condition, what: str, timeout_s: float = 60) -> None:
         time.sleep(0.05)
 
 
-def interrupted_search(tiny_space, models_dir, autotune_home, *, sigint: str,
-                       signals: list[int]) -> tuple[int, str, dict[int, int | None], list[int]]:
+def interrupted_search(
+    tiny_space, models_dir, autotune_home, *, sigint: str, signals: list[int]
+) -> tuple[int, str, dict[int, int | None], list[int]]:
     """Start a 5-trial search; once a trial after the baseline is being measured and its worker decodes,
     send the first of `signals` to its process group; each next one once autotune, still running, has
     gone on to measure a later trial (the one before changed nothing). Return its exit code, its stderr,
     the processes it had started (watched: autotune.testing.processes.watch_exits) and the trial each
     signal was sent during."""
-    argv = ["search", "--strategy", "measure", "--model", "tiny", "--space", str(tiny_space), "--models-dir",
-            str(models_dir), "--trials", "5", "--max-tokens", "200", "--per-category", "3", "--no-pruning", "--no-confirm"]
+    argv = [
+        "search",
+        "--strategy",
+        "measure",
+        "--model",
+        "tiny",
+        "--space",
+        str(tiny_space),
+        "--models-dir",
+        str(models_dir),
+        "--trials",
+        "5",
+        "--max-tokens",
+        "200",
+        "--per-category",
+        "3",
+        "--no-pruning",
+        "--no-confirm",
+    ]
     env = {**os.environ, "AUTOTUNE_HOME": str(autotune_home), "PYTHONUNBUFFERED": "1"}
     proc = start_autotune(argv, env=env, sigint=sigint, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL)
     left: dict[int, int | None] = {}
@@ -319,10 +374,15 @@ def interrupted_search(tiny_space, models_dir, autotune_home, *, sigint: str,
     try:
         for sent, signum in enumerate(signals):
             after = during[-1] + 1 if during else 1  # after the baseline; then after the trial signalled before
-            wait_for(lambda after=after: decoding_in_a_trial(after) or proc.poll() is not None,
-                     f"trial {after} or a later one measured, its worker decoding")
-            assert proc.poll() is None, (f"autotune stopped on {signal.Signals(signals[sent - 1]).name}" if sent
-                                         else "autotune ended before a trial after the baseline")
+            wait_for(
+                lambda after=after: decoding_in_a_trial(after) or proc.poll() is not None,
+                f"trial {after} or a later one measured, its worker decoding",
+            )
+            assert proc.poll() is None, (
+                f"autotune stopped on {signal.Signals(signals[sent - 1]).name}"
+                if sent
+                else "autotune ended before a trial after the baseline"
+            )
             left.update(watch_exits(pid for pid in descendant_pids(proc.pid) if pid not in left))
             os.killpg(proc.pid, signum)
         proc.wait(timeout=60)
@@ -331,8 +391,7 @@ def interrupted_search(tiny_space, models_dir, autotune_home, *, sigint: str,
     return proc.returncode, proc.stderr.read(), left, during
 
 
-def assert_nothing_left_and_one_trial_interrupted(left: dict[int, int | None], home: Path,
-                                                  during: int) -> None:
+def assert_nothing_left_and_one_trial_interrupted(left: dict[int, int | None], home: Path, during: int) -> None:
     """Every process autotune started has ended (waited for, not timed), and the trial measured when the
     signal that stopped it came, or a later one, is the one interrupted: nothing started after it."""
     assert wait_for_exits(left) == []
@@ -358,8 +417,23 @@ def test_after_the_baseline_killed_the_worker_no_trial_is_ranked_on_raw_tok_s(ti
     killer = threading.Thread(target=kill_during_the_baseline)
     killer.start()
     args = ["--model", "tiny", "--space", str(tiny_space), "--models-dir", str(models_dir)]
-    result = CliRunner().invoke(cli, ["search", "--strategy", "measure", *args, "--trials", "4", "--max-tokens", "300",
-                                      "--no-pruning", "--baseline-every", "0", "--no-confirm"])
+    result = CliRunner().invoke(
+        cli,
+        [
+            "search",
+            "--strategy",
+            "measure",
+            *args,
+            "--trials",
+            "4",
+            "--max-tokens",
+            "300",
+            "--no-pruning",
+            "--baseline-every",
+            "0",
+            "--no-confirm",
+        ],
+    )
     killer.join()
     assert killed
     trials = load(autotune_home).trials
@@ -377,19 +451,22 @@ def test_after_the_baseline_killed_the_worker_no_trial_is_ranked_on_raw_tok_s(ti
 
 
 def test_ctrl_c_kills_the_worker_and_leaves_no_process_behind(tiny_space, models_dir, autotune_home):
-    code, stderr, left, (during,) = interrupted_search(tiny_space, models_dir, autotune_home, sigint="default",
-                                                       signals=[signal.SIGINT])
+    code, stderr, left, (during,) = interrupted_search(
+        tiny_space, models_dir, autotune_home, sigint="default", signals=[signal.SIGINT]
+    )
     assert code == 130, stderr
     assert "autotune: interrupted by SIGINT" in stderr
     assert "Traceback" not in stderr
     assert_nothing_left_and_one_trial_interrupted(left, autotune_home, during)
 
 
-def test_started_with_sigint_ignored_it_stays_deaf_to_ctrl_c_and_sigterm_stops_it(tiny_space, models_dir,
-                                                                                   autotune_home):
+def test_started_with_sigint_ignored_it_stays_deaf_to_ctrl_c_and_sigterm_stops_it(
+    tiny_space, models_dir, autotune_home
+):
     """A background job of a shell script has SIGINT ignored; autotune keeps that, as the README says."""
-    code, stderr, left, (ignored, stopped) = interrupted_search(tiny_space, models_dir, autotune_home,
-                                                                 sigint="ignore", signals=[signal.SIGINT, signal.SIGTERM])
+    code, stderr, left, (ignored, stopped) = interrupted_search(
+        tiny_space, models_dir, autotune_home, sigint="ignore", signals=[signal.SIGINT, signal.SIGTERM]
+    )
     assert code == 128 + signal.SIGTERM, stderr
     assert "autotune: interrupted by SIGTERM" in stderr and "interrupted by SIGINT" not in stderr
     assert_nothing_left_and_one_trial_interrupted(left, autotune_home, stopped)
@@ -399,8 +476,11 @@ def test_started_with_sigint_ignored_it_stays_deaf_to_ctrl_c_and_sigterm_stops_i
 
 def _stale(study: optuna.Study, params: dict, **attrs) -> optuna.trial.FrozenTrial:
     distributions = {name: optuna.distributions.CategoricalDistribution([value]) for name, value in params.items()}
-    study.add_trial(optuna.trial.create_trial(state=optuna.trial.TrialState.FAIL, params=params,
-                                              distributions=distributions, user_attrs=attrs))
+    study.add_trial(
+        optuna.trial.create_trial(
+            state=optuna.trial.TrialState.FAIL, params=params, distributions=distributions, user_attrs=attrs
+        )
+    )
     return study.trials[-1]
 
 

@@ -19,9 +19,25 @@ NUMBER = r"[0-9]+\.[0-9]+"
 @pytest.mark.slow
 def test_gpu_check_runs_on_the_cpu_and_prints_every_figure(tmp_path):
     done = subprocess.run(
-        ["bash", "examples/benchmarks/gpu_check.sh", "--cpu", "--max-tokens", "4", "--prompts", "1", "--trials", "3",
-         "--vocab", "4096", "--search-args", "--no-confirm --no-pruning"],
-        cwd=REPO, capture_output=True, text=True, timeout=1800,
+        [
+            "bash",
+            "examples/benchmarks/gpu_check.sh",
+            "--cpu",
+            "--max-tokens",
+            "4",
+            "--prompts",
+            "1",
+            "--trials",
+            "3",
+            "--vocab",
+            "4096",
+            "--search-args",
+            "--no-confirm --no-pruning",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=1800,
         env={**os.environ, "AUTOTUNE_HOME": str(tmp_path), "PYTHON": sys.executable},
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -32,12 +48,17 @@ def test_gpu_check_runs_on_the_cpu_and_prints_every_figure(tmp_path):
     quick = [i for i, line in enumerate(lines) if line.startswith(("doctor: ", "quick: "))]
     assert "doctor: usable: yes" in lines and lines[quick[-1]].startswith("quick: none ")  # the first minute
     assert quick[-1] < next(i for i, line in enumerate(lines) if line.startswith("gemma: "))
-    for section, names in {"quick": ["none"], "gemma": ["none", "ngram-simple n4 m16", "draft-simple n_max=4"],
-                           "fixture": ["none", "ngram-simple n2 m8", "draft-simple n_max=4", "draft-dspark n_max=8"]}.items():
+    for section, names in {
+        "quick": ["none"],
+        "gemma": ["none", "ngram-simple n4 m16", "draft-simple n_max=4"],
+        "fixture": ["none", "ngram-simple n2 m8", "draft-simple n_max=4", "draft-dspark n_max=8"],
+    }.items():
         for name in names:
             row = next((line for line in lines if line.startswith(f"{section}: {name} ")), None)
             assert row, (section, name, lines)
-            python_tok_s, server_tok_s, ratio, host, host_ms = re.findall(rf"({NUMBER})%?", row.removeprefix(f"{section}: {name}"))[:5]
+            python_tok_s, server_tok_s, ratio, host, host_ms = re.findall(
+                rf"({NUMBER})%?", row.removeprefix(f"{section}: {name}")
+            )[:5]
             assert float(ratio) == pytest.approx(float(python_tok_s) / float(server_tok_s), rel=0.2, abs=0.02), row
             assert 0 <= float(host) < 100 and float(host_ms) > 0, row
             assert row.endswith(" rss"), row  # memory in use: this process's, there being no GPU
@@ -52,7 +73,8 @@ def test_gpu_check_runs_on_the_cpu_and_prints_every_figure(tmp_path):
     assert "search: exit 0" in lines and lines[-1] == "plan: exit 0"
     plans = [line for line in lines if line.startswith("plan: plan: up to ")]
     assert len(plans) == 2 and all("on this machine: baseline " in line for line in plans), plans
-    assert any(line.startswith("plan: workload: 2 target(s), 44 prompts x 512 tokens; 2 draft model(s)")
-               for line in lines)  # qwen3-8b's space, priced at 95 tok/s
+    assert any(
+        line.startswith("plan: workload: 2 target(s), 44 prompts x 512 tokens; 2 draft model(s)") for line in lines
+    )  # qwen3-8b's space, priced at 95 tok/s
     paces = [line for line in lines if line.startswith("plan: pace: ")]
     assert paces[0].startswith("plan: pace: 95 tok/s as given") and "on one prompt on the" in paces[1], paces

@@ -9,14 +9,20 @@ import gguf
 import numpy as np
 import pytest
 
-from autotune.gguf.compat import Verdict, check_pair
 from autotune.errors import ModelFileError
+from autotune.gguf.compat import Verdict, check_pair
 from autotune.gguf.info import read_gguf_info
 from autotune.testing import tiny_gguf
 
 
-def _write_stub(path: Path, arch: str, *, n_layers: int = 2, n_nextn_layers: int = 0,
-                tensor_names: tuple[str, ...] = ("token_embd.weight",)) -> Path:
+def _write_stub(
+    path: Path,
+    arch: str,
+    *,
+    n_layers: int = 2,
+    n_nextn_layers: int = 0,
+    tensor_names: tuple[str, ...] = ("token_embd.weight",),
+) -> Path:
     """A header-only model of any architecture with the tiny fixtures' dims (64 wide, 128-token vocab)."""
     writer = gguf.GGUFWriter(str(path), arch)
     writer.add_embedding_length(64)
@@ -50,8 +56,13 @@ def models(tiny_dir, tmp_path_factory) -> dict[str, Path]:
         "wide_dspark": tiny_gguf.write_dspark_draft(root / "wide-dspark.gguf", n_embd=128),
         "deep_dspark": tiny_gguf.write_dspark_draft(root / "deep-dspark.gguf", target_n_layers=4, target_layers=[0, 3]),
         "gemma3": _write_stub(root / "gemma3.gguf", "gemma3"),
-        "mtp": _write_stub(root / "mtp.gguf", "qwen35", n_layers=3, n_nextn_layers=1,
-                           tensor_names=("token_embd.weight", "blk.2.nextn.eh_proj.weight")),
+        "mtp": _write_stub(
+            root / "mtp.gguf",
+            "qwen35",
+            n_layers=3,
+            n_nextn_layers=1,
+            tensor_names=("token_embd.weight", "blk.2.nextn.eh_proj.weight"),
+        ),
     }
 
 
@@ -61,8 +72,20 @@ def verdict(spec_type: str, target: Path, draft: Path | None) -> Verdict:
 
 def test_tiny_files_read_back_as_written(models):
     target = read_gguf_info(models["target"])
-    assert (target.architecture, target.quant, target.n_embd, target.n_layers, target.n_vocab) == ("qwen3", "F32", 64, 2, 128)
-    assert (target.vocab_type, target.bos_id, target.eos_id, target.add_bos, target.add_eos) == ("TEST", 1, 2, False, False)
+    assert (target.architecture, target.quant, target.n_embd, target.n_layers, target.n_vocab) == (
+        "qwen3",
+        "F32",
+        64,
+        2,
+        128,
+    )
+    assert (target.vocab_type, target.bos_id, target.eos_id, target.add_bos, target.add_eos) == (
+        "TEST",
+        1,
+        2,
+        False,
+        False,
+    )
     dspark = read_gguf_info(models["dspark"])
     assert (dspark.architecture, dspark.quant, dspark.target_layers, dspark.block_size) == ("dflash", "F32", (0, 1), 4)
     assert dspark.has_markov_head and not dspark.has_confidence_head
@@ -82,7 +105,8 @@ def test_draft_simple_with_the_same_vocabulary_is_runnable(models):
 
 def test_draft_simple_names_the_first_token_that_differs(models):
     assert verdict("draft-simple", models["target"], models["other_words"]) == Verdict(
-        False, "draft vocabulary differs from the target's at token 5")
+        False, "draft vocabulary differs from the target's at token 5"
+    )
 
 
 def test_draft_simple_compares_ids_up_to_the_smaller_vocabulary(models):
@@ -103,22 +127,26 @@ def test_dspark_draft_with_the_targets_dims_is_runnable(models, spec_type):
 
 def test_dspark_refuses_a_different_n_embd(models):
     assert verdict("draft-dspark", models["target"], models["wide_dspark"]) == Verdict(
-        False, "draft n_embd 128 differs from the target's 64")
+        False, "draft n_embd 128 differs from the target's 64"
+    )
 
 
 def test_dspark_refuses_a_target_layer_the_target_lacks(models):
     assert verdict("draft-dspark", models["target"], models["deep_dspark"]) == Verdict(
-        False, "the DSpark draft reads target layer 3, but the target has 2 layers")
+        False, "the DSpark draft reads target layer 3, but the target has 2 layers"
+    )
 
 
 def test_gemma3_target_cannot_drive_a_dspark_draft(models):
     assert verdict("draft-dspark", models["gemma3"], models["dspark"]) == Verdict(
-        False, "gemma3 targets expose no layer inputs, so they cannot drive a DSpark draft")
+        False, "gemma3 targets expose no layer inputs, so they cannot drive a DSpark draft"
+    )
 
 
 def test_dspark_needs_a_dflash_draft(models):
     assert verdict("draft-dspark", models["target"], models["twin"]) == Verdict(
-        False, "draft-dspark needs a dflash-architecture draft (got qwen3)")
+        False, "draft-dspark needs a dflash-architecture draft (got qwen3)"
+    )
 
 
 def test_draft_mtp_needs_nextn_layers(models):
@@ -126,7 +154,8 @@ def test_draft_mtp_needs_nextn_layers(models):
     assert verdict("draft-mtp", models["mtp"], None).runnable
     assert verdict("draft-mtp", models["mtp"], models["mtp"]).runnable
     assert verdict("draft-mtp", models["target"], None) == Verdict(
-        False, "tiny-target.gguf has no MTP (NextN) layers, so draft-mtp cannot run")
+        False, "tiny-target.gguf has no MTP (NextN) layers, so draft-mtp cannot run"
+    )
 
 
 def test_spec_types_without_a_draft(models):
@@ -165,4 +194,5 @@ def test_real_gemma_is_q4_k_m_and_cannot_drive_dspark(gemma_path, models):
     assert (gemma.architecture, gemma.quant, gemma.n_vocab, gemma.add_bos) == ("gemma3", "Q4_K_M", 262144, True)
     assert check_pair("draft-simple", gemma, gemma).runnable
     assert check_pair("draft-dspark", gemma, read_gguf_info(models["dspark"])) == Verdict(
-        False, "gemma3 targets expose no layer inputs, so they cannot drive a DSpark draft")
+        False, "gemma3 targets expose no layer inputs, so they cannot drive a DSpark draft"
+    )

@@ -19,8 +19,9 @@ from autotune.testing.stand_ins import stand_in_nvidia_smi
 def sapphire_rapids(monkeypatch):
     """This machine reads as the AMX-reporting Sapphire Rapids VM of issue 30."""
     flags = frozenset(SAPPHIRE_RAPIDS.split())
-    monkeypatch.setattr(build_args, "portable_cmake_args",
-                        functools.partial(cpu_isa.portable_cmake_args, flags, "x86_64"))
+    monkeypatch.setattr(
+        build_args, "portable_cmake_args", functools.partial(cpu_isa.portable_cmake_args, flags, "x86_64")
+    )
 
 
 @pytest.fixture
@@ -41,8 +42,10 @@ def values(args: list[str]) -> dict[str, list[str]]:
 
 
 def test_defined_reads_names_with_and_without_a_type():
-    assert defined(["-DGGML_CUDA=on", "-DCMAKE_CUDA_ARCHITECTURES:STRING=90", "-G", "Ninja", "-DNOVALUE"]) == \
-        {"GGML_CUDA", "CMAKE_CUDA_ARCHITECTURES"}
+    assert defined(["-DGGML_CUDA=on", "-DCMAKE_CUDA_ARCHITECTURES:STRING=90", "-G", "Ninja", "-DNOVALUE"]) == {
+        "GGML_CUDA",
+        "CMAKE_CUDA_ARCHITECTURES",
+    }
 
 
 def test_a_cpu_build_on_an_amx_vm_is_portable_and_never_amx(sapphire_rapids):

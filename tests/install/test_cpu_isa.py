@@ -23,10 +23,25 @@ def test_no_cpuinfo_or_no_flags_line_is_none(tmp_path):
 
 def test_an_amx_reporting_cpu_gets_every_amx_option_off_and_avx512_on(tmp_path):
     options = ggml_cpu_options(cpu_flags(write_cpuinfo(tmp_path, SAPPHIRE_RAPIDS)))
-    assert {name: options[name] for name in GGML_NEVER} == {"GGML_AMX_TILE": False, "GGML_AMX_INT8": False,
-                                                            "GGML_AMX_BF16": False}
-    assert all(options[name] for name in ("GGML_AVX512", "GGML_AVX512_VBMI", "GGML_AVX512_VNNI", "GGML_AVX512_BF16",
-                                          "GGML_AVX_VNNI", "GGML_AVX2", "GGML_FMA", "GGML_F16C", "GGML_BMI2"))
+    assert {name: options[name] for name in GGML_NEVER} == {
+        "GGML_AMX_TILE": False,
+        "GGML_AMX_INT8": False,
+        "GGML_AMX_BF16": False,
+    }
+    assert all(
+        options[name]
+        for name in (
+            "GGML_AVX512",
+            "GGML_AVX512_VBMI",
+            "GGML_AVX512_VNNI",
+            "GGML_AVX512_BF16",
+            "GGML_AVX_VNNI",
+            "GGML_AVX2",
+            "GGML_FMA",
+            "GGML_F16C",
+            "GGML_BMI2",
+        )
+    )
     args = portable_cmake_args(cpu_flags(write_cpuinfo(tmp_path, SAPPHIRE_RAPIDS)), machine="x86_64")
     assert args[0] == "-DGGML_NATIVE=OFF"
     assert {"-DGGML_AMX_TILE=OFF", "-DGGML_AMX_INT8=OFF", "-DGGML_AMX_BF16=OFF", "-DGGML_AVX512=ON"} <= set(args)
@@ -36,8 +51,15 @@ def test_an_amx_reporting_cpu_gets_every_amx_option_off_and_avx512_on(tmp_path):
 def test_a_cpu_without_avx2_gets_it_off_explicitly(tmp_path):
     """With GGML_NATIVE off, ggml turns AVX2, FMA, F16C and BMI2 on unless told otherwise."""
     args = portable_cmake_args(cpu_flags(write_cpuinfo(tmp_path, SANDY_BRIDGE)), machine="x86_64")
-    assert {"-DGGML_AVX=ON", "-DGGML_SSE42=ON", "-DGGML_AVX2=OFF", "-DGGML_FMA=OFF", "-DGGML_F16C=OFF",
-            "-DGGML_BMI2=OFF", "-DGGML_AVX512=OFF"} <= set(args)
+    assert {
+        "-DGGML_AVX=ON",
+        "-DGGML_SSE42=ON",
+        "-DGGML_AVX2=OFF",
+        "-DGGML_FMA=OFF",
+        "-DGGML_F16C=OFF",
+        "-DGGML_BMI2=OFF",
+        "-DGGML_AVX512=OFF",
+    } <= set(args)
     options = ggml_cpu_options(cpu_flags(write_cpuinfo(tmp_path, SANDY_BRIDGE)))
     assert [name for name, on in options.items() if on] == ["GGML_SSE42", "GGML_AVX"]
 

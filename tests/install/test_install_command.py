@@ -78,7 +78,9 @@ def test_the_same_flags_build_once_other_flags_and_rebuild_build_again(tiny_pack
 
     other = build_wheel(PACKAGE, ["-DA=2"], root)
     assert other.built_now and other.wheel.parent != first.wheel.parent
-    assert sorted(p.name for p in (root / PACKAGE).iterdir()) == sorted([first.wheel.parent.name, other.wheel.parent.name])
+    assert sorted(p.name for p in (root / PACKAGE).iterdir()) == sorted(
+        [first.wheel.parent.name, other.wheel.parent.name]
+    )
 
     rebuilt = build_wheel(PACKAGE, ["-DA=1"], root, rebuild=True)
     assert rebuilt.built_now and rebuilt.wheel == first.wheel and rebuilt.wheel.stat().st_mtime_ns != built_at
@@ -87,10 +89,15 @@ def test_the_same_flags_build_once_other_flags_and_rebuild_build_again(tiny_pack
 
 def test_print_cmake_args_prints_the_users_flags_first_and_builds_nothing(tmp_path):
     env = {**os.environ, "CMAKE_ARGS": "-DMY_FLAG=1 -DGGML_NATIVE=ON", "PIP_CACHE_DIR": str(tmp_path / "pip-cache")}
-    done = subprocess.run([sys.executable, "-m", "autotune.install", "--rebuild", "--print-cmake-args",
-                           "--backend", "cpu"], env=env,
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "autotune.install", "--rebuild", "--print-cmake-args", "--backend", "cpu"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == [
-        "-DMY_FLAG=1 -DGGML_NATIVE=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_USE_PREBUILT_UI=OFF"]
+        "-DMY_FLAG=1 -DGGML_NATIVE=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_USE_PREBUILT_UI=OFF"
+    ]
     assert not (tmp_path / "pip-cache").exists()  # no wheelhouse looked at, nothing compiled

@@ -24,8 +24,12 @@ def requirement_name(requirement: str) -> str:
 def test_llama_cpp_packages_match_pyproject_dependencies_and_extras():
     project = tomllib.loads(PYPROJECT.read_text())["project"]
     lists = {"dependencies": project["dependencies"], **project["optional-dependencies"]}
-    llama = {(where, requirement) for where, requirements in lists.items() for requirement in requirements
-             if requirement_name(requirement).startswith("llama-cpp")}
+    llama = {
+        (where, requirement)
+        for where, requirements in lists.items()
+        for requirement in requirements
+        if requirement_name(requirement).startswith("llama-cpp")
+    }
     assert {requirement_name(r) for _, r in llama} == set(LLAMA_CPP_PACKAGES)  # no third llama.cpp package
     for where, requirement in sorted(llama):
         assert requirement.replace(" ", "") == LLAMA_CPP_PACKAGES[requirement_name(requirement)], (where, requirement)

@@ -3,8 +3,17 @@ from autotune.measure.measurement import GenerationResult, Measurement
 
 
 def result(n_generated, decode_ms, category="qa", drafted=0, accepted=0, steps=0):
-    return GenerationResult("p", category, n_prompt=10, prompt_ms=20.0, n_generated=n_generated,
-                            decode_ms=decode_ms, n_drafted=drafted, n_accepted=accepted, n_verify_steps=steps)
+    return GenerationResult(
+        "p",
+        category,
+        n_prompt=10,
+        prompt_ms=20.0,
+        n_generated=n_generated,
+        decode_ms=decode_ms,
+        n_drafted=drafted,
+        n_accepted=accepted,
+        n_verify_steps=steps,
+    )
 
 
 def test_decode_rate_excludes_the_first_token():

@@ -31,8 +31,16 @@ def test_round_pairing_bounds_by_hand():
     assert speedup.ratio == pytest.approx(a.sum() / b.sum())
     log_inv = math.log(1 / 0.1)
     rho = 11.0 / (2 * log_inv + math.log(1 + 2 * log_inv))
-    u = optimize.brentq(lambda s: 0.5 * math.log(4 * rho / (4 + rho)) + s * s / (2 * (4 + rho))
-                        + stats.norm.logcdf(s / math.sqrt(4 + rho)) - math.log(20.0), 0, 50)
+    u = optimize.brentq(
+        lambda s: (
+            0.5 * math.log(4 * rho / (4 + rho))
+            + s * s / (2 * (4 + rho))
+            + stats.norm.logcdf(s / math.sqrt(4 + rho))
+            - math.log(20.0)
+        ),
+        0,
+        50,
+    )
 
     def z(r):
         x = a - r * b

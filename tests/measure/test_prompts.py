@@ -22,8 +22,17 @@ MAX_DEMO_RESTATES = 4
 MAX_DEMO_ECHOES = 7
 
 CATEGORIES = [
-    "coding", "humanities", "math", "multilingual", "qa", "rag",
-    "reasoning", "roleplay", "stem", "summarization", "writing",
+    "coding",
+    "humanities",
+    "math",
+    "multilingual",
+    "qa",
+    "rag",
+    "reasoning",
+    "roleplay",
+    "stem",
+    "summarization",
+    "writing",
 ]
 
 
@@ -45,7 +54,10 @@ def test_take_keeps_file_order_per_category():
     "lines, match",
     [
         (['{"category": "qa", "prompt": "hi"}', '{"category": "qa", "prompt": '], r":2: invalid JSON"),
-        (['{"category": "qa", "prompt": "hi"}', '{"prompt": "no category"}'], r":2: missing or empty string field 'category'"),
+        (
+            ['{"category": "qa", "prompt": "hi"}', '{"prompt": "no category"}'],
+            r":2: missing or empty string field 'category'",
+        ),
         (['["not", "an", "object"]'], r":1: expected a JSON object"),
         (["", "   "], "has no prompts"),
     ],
@@ -65,8 +77,10 @@ def test_user_file_without_ids_gets_generated_ids(tmp_path):
 
 # the continuation mix for base models
 
-CHATML = ("{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + "
-          "'<|im_end|>' + '\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
+CHATML = (
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+    "'<|im_end|>' + '\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
 
 
 def test_continuation_mix_has_the_same_eleven_categories():
@@ -82,7 +96,9 @@ def test_gemma_has_no_chat_template_so_it_gets_the_continuation_mix(gemma_path):
     assert read_gguf_info(gemma_path).has_chat_template is False
     path, note = default_mix_path([gemma_path])
     assert path == continuation_mix_path()
-    assert note.startswith(f"{gemma_path.name} has no chat template (a base model): measuring the bundled continuation mix")
+    assert note.startswith(
+        f"{gemma_path.name} has no chat template (a base model): measuring the bundled continuation mix"
+    )
 
 
 def test_a_chat_model_keeps_the_instruction_mix(tmp_path):
@@ -106,20 +122,42 @@ def test_both_engines_tokenize_a_base_model_prompt_as_raw_text_and_a_chat_prompt
         assert gemma.chat_prompt(prompt.text) == prompt.text
         assert tokens.tokens(gemma_path, prompt, 64) == gemma.tokenize(prompt.text)
         templated = tokens.model(chat).chat_prompt(prompt.text)
-        assert templated.startswith("<|im_start|>user\n" + prompt.text) and templated.endswith("<|im_start|>assistant\n")
+        assert templated.startswith("<|im_start|>user\n" + prompt.text) and templated.endswith(
+            "<|im_start|>assistant\n"
+        )
         assert tokens.tokens(chat, prompt, 64) == tokens.model(chat).tokenize(templated)
     finally:
         tokens.close()
 
 
 def test_search_of_a_base_model_says_it_measures_the_continuation_mix(tiny_space, models_dir, autotune_home):
-    done = CliRunner().invoke(cli, ["search", "--strategy", "measure", "--model", "tiny", "--space", str(tiny_space), "--models-dir",
-                                    str(models_dir), "--max-tokens", "8", "--per-category", "1", "--trials", "1",
-                                    "--no-confirm"])
+    done = CliRunner().invoke(
+        cli,
+        [
+            "search",
+            "--strategy",
+            "measure",
+            "--model",
+            "tiny",
+            "--space",
+            str(tiny_space),
+            "--models-dir",
+            str(models_dir),
+            "--max-tokens",
+            "8",
+            "--per-category",
+            "1",
+            "--trials",
+            "1",
+            "--no-confirm",
+        ],
+    )
     assert done.exit_code == 0, done.output
     notes = [line for line in done.stderr.splitlines() if "continuation mix" in line]
-    assert notes == ["autotune: tiny-target.gguf has no chat template (a base model): measuring the bundled "
-                     "continuation mix, passages to continue rather than instructions (--prompts FILE to choose another)"]
+    assert notes == [
+        "autotune: tiny-target.gguf has no chat template (a base model): measuring the bundled "
+        "continuation mix, passages to continue rather than instructions (--prompts FILE to choose another)"
+    ]
     (summary,) = optuna.get_all_study_summaries(f"sqlite:///{autotune_home / 'autotune.db'}")
     measurement = summary.user_attrs["measurement"]
     assert measurement["prompt_source"] == str(continuation_mix_path())
@@ -132,8 +170,10 @@ def test_restates_and_loops():
     assert not restates(prompt, "Elias had mended clocks for sixty years, and none had ever surprised him.")
     assert loops("the bell rang and the door opened and the bell rang and the door opened and the bell rang")
     assert not loops("the bell rang once, then the door opened slowly, and a stranger stepped into the dusty shop")
-    assert str(count_echoes([(prompt, prompt), (prompt, "a b c d e f g h a b c d e f g h"), (prompt, "fine")])) == \
-        "1 of 3 restate the prompt, 1 more loop"
+    assert (
+        str(count_echoes([(prompt, prompt), (prompt, "a b c d e f g h a b c d e f g h"), (prompt, "fine")]))
+        == "1 of 3 restate the prompt, 1 more loop"
+    )
 
 
 def demo_outputs(gemma_path, mix_path) -> list[tuple[str, str]]:

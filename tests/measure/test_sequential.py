@@ -7,16 +7,29 @@ import numpy as np
 import pytest
 
 from autotune.measure.sequential import (
-    ALPHA, BY_PROMPTS, BY_ROUNDS, CANNOT_REACH, PROMPT_SHARE, SLOWER, Look, decide,
+    ALPHA,
+    BY_PROMPTS,
+    BY_ROUNDS,
+    CANNOT_REACH,
+    PROMPT_SHARE,
+    SLOWER,
+    Look,
+    decide,
 )
 from autotune.measure.stratified import PRIOR_PAIR_SD, TAU_FLOOR, Noise
 
 LENGTHS = np.random.default_rng(1).uniform(48, 400, 11) * 20
-QUIET = Noise(np.array([TAU_FLOOR ** 2]), np.array([PRIOR_PAIR_SD ** 2]))
+QUIET = Noise(np.array([TAU_FLOOR**2]), np.array([PRIOR_PAIR_SD**2]))
 
 
-def look(speedups: list[float], rounds: int, prompts: int = 11, noise: float = 0.01, seed: int = 0,
-         profile: np.ndarray | None = None) -> Look:
+def look(
+    speedups: list[float],
+    rounds: int,
+    prompts: int = 11,
+    noise: float = 0.01,
+    seed: int = 0,
+    profile: np.ndarray | None = None,
+) -> Look:
     """One race: the baseline and one entrant per speedup, `rounds` complete rounds then `prompts` of the next."""
     rng = np.random.default_rng(seed)
     shape = np.ones(11) if profile is None else profile

@@ -23,15 +23,30 @@ REPO = "ggml-org/Qwen3.6-27B-GGUF"
 
 
 def preset_with(argv: list[str], config: SpecConfig, revisions: dict) -> Preset:
-    return Preset(model="qwen3.6-27b-gguf", hardware=hardware_key(), argv=tuple(argv), tok_s=40.0, baseline_tok_s=25.0,
-                  speedup=1.6, engine="server", llama_cpp_build="b1", file_hashes={}, params=config_attrs(config),
-                  study_name="qwen3.6-27b-gguf@x:predicted", file_revisions=revisions)
+    return Preset(
+        model="qwen3.6-27b-gguf",
+        hardware=hardware_key(),
+        argv=tuple(argv),
+        tok_s=40.0,
+        baseline_tok_s=25.0,
+        speedup=1.6,
+        engine="server",
+        llama_cpp_build="b1",
+        file_hashes={},
+        params=config_attrs(config),
+        study_name="qwen3.6-27b-gguf@x:predicted",
+        file_revisions=revisions,
+    )
 
 
 @pytest.fixture
 def hub_files() -> dict[str, str]:
-    paths = write_hub_cache(Path(os.environ["HF_HUB_CACHE"]), REPO, COMMIT, {
-        "Qwen3.6-27B-Q8_0.gguf": b"target", "dflash-Qwen3.6-27B-BF16.gguf": b"draft"})
+    paths = write_hub_cache(
+        Path(os.environ["HF_HUB_CACHE"]),
+        REPO,
+        COMMIT,
+        {"Qwen3.6-27B-Q8_0.gguf": b"target", "dflash-Qwen3.6-27B-BF16.gguf": b"draft"},
+    )
     return {name: str(path) for name, path in paths.items()}
 
 
@@ -42,8 +57,27 @@ def best(*args: str):
 def test_the_hub_command_is_the_measured_one_with_hub_names(hub_files):
     target, draft = hub_files["Qwen3.6-27B-Q8_0.gguf"], hub_files["dflash-Qwen3.6-27B-BF16.gguf"]
     config = SpecConfig(Path(target), "draft-dflash", Path(draft), {"draft_n_max": 6})
-    measured = ["/opt/llama/llama-server", "-m", target, "-c", "8192", "-np", "1", "-ngl", "all", "-fa", "on",
-                "--temp", "0", "--spec-type", "draft-dflash", "-md", draft, "--spec-draft-n-max", "6"]
+    measured = [
+        "/opt/llama/llama-server",
+        "-m",
+        target,
+        "-c",
+        "8192",
+        "-np",
+        "1",
+        "-ngl",
+        "all",
+        "-fa",
+        "on",
+        "--temp",
+        "0",
+        "--spec-type",
+        "draft-dflash",
+        "-md",
+        draft,
+        "--spec-draft-n-max",
+        "6",
+    ]
     revisions = {name: {"repo": REPO, "revision": COMMIT} for name in hub_files}
     with PresetStore(resolve_storage_url(None)) as store:
         store.save(preset_with(measured, config, revisions))
@@ -51,9 +85,29 @@ def test_the_hub_command_is_the_measured_one_with_hub_names(hub_files):
     assert result.exit_code == 0, result.output
     first, note, *rest = result.stdout.splitlines()
     assert shlex.split(first) == [
-        "/opt/llama/llama-server", "-hf", REPO, "-hff", "Qwen3.6-27B-Q8_0.gguf", "--no-mmproj", "-c", "8192", "-np", "1",
-        "-ngl", "all", "-fa", "on", "--temp", "0", "--spec-type", "draft-dflash", "-hfd", f"{REPO}:BF16",
-        "--spec-draft-n-max", "6"]
+        "/opt/llama/llama-server",
+        "-hf",
+        REPO,
+        "-hff",
+        "Qwen3.6-27B-Q8_0.gguf",
+        "--no-mmproj",
+        "-c",
+        "8192",
+        "-np",
+        "1",
+        "-ngl",
+        "all",
+        "-fa",
+        "on",
+        "--temp",
+        "0",
+        "--spec-type",
+        "draft-dflash",
+        "-hfd",
+        f"{REPO}:BF16",
+        "--spec-draft-n-max",
+        "6",
+    ]
     assert note == f"# measured with the files of {REPO}@5555555; -hf downloads each repo's current revision"
     assert rest == best().stdout.splitlines()[1:]  # the figures are the measured command's
 
@@ -68,7 +122,8 @@ def test_a_local_file_has_no_hub_name_one_line_exit_2(tmp_path, hub_files):
     assert result.exit_code == 2
     assert result.stderr.splitlines() == [
         f"autotune: error: the target {local} is a local file, not one from the hub cache: --hf-command names hub "
-        "files only (tune with --hf ORG/REPO or a search space with hf = \"org/repo\")"]
+        'files only (tune with --hf ORG/REPO or a search space with hf = "org/repo")'
+    ]
 
 
 def test_a_llama_server_without_the_hub_flags_is_told_in_one_line(hub_files):
@@ -80,6 +135,9 @@ def test_a_llama_server_without_the_hub_flags_is_told_in_one_line(hub_files):
     target = Path(hub_files["Qwen3.6-27B-Q8_0.gguf"])
     help_text = "-m,    --model FNAME   model path\n-hf,   --hf-repo REPO   hub repo\n-c,    --ctx-size N   context\n"
     old = CommandCheck("llama-server", parse_capabilities(help_text, "version: 1 (abc)"))
-    with pytest.raises(UsageError, match=r"the command with hub names needs -hff, --no-mmproj, which this llama-server "
-                                         r"\(1 \(abc\)\) lacks: print it without --hf-command"):
+    with pytest.raises(
+        UsageError,
+        match=r"the command with hub names needs -hff, --no-mmproj, which this llama-server "
+        r"\(1 \(abc\)\) lacks: print it without --hf-command",
+    ):
         hub_command(["llama-server", "-m", str(target), "-c", "8192"], SpecConfig(target), old)

@@ -21,14 +21,14 @@ import yaml
 from click.testing import CliRunner
 
 from autotune.cli.main import cli
-from autotune.study.verdict import Confirmation, ConfirmedConfig
 from autotune.errors import HubSourceError, SearchSpaceError
-from autotune.models.hub import file_revisions, format_size, hub_files
 from autotune.models.files import resolve_model_files
-from autotune.presets.export import export_presets
-from autotune.presets.confirmed import preset_from
+from autotune.models.hub import file_revisions, format_size, hub_files
 from autotune.models.releases import follow_releases
+from autotune.presets.confirmed import preset_from
+from autotune.presets.export import export_presets
 from autotune.spec.space import HubSource, load_space
+from autotune.study.verdict import Confirmation, ConfirmedConfig
 from autotune.testing import tiny_gguf
 from autotune.testing.hub_fixtures import HubRepo, LocalHubEndpoint, repo_folder, write_hub_cache
 from storage import resolve_storage_url
@@ -108,24 +108,34 @@ def night(args: list[str], allowed: tuple[int, ...]):
 
 
 def test_tables_name_their_hub_source(tmp_path):
-    space = load_space(write_space(tmp_path, HUB_SPACE.replace('target = "tiny-target.gguf"',
-                                                               'target = "t-{quant}.gguf"\nquants = ["Q8_0"]\n'
-                                                               'hf = "org/targets"\nrevision = "v2"'), revision=C1))
+    space = load_space(
+        write_space(
+            tmp_path,
+            HUB_SPACE.replace(
+                'target = "tiny-target.gguf"',
+                'target = "t-{quant}.gguf"\nquants = ["Q8_0"]\nhf = "org/targets"\nrevision = "v2"',
+            ),
+            revision=C1,
+        )
+    )
     assert space.model.targets.source == HubSource("org/targets", "v2")
     assert [d.source for d in space.drafts["draft-simple"]] == [HubSource(REPO, C1)]
     assert [f.label for f in hub_files(space)] == ["org/targets@v2/t-Q8_0.gguf", f"{REPO}@{C1}/draft-A.gguf"]
 
 
-@pytest.mark.parametrize(("change", "key"), [
-    (('hf = "org/tiny-drafts"', 'repo = "org/tiny-drafts"'), "drafts.draft-simple.repo: unknown key"),
-    (('hf = "org/tiny-drafts"', 'revision = "main"'), "drafts.draft-simple.revision: needs hf"),
-    (('file = "draft-{quant}.gguf"', 'file = "draft-*.gguf"'), "drafts.draft-simple.file: with hf"),
-    (('quants = ["A"]', ""), "drafts.draft-simple.quants: with hf"),
-    (('hf = "org/tiny-drafts"', 'hf = "tiny-drafts"'), "drafts.draft-simple.hf: expected a hub repo id"),
-    (('hf = "org/tiny-drafts"', 'hf = "org--x/drafts"'), "drafts.draft-simple.hf: expected a hub repo id"),
-    (('hf = "org/tiny-drafts"', "hf = 3"), "drafts.draft-simple.hf: expected a non-empty string"),
-    (('target = "tiny-target.gguf"', 'target = "tiny-target.gguf"\nrevision = "x"'), "model.revision: needs hf"),
-])
+@pytest.mark.parametrize(
+    ("change", "key"),
+    [
+        (('hf = "org/tiny-drafts"', 'repo = "org/tiny-drafts"'), "drafts.draft-simple.repo: unknown key"),
+        (('hf = "org/tiny-drafts"', 'revision = "main"'), "drafts.draft-simple.revision: needs hf"),
+        (('file = "draft-{quant}.gguf"', 'file = "draft-*.gguf"'), "drafts.draft-simple.file: with hf"),
+        (('quants = ["A"]', ""), "drafts.draft-simple.quants: with hf"),
+        (('hf = "org/tiny-drafts"', 'hf = "tiny-drafts"'), "drafts.draft-simple.hf: expected a hub repo id"),
+        (('hf = "org/tiny-drafts"', 'hf = "org--x/drafts"'), "drafts.draft-simple.hf: expected a hub repo id"),
+        (('hf = "org/tiny-drafts"', "hf = 3"), "drafts.draft-simple.hf: expected a non-empty string"),
+        (('target = "tiny-target.gguf"', 'target = "tiny-target.gguf"\nrevision = "x"'), "model.revision: needs hf"),
+    ],
+)
 def test_a_bad_source_is_refused_naming_its_key(tmp_path, change, key):
     path = write_space(tmp_path, HUB_SPACE.replace(*change))
     with pytest.raises(SearchSpaceError, match=key.replace(".", r"\.")):
@@ -174,31 +184,56 @@ def test_a_file_in_neither_place_is_left_out_with_the_pull_hint(tmp_path, target
 
 
 def test_targets_may_come_from_the_hub_too(tmp_path, tiny_dir, cache_dir, autotune_home):
-    space = write_space(tmp_path, HUB_SPACE.replace('target = "tiny-target.gguf"',
-                                                    'target = "tiny-target.gguf"\nhf = "org/tiny-target"'))
+    space = write_space(
+        tmp_path,
+        HUB_SPACE.replace('target = "tiny-target.gguf"', 'target = "tiny-target.gguf"\nhf = "org/tiny-target"'),
+    )
     empty = tmp_path / "empty-models"
-    result = invoke("search", "--strategy", "measure", "--model", "tiny", "--space", str(space), "--models-dir", str(empty))
+    result = invoke(
+        "search", "--strategy", "measure", "--model", "tiny", "--space", str(space), "--models-dir", str(empty)
+    )
     assert result.exit_code == 2 and result.stderr.strip().splitlines() == [
         f"autotune: error: no file matching 'tiny-target.gguf' from org/tiny-target in the hub cache or {empty}: "
-        "run `autotune pull --model tiny` to download it"]
+        "run `autotune pull --model tiny` to download it"
+    ]
     assert not (autotune_home / "autotune.db").exists()  # bad input writes nothing
-    write_hub_cache(cache_dir, "org/tiny-target", C1, {"tiny-target.gguf": (tiny_dir / "tiny-target.gguf").read_bytes()})
+    write_hub_cache(
+        cache_dir, "org/tiny-target", C1, {"tiny-target.gguf": (tiny_dir / "tiny-target.gguf").read_bytes()}
+    )
     write_hub_cache(cache_dir, REPO, C2, {"draft-A.gguf": draft_bytes(tiny_dir)})
     files = resolve_model_files(load_space(space), empty)
-    assert file_revisions(files.paths) == {"tiny-target.gguf": {"repo": "org/tiny-target", "revision": C1},
-                                           "draft-A.gguf": {"repo": REPO, "revision": C2}}
+    assert file_revisions(files.paths) == {
+        "tiny-target.gguf": {"repo": "org/tiny-target", "revision": C1},
+        "draft-A.gguf": {"repo": REPO, "revision": C2},
+    }
 
 
 def test_only_the_drafts_of_searched_types_are_pulled(tmp_path):
-    space = load_space(write_space(tmp_path, HUB_SPACE + '[drafts.draft-dspark]\nhf = "org/dspark"\n'
-                                                         'file = "dspark.gguf"\n'))
+    space = load_space(
+        write_space(tmp_path, HUB_SPACE + '[drafts.draft-dspark]\nhf = "org/dspark"\nfile = "dspark.gguf"\n')
+    )
     assert [f.label for f in hub_files(space)] == [f"{REPO}/draft-A.gguf"]
 
 
 def test_a_search_does_not_resume_across_a_new_release(tmp_path, tiny_dir, target_only, cache_dir):
     write_hub_cache(cache_dir, REPO, C1, {"draft-A.gguf": draft_bytes(tiny_dir)})
-    args = ["search", "--strategy", "measure", "--model", "tiny", "--space", str(write_space(tmp_path)), "--models-dir", str(target_only),
-            "--max-tokens", "8", "--per-category", "1", "--no-confirm", "--no-pruning"]
+    args = [
+        "search",
+        "--strategy",
+        "measure",
+        "--model",
+        "tiny",
+        "--space",
+        str(write_space(tmp_path)),
+        "--models-dir",
+        str(target_only),
+        "--max-tokens",
+        "8",
+        "--per-category",
+        "1",
+        "--no-confirm",
+        "--no-pruning",
+    ]
     first = invoke(*args, "--trials", "2")
     assert first.exit_code == 0, first.output
     write_hub_cache(cache_dir, REPO, C2, {"draft-A.gguf": draft_bytes(tiny_dir) + b"\0"})  # pulled: main is C2
@@ -215,20 +250,29 @@ def test_pull_offline_finds_what_is_cached_and_fails_on_what_is_not(tmp_path, ti
     space = write_space(tmp_path)
     missing = invoke("pull", "--model", "tiny", "--space", str(space))
     assert missing.exit_code == 1
-    assert missing.stderr.strip() == (f"autotune: error: cannot download {REPO}/draft-A.gguf: "
-                                      "offline mode (HF_HUB_OFFLINE=1)")
+    assert missing.stderr.strip() == (
+        f"autotune: error: cannot download {REPO}/draft-A.gguf: offline mode (HF_HUB_OFFLINE=1)"
+    )
     write_hub_cache(cache_dir, REPO, C1, {"draft-A.gguf": draft_bytes(tiny_dir)})
     present = invoke("pull", "--model", "tiny", "--space", str(space))
     assert present.exit_code == 0, present.output
-    assert present.stdout.split("\t") == [str(repo_folder(cache_dir, REPO) / "snapshots" / C1 / "draft-A.gguf"),
-                                          f"{REPO}@{C1}", "present\n"]
+    assert present.stdout.split("\t") == [
+        str(repo_folder(cache_dir, REPO) / "snapshots" / C1 / "draft-A.gguf"),
+        f"{REPO}@{C1}",
+        "present\n",
+    ]
 
 
-@pytest.mark.parametrize(("env", "said"), [
-    (("HF_HUB_OFFLINE", "1"), "offline mode (HF_HUB_OFFLINE=1)"),
-    (("HF_ENDPOINT", "http://127.0.0.1:9"), "cannot reach the hub (ConnectError"),
-])
-def test_a_night_without_the_hub_says_so_once_and_keeps_the_files(tmp_path, tiny_dir, cache_dir, monkeypatch, env, said):
+@pytest.mark.parametrize(
+    ("env", "said"),
+    [
+        (("HF_HUB_OFFLINE", "1"), "offline mode (HF_HUB_OFFLINE=1)"),
+        (("HF_ENDPOINT", "http://127.0.0.1:9"), "cannot reach the hub (ConnectError"),
+    ],
+)
+def test_a_night_without_the_hub_says_so_once_and_keeps_the_files(
+    tmp_path, tiny_dir, cache_dir, monkeypatch, env, said
+):
     monkeypatch.setenv(*env)
     snapshot = write_hub_cache(cache_dir, REPO, C1, {"draft-A.gguf": draft_bytes(tiny_dir)})["draft-A.gguf"]
     notes = Notes()
@@ -240,7 +284,9 @@ def test_a_night_without_the_hub_says_so_once_and_keeps_the_files(tmp_path, tiny
 # --- downloads through a local hub endpoint
 
 
-def test_pull_downloads_what_is_missing_into_the_hub_cache_only(tmp_path, tiny_dir, target_only, cache_dir, monkeypatch):
+def test_pull_downloads_what_is_missing_into_the_hub_cache_only(
+    tmp_path, tiny_dir, target_only, cache_dir, monkeypatch
+):
     space = write_space(tmp_path)
     with LocalHubEndpoint({REPO: HubRepo(C1, {"draft-A.gguf": draft_bytes(tiny_dir)})}) as hub:
         monkeypatch.setenv("HF_ENDPOINT", hub.url)
@@ -276,19 +322,32 @@ def test_a_night_with_a_bad_prompt_file_stops_before_asking_the_hub(tmp_path, ti
     prompts.write_text("{not json\n")
     with LocalHubEndpoint({REPO: HubRepo(C1, {"draft-A.gguf": draft_bytes(tiny_dir)})}) as hub:
         monkeypatch.setenv("HF_ENDPOINT", hub.url)
-        result = invoke("nightly", "--model", "tiny", "--space", str(write_space(tmp_path)), "--models-dir",
-                        str(target_only), "--prompts", str(prompts))
+        result = invoke(
+            "nightly",
+            "--model",
+            "tiny",
+            "--space",
+            str(write_space(tmp_path)),
+            "--models-dir",
+            str(target_only),
+            "--prompts",
+            str(prompts),
+        )
     assert result.exit_code == 2 and str(prompts) in result.stderr
     assert hub.requests == []
 
 
-@pytest.mark.parametrize(("repos", "revision", "message"), [
-    ({}, None, f"no repository {REPO} on the hub"),
-    ({REPO: HubRepo(C1, {"draft-B.gguf": b"x"})}, None, f"{REPO} has no file draft-A.gguf at revision main"),
-    ({REPO: HubRepo(C1, {"draft-A.gguf": b"x"})}, "v9", f"{REPO} has no revision 'v9'"),
-])
-def test_a_repo_revision_or_file_that_does_not_exist_is_bad_input(tmp_path, cache_dir, monkeypatch, repos, revision,
-                                                                  message):
+@pytest.mark.parametrize(
+    ("repos", "revision", "message"),
+    [
+        ({}, None, f"no repository {REPO} on the hub"),
+        ({REPO: HubRepo(C1, {"draft-B.gguf": b"x"})}, None, f"{REPO} has no file draft-A.gguf at revision main"),
+        ({REPO: HubRepo(C1, {"draft-A.gguf": b"x"})}, "v9", f"{REPO} has no revision 'v9'"),
+    ],
+)
+def test_a_repo_revision_or_file_that_does_not_exist_is_bad_input(
+    tmp_path, cache_dir, monkeypatch, repos, revision, message
+):
     space = write_space(tmp_path, revision=revision)
     with LocalHubEndpoint(repos) as hub:
         monkeypatch.setenv("HF_ENDPOINT", hub.url)
@@ -318,11 +377,29 @@ def test_a_download_that_breaks_off_leaves_no_partial_file(tmp_path, tiny_dir, t
 # --- the revision in trials, presets and exports
 
 
-def test_the_revision_is_recorded_with_trials_presets_and_exports(tmp_path, tiny_dir, target_only, cache_dir,
-                                                                   autotune_home):
+def test_the_revision_is_recorded_with_trials_presets_and_exports(
+    tmp_path, tiny_dir, target_only, cache_dir, autotune_home
+):
     write_hub_cache(cache_dir, REPO, C1, {"draft-A.gguf": draft_bytes(tiny_dir)})
-    result = invoke("search", "--strategy", "measure", "--model", "tiny", "--space", str(write_space(tmp_path)), "--models-dir", str(target_only),
-                    "--trials", "3", "--max-tokens", "8", "--per-category", "1", "--no-confirm", "--no-pruning")
+    result = invoke(
+        "search",
+        "--strategy",
+        "measure",
+        "--model",
+        "tiny",
+        "--space",
+        str(write_space(tmp_path)),
+        "--models-dir",
+        str(target_only),
+        "--trials",
+        "3",
+        "--max-tokens",
+        "8",
+        "--per-category",
+        "1",
+        "--no-confirm",
+        "--no-pruning",
+    )
     assert result.exit_code == 0, result.output
     url = resolve_storage_url(None)
     (summary,) = optuna.get_all_study_summaries(url, include_best_trial=False)
@@ -335,10 +412,12 @@ def test_the_revision_is_recorded_with_trials_presets_and_exports(tmp_path, tiny
     trial = next(t for t in speculative if t.state == optuna.trial.TrialState.COMPLETE)
     target = trial.user_attrs["config"]["target"]
     baseline = ConfirmedConfig("none", "baseline", 0, target, ["none"], [10.0, 10.0], 10.0, (9.0, 11.0), None, 1.0)
-    row = ConfirmedConfig("draft", "trial", trial.number, target, trial.user_attrs["argv"], [12.0, 12.0], 12.0,
-                          (11.0, 13.0), 0.01, 1.2)
-    preset = preset_from("tiny", study, confirmation=Confirmation("server", "b1", 2, "2026-12-03", [baseline], [row]),
-                         row=row)
+    row = ConfirmedConfig(
+        "draft", "trial", trial.number, target, trial.user_attrs["argv"], [12.0, 12.0], 12.0, (11.0, 13.0), 0.01, 1.2
+    )
+    preset = preset_from(
+        "tiny", study, confirmation=Confirmation("server", "b1", 2, "2026-12-03", [baseline], [row]), row=row
+    )
     assert preset.file_revisions == {"draft-A.gguf": revision}
     with PresetStore(url) as store:
         store.save(preset)
@@ -366,16 +445,24 @@ def test_the_nightly_examples_follow_ggml_orgs_qwen3_8b_conversions_with_real_op
     # the files ggml-org/convert's models/qwen3-8b/convert.sh uploads to ggml-org/Qwen3-8B-GGUF
     assert [f.label for f in hub_files(space)] == [
         "ggml-org/Qwen3-8B-GGUF/Qwen3-8B-Q8_0.gguf",
-        "ggml-org/Qwen3-8B-GGUF/dspark-Qwen3-8B-Q8_0.gguf", "ggml-org/Qwen3-8B-GGUF/dspark-Qwen3-8B-BF16.gguf",
-        "ggml-org/Qwen3-8B-GGUF/dflash-Qwen3-8B-Q8_0.gguf", "ggml-org/Qwen3-8B-GGUF/dflash-Qwen3-8B-BF16.gguf"]
+        "ggml-org/Qwen3-8B-GGUF/dspark-Qwen3-8B-Q8_0.gguf",
+        "ggml-org/Qwen3-8B-GGUF/dspark-Qwen3-8B-BF16.gguf",
+        "ggml-org/Qwen3-8B-GGUF/dflash-Qwen3-8B-Q8_0.gguf",
+        "ggml-org/Qwen3-8B-GGUF/dflash-Qwen3-8B-BF16.gguf",
+    ]
     cron = [line for line in (EXAMPLES / "nightly.cron").read_text().splitlines() if line and line[0].isdigit()]
-    service = [line.removeprefix("ExecStart=") for line in (EXAMPLES / "systemd" / "autotune-nightly.service")
-               .read_text().splitlines() if line.startswith("ExecStart=")]
+    service = [
+        line.removeprefix("ExecStart=")
+        for line in (EXAMPLES / "systemd" / "autotune-nightly.service").read_text().splitlines()
+        if line.startswith("ExecStart=")
+    ]
     for line in [cron[0].split(None, 5)[5].split(" >>")[0], *service]:
         words = shlex.split(line)
         assert Path(words[0]).name == "autotune" and words[1] == "nightly"
         context = cli.commands["nightly"].make_context("nightly", words[2:])  # every option exists
-        assert context.params["model"] == "qwen3-8b" and [Path(p).name for p in context.params["space_file"]] == ["qwen3-8b-hub.toml"]
+        assert context.params["model"] == "qwen3-8b" and [Path(p).name for p in context.params["space_file"]] == [
+            "qwen3-8b-hub.toml"
+        ]
 
 
 def assert_revision_recorded(revision: str) -> None:
@@ -393,34 +480,71 @@ def assert_revision_recorded(revision: str) -> None:
 
 @pytest.mark.slow
 def test_an_offline_night_says_so_once_tunes_on_the_cached_release_and_records_it(
-        tmp_path, tiny_dir, target_only, cache_dir, autotune_home, monkeypatch):
+    tmp_path, tiny_dir, target_only, cache_dir, autotune_home, monkeypatch
+):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     write_hub_cache(cache_dir, REPO, C1, {"draft-A.gguf": draft_bytes(tiny_dir)})
     space = write_space(tmp_path)  # draft-simple only, beside the --spec-default reference
-    args = ["nightly", "--model", "tiny", "--space", str(space), "--models-dir", str(target_only), "--top", "2",
-            "--race-budget", "2", "--max-tokens", "10", "--seed", "0"]
+    args = [
+        "nightly",
+        "--model",
+        "tiny",
+        "--space",
+        str(space),
+        "--models-dir",
+        str(target_only),
+        "--top",
+        "2",
+        "--race-budget",
+        "2",
+        "--max-tokens",
+        "10",
+        "--seed",
+        "0",
+    ]
     first = night(args, (0,))  # as a night with the hub: the first preset is made
     assert first.stdout.startswith("improved: tiny: first preset")
     hub_lines = [line for line in first.stderr.splitlines() if "hub" in line]
-    assert hub_lines == ["autotune: hub not asked for new revisions: offline mode (HF_HUB_OFFLINE=1); "
-                         "going on with the files on disk"]
+    assert hub_lines == [
+        "autotune: hub not asked for new revisions: offline mode (HF_HUB_OFFLINE=1); going on with the files on disk"
+    ]
     assert_revision_recorded(C1)
     second = night(args, (3,))
     assert "no new or changed model files" in second.stdout
 
 
 @pytest.mark.slow
-def test_nightly_notices_a_new_release_on_the_hub(tmp_path, tiny_dir, target_only, cache_dir, autotune_home, monkeypatch):
+def test_nightly_notices_a_new_release_on_the_hub(
+    tmp_path, tiny_dir, target_only, cache_dir, autotune_home, monkeypatch
+):
     new_draft = tmp_path / "new-draft.gguf"
     tiny_gguf.write_qwen3_target(new_draft, seed=2)  # the next release: another compatible draft
     repos = {REPO: HubRepo(C1, {"draft-A.gguf": draft_bytes(tiny_dir)})}
-    args = ["nightly", "--model", "tiny", "--space", str(write_space(tmp_path)), "--models-dir", str(target_only),
-            "--top", "2", "--race-budget", "2", "--max-tokens", "10", "--seed", "0"]
+    args = [
+        "nightly",
+        "--model",
+        "tiny",
+        "--space",
+        str(write_space(tmp_path)),
+        "--models-dir",
+        str(target_only),
+        "--top",
+        "2",
+        "--race-budget",
+        "2",
+        "--max-tokens",
+        "10",
+        "--seed",
+        "0",
+    ]
     url = resolve_storage_url(None)
     with LocalHubEndpoint(repos) as hub:
         monkeypatch.setenv("HF_ENDPOINT", hub.url)
         first = night(args, (0,))
-        assert f"downloading {REPO}/draft-A.gguf (not in the cache, {format_size(len(draft_bytes(tiny_dir)))})" in first.stderr
+        assert (
+            f"downloading {REPO}/draft-A.gguf (not in the cache, {format_size(len(draft_bytes(tiny_dir)))})"
+            in first.stderr
+        )
         assert_revision_recorded(C1)
         (made,) = json.loads(invoke("presets", "list", "--json").stdout)
 

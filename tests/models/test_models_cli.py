@@ -22,7 +22,8 @@ def run(*args: str, ok: bool = True):
 
 def test_models_lists_files_runnable_pairs_and_refusals(tmp_path, models_dir, monkeypatch):
     space = tmp_path / "tiny.toml"
-    space.write_text(textwrap.dedent("""
+    space.write_text(
+        textwrap.dedent("""
         [model]
         name = "tiny"
         target = "tiny-target.gguf"
@@ -38,7 +39,8 @@ def test_models_lists_files_runnable_pairs_and_refusals(tmp_path, models_dir, mo
         draft_n_max = [1, 4]
         [spec_types.ngram-simple]
         ngram_simple_size_n = [1, 3]
-    """))
+    """)
+    )
     from autotune.models import inventory
     from autotune.spec.space import load_model_space
 
@@ -60,7 +62,8 @@ def test_models_command_refuses_a_dspark_draft_for_gemma(tmp_path, gemma_path, t
     shutil.copy(gemma_path, models / "gemma-3-270m-Q4_K_M.gguf")
     shutil.copy(tiny_dir / "tiny-dspark.gguf", models / "dspark-gemma.gguf")
     space = tmp_path / "gemma3-270m.toml"
-    space.write_text(textwrap.dedent("""
+    space.write_text(
+        textwrap.dedent("""
         [model]
         name = "gemma3-270m"
         target = "gemma-3-270m-{quant}.gguf"
@@ -69,7 +72,8 @@ def test_models_command_refuses_a_dspark_draft_for_gemma(tmp_path, gemma_path, t
         file = "dspark-gemma.gguf"
         [spec_types.draft-dspark]
         draft_n_max = [1, 4]
-    """))
+    """)
+    )
     from autotune.models import inventory
     from autotune.spec.space import load_model_space
 
@@ -111,13 +115,14 @@ def test_unknown_quant_is_a_usage_error(tmp_path, models_dir):
 def test_models_says_which_engine_runs_mtp_and_refuses_an_mtp_less_target(tmp_path, models_dir):
     """draft-mtp drafts with the target's own NextN layers; the tiny qwen3 target has none, so llama.cpp's
     verdict refuses it, and the in-process engine leaves MTP and EAGLE-3 to llama-server, saying why."""
-    from autotune.models import inventory
-    from autotune.spec.space import load_model_space
     from autotune.llamacpp.capabilities import read_capabilities
     from autotune.llamacpp.server_binary import resolve_server_binary
+    from autotune.models import inventory
+    from autotune.spec.space import load_model_space
 
     space = tmp_path / "tiny.toml"
-    space.write_text(textwrap.dedent("""
+    space.write_text(
+        textwrap.dedent("""
         [model]
         name = "tiny"
         target = "tiny-target.gguf"
@@ -128,7 +133,8 @@ def test_models_says_which_engine_runs_mtp_and_refuses_an_mtp_less_target(tmp_pa
         draft_n_max = [1, 3]
         [spec_types.ngram-simple]
         ngram_simple_size_n = [1, 3]
-    """))
+    """)
+    )
     server = read_capabilities(resolve_server_binary(None))
     report = inventory.model_inventory(load_model_space("tiny", space), models_dir, server)
     (refused,) = report["refused"]

@@ -24,9 +24,11 @@ C1, C2, C3 = "1" * 40, "2" * 40, "3" * 40
 GGML = "ggml-org/Qwen3-8B-GGUF"
 PRIMARY, DFLASH = "b968826" + "0" * 33, "9b41424" + "0" * 33
 DSPARK_BEFORE, DSPARK_AFTER = "9f8e7d6" + "0" * 33, "abc1234" + "0" * 33
-README = (b"# Qwen3-8B\n\n### Source models\n- https://huggingface.co/Qwen/Qwen3-8B\n"
-          b"- https://huggingface.co/z-lab/Qwen3-8B-DFlash-b16\n"
-          b"- https://huggingface.co/deepseek-ai/dspark_qwen3_8b_block7\n")
+README = (
+    b"# Qwen3-8B\n\n### Source models\n- https://huggingface.co/Qwen/Qwen3-8B\n"
+    b"- https://huggingface.co/z-lab/Qwen3-8B-DFlash-b16\n"
+    b"- https://huggingface.co/deepseek-ai/dspark_qwen3_8b_block7\n"
+)
 
 
 def src_sha(dspark: str) -> bytes:
@@ -36,11 +38,18 @@ def src_sha(dspark: str) -> bytes:
 def ggml_org(commit: str, *, dspark: bytes, dspark_source: str, readme: bytes = README) -> HubRepo:
     """ggml-org's repo as convert.sh uploads it: the target, both drafts at Q8_0 and BF16 (a DSpark release
     re-converts both of its quants)."""
-    return HubRepo(commit, {"Qwen3-8B-Q8_0.gguf": b"ggml-org's target", "dspark-Qwen3-8B-Q8_0.gguf": dspark,
-                            "dspark-Qwen3-8B-BF16.gguf": dspark + b" in BF16",
-                            "dflash-Qwen3-8B-Q8_0.gguf": b"dflash draft", "dflash-Qwen3-8B-BF16.gguf": b"dflash BF16",
-                            ".src_sha": src_sha(dspark_source),
-                            "README.md": readme})
+    return HubRepo(
+        commit,
+        {
+            "Qwen3-8B-Q8_0.gguf": b"ggml-org's target",
+            "dspark-Qwen3-8B-Q8_0.gguf": dspark,
+            "dspark-Qwen3-8B-BF16.gguf": dspark + b" in BF16",
+            "dflash-Qwen3-8B-Q8_0.gguf": b"dflash draft",
+            "dflash-Qwen3-8B-BF16.gguf": b"dflash BF16",
+            ".src_sha": src_sha(dspark_source),
+            "README.md": readme,
+        },
+    )
 
 
 @pytest.fixture
@@ -84,16 +93,22 @@ def test_a_new_dspark_source_is_said_then_only_its_draft_is_fetched(hub_repos, m
         hub_repos[GGML] = ggml_org(C2, dspark=released, dspark_source=DSPARK_AFTER)  # the weekly job re-converted
         news, notes = night()
         assert news == ["new draft release: dspark from deepseek-ai/dspark_qwen3_8b_block7@abc1234 (was 9f8e7d6)"]
-        assert sorted(notes.lines) == sorted([
-            news[0], f"downloading {GGML}/dspark-Qwen3-8B-Q8_0.gguf (a new revision, {format_size(len(released))})",
-            f"downloading {GGML}/dspark-Qwen3-8B-BF16.gguf "
-            f"(a new revision, {format_size(len(released + b' in BF16'))})"])
+        assert sorted(notes.lines) == sorted(
+            [
+                news[0],
+                f"downloading {GGML}/dspark-Qwen3-8B-Q8_0.gguf (a new revision, {format_size(len(released))})",
+                f"downloading {GGML}/dspark-Qwen3-8B-BF16.gguf "
+                f"(a new revision, {format_size(len(released + b' in BF16'))})",
+            ]
+        )
         assert gets(hub, "dspark-Qwen3-8B-Q8_0.gguf") == 2 and gets(hub, "dflash-Qwen3-8B-Q8_0.gguf") == 1
         assert gets(hub, "dspark-Qwen3-8B-BF16.gguf") == 2 and gets(hub, "dflash-Qwen3-8B-BF16.gguf") == 1
     assert snapshot(GGML, C2, "dspark-Qwen3-8B-Q8_0.gguf").read_bytes() == released
     # DFlash's file did not change: the new revision links the blob already there
-    assert snapshot(GGML, C2, "dflash-Qwen3-8B-Q8_0.gguf").resolve() == \
-        snapshot(GGML, C1, "dflash-Qwen3-8B-Q8_0.gguf").resolve()
+    assert (
+        snapshot(GGML, C2, "dflash-Qwen3-8B-Q8_0.gguf").resolve()
+        == snapshot(GGML, C1, "dflash-Qwen3-8B-Q8_0.gguf").resolve()
+    )
 
 
 def test_a_readme_only_revision_is_said_and_fetches_no_model_file(hub_repos, monkeypatch):
@@ -101,11 +116,21 @@ def test_a_readme_only_revision_is_said_and_fetches_no_model_file(hub_repos, mon
         monkeypatch.setenv("HF_ENDPOINT", hub.url)
         night()
         downloads = sum(r.startswith("GET ") and r.endswith(".gguf") for r in hub.requests)
-        hub_repos[GGML] = ggml_org(C3, dspark=b"dspark draft, first release", dspark_source=DSPARK_BEFORE,
-                                   readme=README + b"\nRun with https://llama.app\n")
+        hub_repos[GGML] = ggml_org(
+            C3,
+            dspark=b"dspark draft, first release",
+            dspark_source=DSPARK_BEFORE,
+            readme=README + b"\nRun with https://llama.app\n",
+        )
         news, notes = night()
-        assert news == notes.lines == [f"{GGML}@3333333 (was 1111111) changes no file this search space uses "
-                                       "(the same sources: a README update)"]
+        assert (
+            news
+            == notes.lines
+            == [
+                f"{GGML}@3333333 (was 1111111) changes no file this search space uses "
+                "(the same sources: a README update)"
+            ]
+        )
         assert sum(r.startswith("GET ") and r.endswith(".gguf") for r in hub.requests) == downloads
         again, notes = night()
         assert again == notes.lines == []  # the same revision again: nothing to say
@@ -120,17 +145,24 @@ def test_an_offline_night_asks_the_hub_nothing(hub_repos, monkeypatch):
         monkeypatch.setenv("HF_HUB_OFFLINE", "1")
         news, notes = night()
         assert len(hub.requests) == asked
-    assert news == [] and notes.lines == ["hub not asked for new revisions: offline mode (HF_HUB_OFFLINE=1); "
-                                          "going on with the files on disk"]
+    assert news == [] and notes.lines == [
+        "hub not asked for new revisions: offline mode (HF_HUB_OFFLINE=1); going on with the files on disk"
+    ]
 
 
 def test_source_commits_and_their_repos_are_read_as_the_pipeline_writes_them():
     commits = parse_source_commits(src_sha(DSPARK_AFTER).decode())
     assert commits == {"DFLASH": DFLASH, "DSPARK": DSPARK_AFTER, "PRIMARY": PRIMARY}
     assert linked_sources(README.decode(), commits) == {
-        "DFLASH": "z-lab/Qwen3-8B-DFlash-b16", "DSPARK": "deepseek-ai/dspark_qwen3_8b_block7",
-        "PRIMARY": "Qwen/Qwen3-8B"}
-    assert SourceRelease("PRIMARY", "Qwen/Qwen3-8B", "c0ffee1" + "0" * 33, None).line() == \
-        "new target release: primary from Qwen/Qwen3-8B@c0ffee1"
-    assert SourceRelease("EAGLE3", None, "c0ffee1" + "0" * 33, DSPARK_BEFORE).line() == \
-        "new draft release: eagle3 at source commit c0ffee1 (was 9f8e7d6)"
+        "DFLASH": "z-lab/Qwen3-8B-DFlash-b16",
+        "DSPARK": "deepseek-ai/dspark_qwen3_8b_block7",
+        "PRIMARY": "Qwen/Qwen3-8B",
+    }
+    assert (
+        SourceRelease("PRIMARY", "Qwen/Qwen3-8B", "c0ffee1" + "0" * 33, None).line()
+        == "new target release: primary from Qwen/Qwen3-8B@c0ffee1"
+    )
+    assert (
+        SourceRelease("EAGLE3", None, "c0ffee1" + "0" * 33, DSPARK_BEFORE).line()
+        == "new draft release: eagle3 at source commit c0ffee1 (was 9f8e7d6)"
+    )

@@ -44,16 +44,24 @@ def qwen3_8b_repos(tmp_path_factory) -> dict[str, HubRepo]:
     tiny_gguf.write_dspark_draft(root / "dflash-bf16", target_path=paths["t8"], markov_rank=0, seed=8)
     content = {path.name: path.read_bytes() for path in root.iterdir()}
     return {
-        "Qwen/Qwen3-8B-GGUF": HubRepo(COMMIT, {"Qwen3-8B-Q4_K_M.gguf": content["t4"], "Qwen3-8B-Q8_0.gguf": content["t8"],
-                                               "README.md": b"not asked for"}),
+        "Qwen/Qwen3-8B-GGUF": HubRepo(
+            COMMIT,
+            {"Qwen3-8B-Q4_K_M.gguf": content["t4"], "Qwen3-8B-Q8_0.gguf": content["t8"], "README.md": b"not asked for"},
+        ),
         "Qwen/Qwen3-0.6B-GGUF": HubRepo(COMMIT, {"Qwen3-0.6B-Q8_0.gguf": content["d06"]}),
         "Qwen/Qwen3-1.7B-GGUF": HubRepo(COMMIT, {"Qwen3-1.7B-Q8_0.gguf": content["d17"]}),
-        "ggml-org/Qwen3-8B-GGUF": HubRepo(COMMIT, {"Qwen3-8B-Q8_0.gguf": content["t8"], "dspark-Qwen3-8B-Q8_0.gguf":
-                                                   content["dspark"], "dflash-Qwen3-8B-Q8_0.gguf": content["dflash"],
-                                                   "dspark-Qwen3-8B-BF16.gguf": content["dspark-bf16"],
-                                                   "dflash-Qwen3-8B-BF16.gguf": content["dflash-bf16"],
-                                                   ".src_sha": b"DFLASH=" + b"d" * 40 + b"\nDSPARK=" + b"e" * 40 +
-                                                   b"\nPRIMARY=" + b"f" * 40 + b"\n", "README.md": b"not asked for"}),
+        "ggml-org/Qwen3-8B-GGUF": HubRepo(
+            COMMIT,
+            {
+                "Qwen3-8B-Q8_0.gguf": content["t8"],
+                "dspark-Qwen3-8B-Q8_0.gguf": content["dspark"],
+                "dflash-Qwen3-8B-Q8_0.gguf": content["dflash"],
+                "dspark-Qwen3-8B-BF16.gguf": content["dspark-bf16"],
+                "dflash-Qwen3-8B-BF16.gguf": content["dflash-bf16"],
+                ".src_sha": b"DFLASH=" + b"d" * 40 + b"\nDSPARK=" + b"e" * 40 + b"\nPRIMARY=" + b"f" * 40 + b"\n",
+                "README.md": b"not asked for",
+            },
+        ),
     }
 
 
@@ -68,15 +76,23 @@ def file_gets(hub: LocalHubEndpoint) -> list[str]:
 def test_the_bundled_spaces_name_the_official_repos_and_only_published_files():
     qwen = [f.label for f in hub_files(load_model_space("qwen3-8b", None))]
     # ggml-org/convert's models/qwen3-8b/convert.sh writes {dspark,dflash}-Qwen3-8B-{BF16,Q8_0}.gguf there
-    assert qwen == ["Qwen/Qwen3-8B-GGUF/Qwen3-8B-Q4_K_M.gguf", "Qwen/Qwen3-8B-GGUF/Qwen3-8B-Q8_0.gguf",
-                    "ggml-org/Qwen3-8B-GGUF/dspark-Qwen3-8B-Q8_0.gguf", "ggml-org/Qwen3-8B-GGUF/dspark-Qwen3-8B-BF16.gguf",
-                    "ggml-org/Qwen3-8B-GGUF/dflash-Qwen3-8B-Q8_0.gguf", "ggml-org/Qwen3-8B-GGUF/dflash-Qwen3-8B-BF16.gguf",
-                    "Qwen/Qwen3-0.6B-GGUF/Qwen3-0.6B-Q8_0.gguf", "Qwen/Qwen3-1.7B-GGUF/Qwen3-1.7B-Q8_0.gguf"]
+    assert qwen == [
+        "Qwen/Qwen3-8B-GGUF/Qwen3-8B-Q4_K_M.gguf",
+        "Qwen/Qwen3-8B-GGUF/Qwen3-8B-Q8_0.gguf",
+        "ggml-org/Qwen3-8B-GGUF/dspark-Qwen3-8B-Q8_0.gguf",
+        "ggml-org/Qwen3-8B-GGUF/dspark-Qwen3-8B-BF16.gguf",
+        "ggml-org/Qwen3-8B-GGUF/dflash-Qwen3-8B-Q8_0.gguf",
+        "ggml-org/Qwen3-8B-GGUF/dflash-Qwen3-8B-BF16.gguf",
+        "Qwen/Qwen3-0.6B-GGUF/Qwen3-0.6B-Q8_0.gguf",
+        "Qwen/Qwen3-1.7B-GGUF/Qwen3-1.7B-Q8_0.gguf",
+    ]
     llama = [f.label for f in hub_files(load_model_space("llama3.1-8b", None))]
-    assert llama == ["bartowski/Meta-Llama-3.1-8B-Instruct-GGUF/Meta-Llama-3.1-8B-Instruct-Q4_K_M.gguf",
-                     "bartowski/Meta-Llama-3.1-8B-Instruct-GGUF/Meta-Llama-3.1-8B-Instruct-Q8_0.gguf",
-                     "bartowski/Llama-3.2-1B-Instruct-GGUF/Llama-3.2-1B-Instruct-Q8_0.gguf",
-                     "bartowski/Llama-3.2-1B-Instruct-GGUF/Llama-3.2-1B-Instruct-Q4_K_M.gguf"]
+    assert llama == [
+        "bartowski/Meta-Llama-3.1-8B-Instruct-GGUF/Meta-Llama-3.1-8B-Instruct-Q4_K_M.gguf",
+        "bartowski/Meta-Llama-3.1-8B-Instruct-GGUF/Meta-Llama-3.1-8B-Instruct-Q8_0.gguf",
+        "bartowski/Llama-3.2-1B-Instruct-GGUF/Llama-3.2-1B-Instruct-Q8_0.gguf",
+        "bartowski/Llama-3.2-1B-Instruct-GGUF/Llama-3.2-1B-Instruct-Q4_K_M.gguf",
+    ]
     llama_space = load_model_space("llama3.1-8b", None)  # its EAGLE-3 draft stays a local file: no guessed repo
     assert all(p.source is None for p in llama_space.drafts.get("draft-eagle3", ()))
 
@@ -85,8 +101,25 @@ def test_the_bundled_spaces_name_the_official_repos_and_only_published_files():
 def test_search_downloads_what_is_missing_says_how_large_and_runs(tmp_path, qwen3_8b_repos, monkeypatch):
     models = tmp_path / "empty-models"
     models.mkdir()
-    args = ["search", "--model", "qwen3-8b", "--models-dir", str(models), "--strategy", "measure", "--engine", "python",
-            "--trials", "3", "--max-tokens", "6", "--seed", "0", "--no-confirm", "--no-pruning"]
+    args = [
+        "search",
+        "--model",
+        "qwen3-8b",
+        "--models-dir",
+        str(models),
+        "--strategy",
+        "measure",
+        "--engine",
+        "python",
+        "--trials",
+        "3",
+        "--max-tokens",
+        "6",
+        "--seed",
+        "0",
+        "--no-confirm",
+        "--no-pruning",
+    ]
     with LocalHubEndpoint(qwen3_8b_repos) as hub:
         monkeypatch.setenv("HF_ENDPOINT", hub.url)
         first = invoke(*args)
@@ -94,16 +127,22 @@ def test_search_downloads_what_is_missing_says_how_large_and_runs(tmp_path, qwen
         labels = [f.label for f in hub_files(load_model_space("qwen3-8b", None))]
         sizes = {label: len(qwen3_8b_repos[label.rsplit("/", 1)[0]].files[label.rsplit("/", 1)[1]]) for label in labels}
         (line,) = [line for line in first.stderr.splitlines() if "downloading" in line]
-        drafts = {label: size for label, size in sizes.items()
-                  if not label.rsplit("/", 1)[1].startswith("Qwen3-8B-")}  # not the targets
-        by_quant = {q: format_size(sum(size for label, size in drafts.items() if label.endswith(f"-{q}.gguf")))
-                    for q in ("Q8_0", "BF16")}  # what the BF16 drafts add is said
-        assert line.startswith(f"autotune: downloading 8 files from the hub ({sum(sizes.values()) / 1e6:.3g} MB, "
-                               f"drafts Q8_0 {by_quant['Q8_0']}, BF16 {by_quant['BF16']}) "
-                               f"into {os.environ['HF_HUB_CACHE']}: "), line
+        drafts = {
+            label: size for label, size in sizes.items() if not label.rsplit("/", 1)[1].startswith("Qwen3-8B-")
+        }  # not the targets
+        by_quant = {
+            q: format_size(sum(size for label, size in drafts.items() if label.endswith(f"-{q}.gguf")))
+            for q in ("Q8_0", "BF16")
+        }  # what the BF16 drafts add is said
+        assert line.startswith(
+            f"autotune: downloading 8 files from the hub ({sum(sizes.values()) / 1e6:.3g} MB, "
+            f"drafts Q8_0 {by_quant['Q8_0']}, BF16 {by_quant['BF16']}) "
+            f"into {os.environ['HF_HUB_CACHE']}: "
+        ), line
         assert all(f"{label} ({size / 1e3:.3g} kB)" in line for label, size in sizes.items())
         assert sorted(r.removeprefix("GET ") for r in file_gets(hub)) == sorted(
-            "/{}/{}/resolve/main/{}".format(*label.split("/")) for label in labels)  # not ggml-org's own target
+            "/{}/{}/resolve/main/{}".format(*label.split("/")) for label in labels
+        )  # not ggml-org's own target
         left_out = [line for line in first.stderr.splitlines() if "left out" in line]
         assert not [line for line in left_out if "-Qwen3-8B-" in line], left_out  # DSpark and DFlash drafts are there
         assert list(models.iterdir()) == []  # the models dir is never written
@@ -116,14 +155,17 @@ def test_search_downloads_what_is_missing_says_how_large_and_runs(tmp_path, qwen
     study = optuna.load_study(study_name=summary.study_name, storage=resolve_storage_url(None))
     targets = {Path(t.user_attrs["config"]["target"]) for t in study.trials if "config" in t.user_attrs}
     assert targets and all(p.parent.name == COMMIT and "models--Qwen--Qwen3-8B-GGUF" in p.parts for p in targets)
-    for pair in (f"draft-dspark:Qwen3-8B-Q8_0.gguf@{COMMIT} + dspark-Qwen3-8B-Q8_0.gguf@{COMMIT}",
-                 f"draft-dflash:Qwen3-8B-Q4_K_M.gguf@{COMMIT} + dflash-Qwen3-8B-Q8_0.gguf@{COMMIT}"):
+    for pair in (
+        f"draft-dspark:Qwen3-8B-Q8_0.gguf@{COMMIT} + dspark-Qwen3-8B-Q8_0.gguf@{COMMIT}",
+        f"draft-dflash:Qwen3-8B-Q4_K_M.gguf@{COMMIT} + dflash-Qwen3-8B-Q8_0.gguf@{COMMIT}",
+    ):
         assert pair in study.user_attrs["files"]  # the study samples from every ggml-org draft with every target
 
 
 @pytest.mark.parametrize("how", ["--offline", "HF_HUB_OFFLINE=1"])
-def test_offline_with_nothing_cached_is_one_line_exit_2_and_writes_nothing(tmp_path, qwen3_8b_repos, monkeypatch,
-                                                                           autotune_home, how):
+def test_offline_with_nothing_cached_is_one_line_exit_2_and_writes_nothing(
+    tmp_path, qwen3_8b_repos, monkeypatch, autotune_home, how
+):
     models = tmp_path / "empty-models"
     models.mkdir()
     args = ["search", "--model", "qwen3-8b", "--models-dir", str(models)]
@@ -138,13 +180,13 @@ def test_offline_with_nothing_cached_is_one_line_exit_2_and_writes_nothing(tmp_p
     assert result.exit_code == 2
     assert result.stderr.splitlines() == [
         f"autotune: error: no file matching 'Qwen3-8B-{{quant}}.gguf' from Qwen/Qwen3-8B-GGUF in the hub cache or {models}: "
-        "offline, nothing was downloaded: run again without --offline (and HF_HUB_OFFLINE) to download it"]
+        "offline, nothing was downloaded: run again without --offline (and HF_HUB_OFFLINE) to download it"
+    ]
     assert not (autotune_home.exists() and any(autotune_home.rglob("*.db")))
     assert not Path(os.environ["HF_HUB_CACHE"]).exists() or not any(Path(os.environ["HF_HUB_CACHE"]).rglob("*.gguf"))
 
 
-def test_a_file_the_repo_does_not_publish_is_bad_input_before_anything_downloads(tmp_path, qwen3_8b_repos,
-                                                                                 monkeypatch):
+def test_a_file_the_repo_does_not_publish_is_bad_input_before_anything_downloads(tmp_path, qwen3_8b_repos, monkeypatch):
     repos = dict(qwen3_8b_repos)
     repos["Qwen/Qwen3-1.7B-GGUF"] = HubRepo(COMMIT, {})  # the 1.7B draft withdrawn
     models = tmp_path / "empty-models"
@@ -156,4 +198,5 @@ def test_a_file_the_repo_does_not_publish_is_bad_input_before_anything_downloads
     assert result.exit_code == 2
     assert result.stderr.splitlines() == [
         "autotune: error: Qwen/Qwen3-1.7B-GGUF has no file Qwen3-1.7B-Q8_0.gguf at revision main "
-        "(named by drafts.draft-simple of the search space)"]
+        "(named by drafts.draft-simple of the search space)"
+    ]

@@ -41,6 +41,7 @@ def test_interpolation_between_measured_sizes_and_depths():
 
 def _replay(*prompts: list[int]) -> Replay:
     """A replay whose prompts verify batches of these sizes."""
+
     def prompt(batch_sizes: list[int]) -> PromptReplay:
         steps = Steps(batch_sizes=batch_sizes, positions=[100] * len(batch_sizes), emitted=list(batch_sizes))
         return PromptReplay("p", 1 + sum(batch_sizes), steps)
@@ -53,20 +54,27 @@ def test_the_calibration_recovers_a_known_scale_and_per_step_time():
     runs = []
     for pattern in ([1] * 40, [8] * 5 + [1] * 2, [4] * 10, [2] * 20):  # 11 prompts of each, lengths varied
         replayed = _replay(*(pattern * (1 + k % 3) for k in range(11)))
-        server_ms = [1.3 * raw_decode_ms(p, cost, DraftCharge()) + 2.0 * len(p.steps.batch_sizes)  # the "server"
-                     for p in replayed.prompts]
+        server_ms = [
+            1.3 * raw_decode_ms(p, cost, DraftCharge()) + 2.0 * len(p.steps.batch_sizes)  # the "server"
+            for p in replayed.prompts
+        ]
         runs.append((replayed, DraftCharge(), server_ms))
     calibration = fit_calibration(runs, cost)
     # the prior (scales at the baseline's pace, additive terms 0) leans on the fit only a little
     assert calibration.scale == pytest.approx(1.3, rel=0.03) and calibration.per_step_ms == pytest.approx(2.0, abs=0.5)
     assert calibration.error < 0.01 and calibration.per_row_ms < 0.2
     baseline = predict(runs[0][0], cost, calibration).tok_s
-    assert baseline == pytest.approx(sum(p.decode_tokens for p in runs[0][0].prompts) * 1000 / sum(runs[0][2]), rel=0.01)
+    assert baseline == pytest.approx(
+        sum(p.decode_tokens for p in runs[0][0].prompts) * 1000 / sum(runs[0][2]), rel=0.01
+    )
 
 
 def test_references_that_cannot_separate_the_terms_fit_the_scale_alone():
     cost = CostModel(Curve(sizes=(1, 8), depths=(100,), ms=((10.0, 45.0),), spread=0.0), sampler_ms=0.0)
-    runs = [(_replay([1] * 40), DraftCharge(), [2.0 * 400]), (_replay([1] * 38), DraftCharge(), [2.0 * 380])]  # both one-token steps
+    runs = [
+        (_replay([1] * 40), DraftCharge(), [2.0 * 400]),
+        (_replay([1] * 38), DraftCharge(), [2.0 * 380]),
+    ]  # both one-token steps
     calibration = fit_calibration(runs, cost)
     assert calibration.per_step_ms == pytest.approx(0.0, abs=1e-9) and calibration.scale == pytest.approx(2.0)
 
@@ -76,8 +84,9 @@ def test_prompts_a_reference_never_measured_are_left_out_of_its_fit_and_its_erro
     runs = []
     for number, pattern in enumerate(([1] * 40, [8] * 5 + [1] * 2, [4] * 10, [2] * 20)):
         replayed = _replay(*(pattern * (1 + k % 3) for k in range(11)))
-        server_ms = [1.3 * raw_decode_ms(p, cost, DraftCharge()) + 2.0 * len(p.steps.batch_sizes)
-                     for p in replayed.prompts]
+        server_ms = [
+            1.3 * raw_decode_ms(p, cost, DraftCharge()) + 2.0 * len(p.steps.batch_sizes) for p in replayed.prompts
+        ]
         if number:  # every reference but the baseline left after 3 prompts: the other 8 were never measured
             server_ms = server_ms[:3] + [math.nan] * 8
         runs.append((replayed, DraftCharge(), server_ms))

@@ -24,7 +24,9 @@ def test_predictions_of_two_families_are_within_the_bound_of_llama_server(gemma_
     configs = [
         SpecConfig(gemma_path, "ngram-simple", params={"ngram_simple_size_n": 2, "ngram_simple_size_m": 8}),
         SpecConfig(gemma_path, "ngram-simple", params={"ngram_simple_size_n": 6, "ngram_simple_size_m": 16}),
-        SpecConfig(gemma_path, "ngram-mod", params={"ngram_mod_n_match": 8, "ngram_mod_n_min": 2, "ngram_mod_n_max": 16}),
+        SpecConfig(
+            gemma_path, "ngram-mod", params={"ngram_mod_n_match": 8, "ngram_mod_n_min": 2, "ngram_mod_n_max": 16}
+        ),
         SpecConfig(gemma_path, "ngram-map-k", params={"ngram_map_k_size_n": 3, "ngram_map_k_size_m": 12}),
         SpecConfig(gemma_path, "draft-simple", gemma_path, {"draft_n_max": 1}),
         SpecConfig(gemma_path, "draft-simple", gemma_path, {"draft_n_max": 3}),
@@ -32,9 +34,13 @@ def test_predictions_of_two_families_are_within_the_bound_of_llama_server(gemma_
     ]
     checked = check_predictions(gemma_path, [gemma_path], configs, mix, max_tokens=48, rounds=1)
     measured = [c for c in checked if c.measured.ratio > 0]
-    assert {c.family for c in measured} == {NGRAM_FAMILY, DRAFT_MODEL_FAMILY} and len(measured) >= 6, \
-        [(c.config.describe(), c.dropped) for c in checked]
-    report = "\n".join(f"{c.config.describe()}: predicted {c.predicted:.2f}x, measured {c.measured.ratio:.2f}x "
-                       f"({c.error:+.0%}{', a reference' if c.reference else ''})" for c in checked)
+    assert {c.family for c in measured} == {NGRAM_FAMILY, DRAFT_MODEL_FAMILY} and len(measured) >= 6, [
+        (c.config.describe(), c.dropped) for c in checked
+    ]
+    report = "\n".join(
+        f"{c.config.describe()}: predicted {c.predicted:.2f}x, measured {c.measured.ratio:.2f}x "
+        f"({c.error:+.0%}{', a reference' if c.reference else ''})"
+        for c in checked
+    )
     assert all(abs(c.error) <= BOUND for c in measured), report
     assert [c for c in measured if not c.reference], report  # some of them were not fitted to

@@ -32,8 +32,16 @@ NGRAM_CONFIGS = [
     ("ngram-map-k", {"ngram_map_k_size_n": 3, "ngram_map_k_size_m": 12}),
     ("ngram-map-k4v", {"ngram_map_k4v_size_n": 3, "ngram_map_k4v_size_m": 12, "ngram_map_k4v_min_hits": 1}),
     ("ngram-mod", {"ngram_mod_n_match": 8, "ngram_mod_n_min": 2, "ngram_mod_n_max": 16}),
-    ("ngram-simple,ngram-mod", {"ngram_simple_size_n": 4, "ngram_simple_size_m": 12, "ngram_mod_n_match": 8,
-                                "ngram_mod_n_min": 0, "ngram_mod_n_max": 12}),
+    (
+        "ngram-simple,ngram-mod",
+        {
+            "ngram_simple_size_n": 4,
+            "ngram_simple_size_m": 12,
+            "ngram_mod_n_match": 8,
+            "ngram_mod_n_min": 0,
+            "ngram_mod_n_max": 12,
+        },
+    ),
 ]
 
 
@@ -42,7 +50,9 @@ def gemma_pair(gemma_path, tmp_path_factory):
     """Gemma Q4_K_M and a Q4_0 copy written by `autotune quantize`."""
     models = tmp_path_factory.mktemp("gemma-pair")
     shutil.copy(gemma_path, models / "gemma-3-270m-q4_k_m.gguf")
-    result = CliRunner().invoke(cli, ["quantize", "--model", "gemma3-270m", "--quant", "Q4_0", "--models-dir", str(models)])
+    result = CliRunner().invoke(
+        cli, ["quantize", "--model", "gemma3-270m", "--quant", "Q4_0", "--models-dir", str(models)]
+    )
     assert result.exit_code == 0, result.output
     return models / "gemma-3-270m-q4_k_m.gguf", models / "gemma-3-270m-Q4_0.gguf"
 
@@ -57,8 +67,9 @@ def mix(gemma_path) -> PromptMix:
 def trajectories_of(engine_name, target, measurement, mix) -> Trajectories:
     prompts = PromptTokens(CONTEXT)
     tokens = [prompts.tokens(target, p, MAX_TOKENS) for p in mix]
-    return Trajectories.from_measurement(str(target), engine_name, measurement, tokens, MAX_TOKENS,
-                                         prompts.model(target).is_eog)
+    return Trajectories.from_measurement(
+        str(target), engine_name, measurement, tokens, MAX_TOKENS, prompts.model(target).is_eog
+    )
 
 
 def compare(replayed, measured, baseline) -> int:
@@ -67,8 +78,10 @@ def compare(replayed, measured, baseline) -> int:
     for replayed_prompt, result, base in zip(replayed.prompts, measured.results, baseline.results):
         if result.tokens != base.tokens:
             continue  # a near-tie broke the other way: the trajectory is not this run's
-        assert (replayed_prompt.steps.drafted, replayed_prompt.steps.accepted) == (result.n_drafted, result.n_accepted), \
-            result.prompt_id
+        assert (replayed_prompt.steps.drafted, replayed_prompt.steps.accepted) == (
+            result.n_drafted,
+            result.n_accepted,
+        ), result.prompt_id
         compared += 1
     return compared
 
@@ -107,11 +120,22 @@ def test_ngram_cache_replay_over_its_own_output_counts_what_llama_server_counted
     def watched_begin(prompt):
         cache_sizes.append(drafter.cache_size)
         begin(prompt)
+
     drafter.begin = watched_begin
     replayed = replay(drafter, trajectories_of("server", gemma_path, measured, mix))
     cache_sizes.append(drafter.cache_size)
-    counts = [(r.prompt_id, p.steps.drafted, p.steps.accepted, p.steps.verify_steps,
-               r.n_drafted, r.n_accepted, r.n_verify_steps) for p, r in zip(replayed.prompts, measured.results)]
+    counts = [
+        (
+            r.prompt_id,
+            p.steps.drafted,
+            p.steps.accepted,
+            p.steps.verify_steps,
+            r.n_drafted,
+            r.n_accepted,
+            r.n_verify_steps,
+        )
+        for p, r in zip(replayed.prompts, measured.results)
+    ]
     assert all(c[1:4] == c[4:] for c in counts), counts
     assert replayed.drafted > 0, counts
     assert any(a == b for a, b in zip(cache_sizes[1:], cache_sizes[2:])), cache_sizes  # a request added nothing

@@ -12,13 +12,12 @@ import pytest
 from click.testing import CliRunner
 
 from autotune.cli.main import cli
-from autotune.study.verdict import Confirmation
-from autotune.testing.races import raced_row, scaled
 from autotune.hardware import hardware_key
 from autotune.presets.nightly import decide
+from autotune.study.verdict import Confirmation
 from autotune.testing import tiny_gguf
+from autotune.testing.races import raced_row, scaled
 from storage.presets import Preset
-
 
 BASELINE_MS = [[470.0, 520.0, 430.0, 610.0, 480.0, 500.0]] * 3  # 3 rounds x 6 prompts, 47 tokens each: ~100 tok/s
 
@@ -26,17 +25,39 @@ BASELINE_MS = [[470.0, 520.0, 430.0, 610.0, 480.0, 500.0]] * 3  # 3 rounds x 6 p
 def confirmation(winner_speed, preset_speed, jitter=0.01):
     """A race whose winner ran `winner_speed` times the baseline's speed and the preset `preset_speed` times,
     each unit off by up to +-`jitter`."""
-    rows = [raced_row("new", "trial", scaled(BASELINE_MS, winner_speed, jitter, seed=1), baseline_ms=BASELINE_MS,
-                      trial=1, significant=True),
-            raced_row("old", "preset", scaled(BASELINE_MS, preset_speed, jitter, seed=2), baseline_ms=BASELINE_MS)]
-    return Confirmation("server", "b1", 3, "2026-12-02", [raced_row("none", "baseline", BASELINE_MS)], rows,
-                        pairing="prompt")
+    rows = [
+        raced_row(
+            "new",
+            "trial",
+            scaled(BASELINE_MS, winner_speed, jitter, seed=1),
+            baseline_ms=BASELINE_MS,
+            trial=1,
+            significant=True,
+        ),
+        raced_row("old", "preset", scaled(BASELINE_MS, preset_speed, jitter, seed=2), baseline_ms=BASELINE_MS),
+    ]
+    return Confirmation(
+        "server", "b1", 3, "2026-12-02", [raced_row("none", "baseline", BASELINE_MS)], rows, pairing="prompt"
+    )
 
 
 def preset(ci_low=110.0, ci_high=115.0):
-    return Preset(model="m", hardware="h", argv=("old",), tok_s=112.4, baseline_tok_s=93.7, speedup=1.2,
-                  ci95_low=ci_low, ci95_high=ci_high, p_value=0.01, engine="server", llama_cpp_build="b1",
-                  file_hashes={}, params={}, study_name="s")
+    return Preset(
+        model="m",
+        hardware="h",
+        argv=("old",),
+        tok_s=112.4,
+        baseline_tok_s=93.7,
+        speedup=1.2,
+        ci95_low=ci_low,
+        ci95_high=ci_high,
+        p_value=0.01,
+        engine="server",
+        llama_cpp_build="b1",
+        file_hashes={},
+        params={},
+        study_name="s",
+    )
 
 
 def test_a_winner_proven_faster_than_the_preset_replaces_it():
@@ -49,7 +70,9 @@ def test_a_winner_within_noise_or_the_minimum_effect_keeps_the_preset():
     noisy = decide("m", confirmation(1.22, 1.20, jitter=0.15), preset())
     assert noisy.status == "unchanged" and noisy.exit_code == 3 and noisy.new_winner is None
     steady_but_small = decide("m", confirmation(1.21, 1.20, jitter=0.001), preset())  # 1 % faster, proven: too small
-    assert steady_but_small.status == "unchanged" and "not proven faster than the preset by 2%" in steady_but_small.summary
+    assert (
+        steady_but_small.status == "unchanged" and "not proven faster than the preset by 2%" in steady_but_small.summary
+    )
 
 
 def test_a_preset_that_got_slower_than_recorded_is_a_regression():
@@ -70,14 +93,24 @@ def test_a_preset_whose_row_failed_is_kept_where_it_is_the_picks_command_and_is_
     """A plain-command preset's row can fail a count check by noise; the pick (the plain command) measured
     that very command, so the preset stands. A failed preset of another command is said to have failed."""
     baseline = raced_row("none", "baseline", BASELINE_MS, argv=["llama-server", "-m", "t.gguf"])
-    failed = replace(raced_row("old", "preset", scaled(BASELINE_MS, 1.10, seed=2), baseline_ms=BASELINE_MS,
-                               argv=["llama-server", "-m", "t.gguf"]), failure="a timing artefact")
+    failed = replace(
+        raced_row(
+            "old",
+            "preset",
+            scaled(BASELINE_MS, 1.10, seed=2),
+            baseline_ms=BASELINE_MS,
+            argv=["llama-server", "-m", "t.gguf"],
+        ),
+        failure="a timing artefact",
+    )
     race = Confirmation("server", "b1", 3, "2026-12-07", [baseline], [failed], pairing="prompt")
     kept = decide("m", race, preset(ci_low=None))
     assert kept.status == "unchanged" and kept.new_winner is None and kept.summary.endswith("; kept")
     other = replace(race, configs=[replace(failed, argv=["llama-server", "-m", "t.gguf", "--spec-type", "ngram-mod"])])
     replaced = decide("m", other, preset())
-    assert replaced.status == "improved" and "the preset failed in tonight's race (a timing artefact)" in replaced.summary
+    assert (
+        replaced.status == "improved" and "the preset failed in tonight's race (a timing artefact)" in replaced.summary
+    )
     assert "files are gone" not in replaced.summary
 
 
@@ -110,9 +143,31 @@ NIGHT_STATUS = {0: "improved", 3: "unchanged", 4: "regressed"}
 def nightly(space, models, allowed: tuple[int, ...]):
     """A measured night (the e2e objective cannot be predicted): a study version per set of files. Its exit
     code is one of `allowed`, and its one line on stdout says the status that code stands for."""
-    result = CliRunner().invoke(cli, ["nightly", "--model", "tiny", "--space", str(space), "--models-dir", str(models),
-                                      "--objective", "e2e", "--trials", "4", "--top", "2", "--race-budget", "2",
-                                      "--max-tokens", "10", "--seed", "0", "--no-pruning"])
+    result = CliRunner().invoke(
+        cli,
+        [
+            "nightly",
+            "--model",
+            "tiny",
+            "--space",
+            str(space),
+            "--models-dir",
+            str(models),
+            "--objective",
+            "e2e",
+            "--trials",
+            "4",
+            "--top",
+            "2",
+            "--race-budget",
+            "2",
+            "--max-tokens",
+            "10",
+            "--seed",
+            "0",
+            "--no-pruning",
+        ],
+    )
     assert result.exit_code in allowed, result.output
     (line,) = result.stdout.splitlines()
     assert line.startswith(f"{NIGHT_STATUS[result.exit_code]}: tiny: "), result.output
@@ -170,7 +225,8 @@ def test_a_night_where_nothing_speculative_completes_keeps_what_there_is(tmp_pat
     models.mkdir()
     shutil.copy(tiny_dir / "tiny-target.gguf", models)
     space = tmp_path / "tiny.toml"
-    space.write_text(textwrap.dedent("""
+    space.write_text(
+        textwrap.dedent("""
         [model]
         name = "tiny"
         target = "tiny-target.gguf"
@@ -178,6 +234,7 @@ def test_a_night_where_nothing_speculative_completes_keeps_what_there_is(tmp_pat
         [spec_types.ngram-simple]
         ngram_simple_size_n = 12
         ngram_simple_size_m = 48
-    """))
+    """)
+    )
     result = nightly(space, models, (3,))
     assert "no speculative configuration completed" in result.stdout

@@ -44,8 +44,24 @@ def night(tmp_path, tiny_dir):
     space.write_text(textwrap.dedent(UNWINNABLE_SPACE))
 
     def run():
-        return CliRunner().invoke(cli, ["nightly", "--model", "tiny", "--space", str(space), "--models-dir", str(models),
-                                        "--max-tokens", "24", "--top", "2", "--race-budget", "2"])
+        return CliRunner().invoke(
+            cli,
+            [
+                "nightly",
+                "--model",
+                "tiny",
+                "--space",
+                str(space),
+                "--models-dir",
+                str(models),
+                "--max-tokens",
+                "24",
+                "--top",
+                "2",
+                "--race-budget",
+                "2",
+            ],
+        )
 
     run.models = models
     return run
@@ -53,11 +69,27 @@ def night(tmp_path, tiny_dir):
 
 def standing_preset(models, *, spec_type: str, draft: str | None, params: dict) -> Preset:
     """A preset stored before the night: the configuration `spec_type` on the tiny target."""
-    config = {"target": str(models / "tiny-target.gguf"), "spec_type": spec_type,
-              "draft": None if draft is None else str(models / draft), "params": params, "runtime": {}}
-    return Preset(model="tiny", hardware=hardware_key(), argv=("llama-server", "-m", config["target"]), tok_s=100.0,
-                  baseline_tok_s=100.0, speedup=1.0, engine="server", llama_cpp_build="b1", file_hashes={},
-                  params=config, study_name="tiny@before:predicted", reason="stored by the test")
+    config = {
+        "target": str(models / "tiny-target.gguf"),
+        "spec_type": spec_type,
+        "draft": None if draft is None else str(models / draft),
+        "params": params,
+        "runtime": {},
+    }
+    return Preset(
+        model="tiny",
+        hardware=hardware_key(),
+        argv=("llama-server", "-m", config["target"]),
+        tok_s=100.0,
+        baseline_tok_s=100.0,
+        speedup=1.0,
+        engine="server",
+        llama_cpp_build="b1",
+        file_hashes={},
+        params=config,
+        study_name="tiny@before:predicted",
+        reason="stored by the test",
+    )
 
 
 def presets() -> list[dict]:
@@ -66,8 +98,11 @@ def presets() -> list[dict]:
 
 def test_a_preset_whose_draft_is_gone_is_replaced_by_the_nights_pick(night):
     with PresetStore(resolve_storage_url(None)) as store:
-        store.save(standing_preset(night.models, spec_type="draft-simple", draft="deleted-draft.gguf",
-                                   params={"draft_n_max": 4}))
+        store.save(
+            standing_preset(
+                night.models, spec_type="draft-simple", draft="deleted-draft.gguf", params={"draft_n_max": 4}
+            )
+        )
     result = night()
     assert result.exit_code == 0, (result.exception, result.output)
     assert result.stdout.startswith("improved: tiny: the preset's files are gone; new preset the plain command ")

@@ -28,9 +28,11 @@ GGML = "ggml-org/Qwen3-8B-GGUF"
 PRIMARY, DFLASH = "b968826" + "0" * 33, "9b41424" + "0" * 33
 DSPARK_BEFORE, DSPARK_AFTER = "9f8e7d6" + "0" * 33, "abc1234" + "0" * 33
 RELEASE_LINE = "new draft release: dspark from deepseek-ai/dspark_qwen3_8b_block7@abc1234 (was 9f8e7d6)"
-README = (b"# Qwen3-8B\n\n### Source models\n- https://huggingface.co/Qwen/Qwen3-8B\n"
-          b"- https://huggingface.co/z-lab/Qwen3-8B-DFlash-b16\n"
-          b"- https://huggingface.co/deepseek-ai/dspark_qwen3_8b_block7\n")
+README = (
+    b"# Qwen3-8B\n\n### Source models\n- https://huggingface.co/Qwen/Qwen3-8B\n"
+    b"- https://huggingface.co/z-lab/Qwen3-8B-DFlash-b16\n"
+    b"- https://huggingface.co/deepseek-ai/dspark_qwen3_8b_block7\n"
+)
 
 
 @pytest.fixture(scope="module")
@@ -48,11 +50,18 @@ def files(tmp_path_factory) -> dict[str, bytes]:
 
 def ggml_org(files: dict[str, bytes], commit: str, dspark: str, dspark_source: str, readme: bytes = README) -> HubRepo:
     source_commits = f"DFLASH={DFLASH}\nDSPARK={dspark_source}\nPRIMARY={PRIMARY}\n".encode()
-    return HubRepo(commit, {"Qwen3-8B-Q8_0.gguf": files["t8"], "dspark-Qwen3-8B-Q8_0.gguf": files[dspark],
-                            "dflash-Qwen3-8B-Q8_0.gguf": files["dflash"],
-                            "dspark-Qwen3-8B-BF16.gguf": files[dspark], "dflash-Qwen3-8B-BF16.gguf": files["dflash"],
-                            ".src_sha": source_commits,
-                            "README.md": readme})
+    return HubRepo(
+        commit,
+        {
+            "Qwen3-8B-Q8_0.gguf": files["t8"],
+            "dspark-Qwen3-8B-Q8_0.gguf": files[dspark],
+            "dflash-Qwen3-8B-Q8_0.gguf": files["dflash"],
+            "dspark-Qwen3-8B-BF16.gguf": files[dspark],
+            "dflash-Qwen3-8B-BF16.gguf": files["dflash"],
+            ".src_sha": source_commits,
+            "README.md": readme,
+        },
+    )
 
 
 #: the status each exit code of `autotune nightly` stands for, as docs/cli.md ("Exit codes") documents it; the
@@ -63,8 +72,24 @@ NIGHT_STATUS = {0: "improved", 3: "unchanged", 4: "regressed"}
 def nightly(models, allowed: tuple[int, ...]):
     """A night of qwen3-8b: its exit code is one of `allowed`, and its one line on stdout says the status
     that code stands for."""
-    result = CliRunner().invoke(cli, ["nightly", "--model", "qwen3-8b", "--models-dir", str(models), "--top", "2",
-                                      "--race-budget", "2", "--max-tokens", "10", "--seed", "0"])
+    result = CliRunner().invoke(
+        cli,
+        [
+            "nightly",
+            "--model",
+            "qwen3-8b",
+            "--models-dir",
+            str(models),
+            "--top",
+            "2",
+            "--race-budget",
+            "2",
+            "--max-tokens",
+            "10",
+            "--seed",
+            "0",
+        ],
+    )
     assert result.exit_code in allowed, result.output
     (line,) = result.stdout.splitlines()
     assert line.startswith(f"{NIGHT_STATUS[result.exit_code]}: qwen3-8b: "), result.output
@@ -125,17 +150,30 @@ def test_nightly_follows_a_new_dspark_release_and_not_a_readme_update(tmp_path, 
 
         repos[GGML] = ggml_org(files, C3, "dspark-next", DSPARK_AFTER, readme=README + b"\nRun with llama.app\n")
         third = nightly(models, (3,))
-    assert f"autotune: {GGML}@3333333 (was 2222222) changes no file this search space uses (the same sources: " \
-           "a README update)" in third.stderr.splitlines()
+    assert (
+        f"autotune: {GGML}@3333333 (was 2222222) changes no file this search space uses (the same sources: "
+        "a README update)" in third.stderr.splitlines()
+    )
     assert "no new or changed model files" in third.stdout
     assert [len(s.trials) for s in studies()][1:] == [trials]  # nothing was predicted or measured again
 
 
 def test_a_preset_keeps_its_reason_and_a_v3_database_gains_the_column(tmp_path):
     url = f"sqlite:///{tmp_path / 'presets.db'}"
-    made = Preset(model="qwen3-8b", hardware="h", argv=("llama-server",), tok_s=150.0, baseline_tok_s=94.0,
-                  speedup=1.6, engine="server", llama_cpp_build="b1", file_hashes={}, params={}, study_name="s/v2",
-                  reason=f"{RELEASE_LINE}; draft-dspark n_max=3 156.0 tok/s (1.66x) beats the preset's 150.0 tok/s")
+    made = Preset(
+        model="qwen3-8b",
+        hardware="h",
+        argv=("llama-server",),
+        tok_s=150.0,
+        baseline_tok_s=94.0,
+        speedup=1.6,
+        engine="server",
+        llama_cpp_build="b1",
+        file_hashes={},
+        params={},
+        study_name="s/v2",
+        reason=f"{RELEASE_LINE}; draft-dspark n_max=3 156.0 tok/s (1.66x) beats the preset's 150.0 tok/s",
+    )
     with PresetStore(url) as store:
         store.save(made)
         assert store.get("qwen3-8b", "h").reason == made.reason

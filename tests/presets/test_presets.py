@@ -118,7 +118,10 @@ def test_shares_the_database_with_optuna(url):
 @pytest.mark.parametrize(
     ("version", "message"),
     [
-        (SCHEMA_VERSION + 1, f"database schema v{SCHEMA_VERSION + 1} is newer than this autotune (v{SCHEMA_VERSION}): upgrade autotune"),
+        (
+            SCHEMA_VERSION + 1,
+            f"database schema v{SCHEMA_VERSION + 1} is newer than this autotune (v{SCHEMA_VERSION}): upgrade autotune",
+        ),
         (0, f"database schema v0 is older than this autotune (v{SCHEMA_VERSION}) and has no migration"),
     ],
 )
@@ -182,30 +185,48 @@ def test_hash_cache_hits_until_size_or_mtime_changes(store, tmp_path):
 
 #: make_preset()'s fields as an export writes them, written out by hand (not by preset_record).
 EXPORTED = {
-    "model": "gemma3-270m", "hardware": H200,
+    "model": "gemma3-270m",
+    "hardware": H200,
     "command": "llama-server -m '/models/my model.gguf' --spec-type draft-simple --spec-draft-n-max 6",
     "argv": ["llama-server", "-m", "/models/my model.gguf", "--spec-type", "draft-simple", "--spec-draft-n-max", "6"],
-    "tok_s": 412.5, "baseline_tok_s": 250.0, "speedup": 1.65, "ci95_low": 401.25, "ci95_high": 423.75,
-    "p_value": 0.0004, "engine": "server", "llama_cpp_build": "b6000 (abc123)",
+    "tok_s": 412.5,
+    "baseline_tok_s": 250.0,
+    "speedup": 1.65,
+    "ci95_low": 401.25,
+    "ci95_high": 423.75,
+    "p_value": 0.0004,
+    "engine": "server",
+    "llama_cpp_build": "b6000 (abc123)",
     "file_hashes": {"my model.gguf": "ab" * 32},
     "params": {"spec_type": "draft-simple", "draft_n_max": 6, "draft_p_min": 0.5},
-    "study_name": f"gemma3-270m@{H200}:python", "concurrency": 1, "created_at": "2025-01-02T03:04:05.678901+00:00",
-    "file_revisions": {}, "reason": None,
+    "study_name": f"gemma3-270m@{H200}:python",
+    "concurrency": 1,
+    "created_at": "2025-01-02T03:04:05.678901+00:00",
+    "file_revisions": {},
+    "reason": None,
 }
 
 
 def test_json_export_parses_back(store):
     presets = [make_preset(), make_preset("qwen3-8b", "CPU Intel Xeon", p_value=None)]
     rows = json.loads(export_presets(presets, "json"))
-    assert rows == [EXPORTED, {**EXPORTED, "model": "qwen3-8b", "hardware": "CPU Intel Xeon", "p_value": None,
-                               "study_name": "qwen3-8b@CPU Intel Xeon:python"}]
+    assert rows == [
+        EXPORTED,
+        {
+            **EXPORTED,
+            "model": "qwen3-8b",
+            "hardware": "CPU Intel Xeon",
+            "p_value": None,
+            "study_name": "qwen3-8b@CPU Intel Xeon:python",
+        },
+    ]
 
 
 def test_toml_export_parses_back_with_awkward_strings():
     awkward = make_preset(
         hardware='GPU "quoted" \\ back\tslash\nnewline \x7f é',
         argv=("llama-server", "-m", "C:\\models\\a'b.gguf"),
-        file_hashes={"a.b \"c\".gguf": "cd" * 32},
+        file_hashes={'a.b "c".gguf': "cd" * 32},
         params={"spec_type": "ngram-simple", "on": True, "ratio": float("inf"), "tiny": 1e-7},
         p_value=None,
     )
@@ -213,14 +234,18 @@ def test_toml_export_parses_back_with_awkward_strings():
     tables = tomllib.loads(export_presets(presets, "toml"))["preset"]
     created_at = datetime(2025, 1, 2, 3, 4, 5, 678901, tzinfo=timezone.utc)  # TOML has datetimes; no null
     first = {k: v for k, v in EXPORTED.items() if v is not None} | {"created_at": created_at}
-    assert tables == [first, {k: v for k, v in first.items() if k != "p_value"} | {
-        "hardware": 'GPU "quoted" \\ back\tslash\nnewline \x7f é',
-        "command": "llama-server -m 'C:\\models\\a'\"'\"'b.gguf'",
-        "argv": ["llama-server", "-m", "C:\\models\\a'b.gguf"],
-        "file_hashes": {"a.b \"c\".gguf": "cd" * 32},
-        "params": {"spec_type": "ngram-simple", "on": True, "ratio": float("inf"), "tiny": 1e-7},
-        "study_name": 'gemma3-270m@GPU "quoted" \\ back\tslash\nnewline \x7f é:python',
-    }]
+    assert tables == [
+        first,
+        {k: v for k, v in first.items() if k != "p_value"}
+        | {
+            "hardware": 'GPU "quoted" \\ back\tslash\nnewline \x7f é',
+            "command": "llama-server -m 'C:\\models\\a'\"'\"'b.gguf'",
+            "argv": ["llama-server", "-m", "C:\\models\\a'b.gguf"],
+            "file_hashes": {'a.b "c".gguf': "cd" * 32},
+            "params": {"spec_type": "ngram-simple", "on": True, "ratio": float("inf"), "tiny": 1e-7},
+            "study_name": 'gemma3-270m@GPU "quoted" \\ back\tslash\nnewline \x7f é:python',
+        },
+    ]
 
 
 def test_unknown_format_is_a_value_error():
@@ -259,14 +284,16 @@ def fake_gpus(bin_dir: Path, gpus: list[tuple[str, int | str]] | None) -> None:
     if gpus is None:
         write_script(bin_dir / "nvidia-smi", "echo 'NVIDIA-SMI has failed' >&2\nexit 9\n")
         return
-    rows = "".join(f"{i}, GPU-{i}f00d-{name.replace(' ', '-')}, {name}, {mib}, 570.124.06\n"
-                   for i, (name, mib) in enumerate(gpus))
+    rows = "".join(
+        f"{i}, GPU-{i}f00d-{name.replace(' ', '-')}, {name}, {mib}, 570.124.06\n" for i, (name, mib) in enumerate(gpus)
+    )
     check_query = f'[ "$*" = {shlex.quote(SMI_QUERY)} ] || {{ echo "unexpected query: $*" >&2; exit 6; }}\n'
     write_script(bin_dir / "nvidia-smi", check_query + f"cat <<'EOF'\n{rows}EOF\n")
 
 
-def run_launcher(tmp_path: Path, presets: list[Preset], *args: str,
-                 cuda_visible: str | None = None) -> subprocess.CompletedProcess:
+def run_launcher(
+    tmp_path: Path, presets: list[Preset], *args: str, cuda_visible: str | None = None
+) -> subprocess.CompletedProcess:
     launcher = tmp_path / "launch.sh"
     launcher.write_text(export_presets(presets, "sh"))
     env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}  # PATH has bin_dir first
@@ -292,7 +319,7 @@ def print_args(tmp_path) -> str:
 
 
 def test_sh_export_is_valid_sh(tmp_path):
-    presets = [make_preset(), make_preset("qwen3-8b", "CPU it's \"odd\" $(rm -rf /)")]
+    presets = [make_preset(), make_preset("qwen3-8b", 'CPU it\'s "odd" $(rm -rf /)')]
     for batch in (presets, []):
         launcher = tmp_path / "launch.sh"
         launcher.write_text(export_presets(batch, "sh"))
@@ -300,7 +327,7 @@ def test_sh_export_is_valid_sh(tmp_path):
 
 
 def test_sh_launcher_execs_the_preset_for_this_gpu(tmp_path, bin_dir, print_args):
-    argv = (print_args, "-m", "/models/my model.gguf", "--odd", "it's $HOME `date` \"q\"", "--spec-draft-n-max", "6")
+    argv = (print_args, "-m", "/models/my model.gguf", "--odd", 'it\'s $HOME `date` "q"', "--spec-draft-n-max", "6")
     presets = [
         make_preset(argv=argv),
         make_preset(hardware=A100, argv=(print_args, "--wrong-gpu")),
@@ -331,8 +358,19 @@ EIGHT_H200 = [("NVIDIA H200", 143771)] * 8
         ([("Half B", 2560), ("Half A", 3584), ("Unknown", "[N/A]")], None, "Half A 4GiB + Half B 2GiB"),
         (None, None, None),
     ],
-    ids=["one", "two", "eight", "pinned-by-index", "pinned-by-uuid", "stops-at-invalid", "none-visible", "mixed",
-         "mixed-pinned", "half-gib-rounds-to-even", "no-driver"],
+    ids=[
+        "one",
+        "two",
+        "eight",
+        "pinned-by-index",
+        "pinned-by-uuid",
+        "stops-at-invalid",
+        "none-visible",
+        "mixed",
+        "mixed-pinned",
+        "half-gib-rounds-to-even",
+        "no-driver",
+    ],
 )
 def test_sh_launcher_and_hardware_key_agree(tmp_path, bin_dir, print_args, monkeypatch, gpus, cuda_visible, key):
     """The launcher's sh hardware_key and autotune.hardware.hardware_key() give the same key (None: the
@@ -340,15 +378,20 @@ def test_sh_launcher_and_hardware_key_agree(tmp_path, bin_dir, print_args, monke
     fake_gpus(bin_dir, gpus)
     expected = key or _cpu_name()
     assert python_key(monkeypatch, cuda_visible) == expected
-    presets = [make_preset(hardware=expected, argv=(print_args, "--this-machine")),
-               make_preset(hardware="elsewhere", argv=(print_args, "--wrong-hardware"))]
+    presets = [
+        make_preset(hardware=expected, argv=(print_args, "--this-machine")),
+        make_preset(hardware="elsewhere", argv=(print_args, "--wrong-hardware")),
+    ]
     done = run_launcher(tmp_path, presets, "--port", "8080", cuda_visible=cuda_visible)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["--this-machine", "--port", "8080"]
 
 
 def test_sh_launcher_defaults_to_the_only_model_and_falls_back_to_the_cpu(tmp_path, bin_dir, print_args):
-    presets = [make_preset(hardware=_cpu_name(), argv=(print_args, "--on-cpu")), make_preset(argv=(print_args, "--gpu"))]
+    presets = [
+        make_preset(hardware=_cpu_name(), argv=(print_args, "--on-cpu")),
+        make_preset(argv=(print_args, "--gpu")),
+    ]
     fake_gpus(bin_dir, None)
     done = run_launcher(tmp_path, presets, "--port", "8080")
     assert done.returncode == 0, done.stderr
@@ -377,14 +420,31 @@ def test_sh_launcher_needs_a_model_when_there_are_several(tmp_path, bin_dir, pri
 # llama-swap and llama-server's --models-preset INI, read back
 
 
-AWKWARD_ARGV = ("/opt/llama cpp/llama-server", "-m", "/models/it's \"my\" $model é\x85.gguf", "-c", "4096", "-ngl", "all",
-                "--seed", "-1", "--no-mmap", "--spec-type", "draft-simple", "--spec-draft-n-max", "6")
+AWKWARD_ARGV = (
+    "/opt/llama cpp/llama-server",
+    "-m",
+    '/models/it\'s "my" $model é\x85.gguf',
+    "-c",
+    "4096",
+    "-ngl",
+    "all",
+    "--seed",
+    "-1",
+    "--no-mmap",
+    "--spec-type",
+    "draft-simple",
+    "--spec-draft-n-max",
+    "6",
+)
 
 
 def test_llama_swap_export_parses_back_with_pyyaml():
     yaml = pytest.importorskip("yaml")
-    presets = [make_preset(argv=AWKWARD_ARGV), make_preset(hardware=A100, tok_s=300.0),
-               make_preset("qwen3-8b", "CPU it's \"odd\" \\ \t", argv=("llama-server", "-m", "/m/q.gguf"))]
+    presets = [
+        make_preset(argv=AWKWARD_ARGV),
+        make_preset(hardware=A100, tok_s=300.0),
+        make_preset("qwen3-8b", 'CPU it\'s "odd" \\ \t', argv=("llama-server", "-m", "/m/q.gguf")),
+    ]
     config = yaml.safe_load(export_presets(presets, "llama-swap"))
     # one entry per preset; a model with presets on several machines names each by its hardware
     assert list(config) == ["models"]
@@ -395,7 +455,9 @@ def test_llama_swap_export_parses_back_with_pyyaml():
         assert "${PORT}" in entry["cmd"]
         # llama-swap substitutes ${PORT}, then splits cmd with POSIX shell rules
         assert shlex.split(entry["cmd"].replace("${PORT}", "5800")) == [*preset.argv, "--port", "5800"]
-        assert entry["description"].startswith(f"{preset.tok_s:.1f} tok/s, {preset.speedup:.2f}x the baseline on {preset.hardware}")
+        assert entry["description"].startswith(
+            f"{preset.tok_s:.1f} tok/s, {preset.speedup:.2f}x the baseline on {preset.hardware}"
+        )
     assert yaml.safe_load(export_presets([], "llama-swap")) == {"models": {}}
 
 
@@ -417,21 +479,34 @@ def test_llama_swap_export_refuses_what_llama_swap_would_read_as_a_macro():
 def read_ini(text: str) -> configparser.ConfigParser:
     """The INI text as llama.cpp's reader sees it (common/preset.cpp): `key = value` lines, `;`/`#`
     comments, keys kept as written, options before the first section in a default one."""
-    parser = configparser.ConfigParser(interpolation=None, comment_prefixes=(";", "#"),
-                                       inline_comment_prefixes=(";", "#"), strict=True, default_section="\0")
+    parser = configparser.ConfigParser(
+        interpolation=None,
+        comment_prefixes=(";", "#"),
+        inline_comment_prefixes=(";", "#"),
+        strict=True,
+        default_section="\0",
+    )
     parser.optionxform = str
     parser.read_string("[(top)]\n" + text)
     return parser
 
 
 def test_ini_export_parses_back():
-    presets = [make_preset(argv=AWKWARD_ARGV), make_preset("qwen3-8b", argv=("llama-server", "-m", "/m/q.gguf", "-fa", "on"))]
+    presets = [
+        make_preset(argv=AWKWARD_ARGV),
+        make_preset("qwen3-8b", argv=("llama-server", "-m", "/m/q.gguf", "-fa", "on")),
+    ]
     ini = read_ini(export_presets(presets, "ini"))
     assert ini.sections() == ["(top)", "gemma3-270m", "qwen3-8b"]
     assert dict(ini["(top)"]) == {"version": "1"}
     assert list(ini["gemma3-270m"].items()) == [
-        ("m", "/models/it's \"my\" $model é\x85.gguf"), ("c", "4096"), ("ngl", "all"), ("seed", "-1"),
-        ("no-mmap", "true"), ("spec-type", "draft-simple"), ("spec-draft-n-max", "6"),
+        ("m", '/models/it\'s "my" $model é\x85.gguf'),
+        ("c", "4096"),
+        ("ngl", "all"),
+        ("seed", "-1"),
+        ("no-mmap", "true"),
+        ("spec-type", "draft-simple"),
+        ("spec-draft-n-max", "6"),
     ]
     assert list(ini["qwen3-8b"].items()) == [("m", "/m/q.gguf"), ("fa", "on")]
 
@@ -445,8 +520,13 @@ def test_ini_export_refuses_a_value_llama_cpp_cannot_read(value):
 def test_presets_export_cli_refuses_an_unwritable_preset_with_one_line(url, tmp_path):
     with PresetStore(url) as store:
         store.save(make_preset(argv=("llama-server", "-m", "/models/a;b.gguf")))
-    done = subprocess.run([sys.executable, "-m", "autotune", "presets", "export", "--format", "ini", "--storage", url],
-                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-m", "autotune", "presets", "export", "--format", "ini", "--storage", url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
     assert done.returncode == 2
     assert done.stdout == ""
     assert done.stderr.count("\n") == 1 and "cannot be written to an INI file" in done.stderr
@@ -456,32 +536,45 @@ def test_presets_export_cli_refuses_an_unwritable_preset_with_one_line(url, tmp_
 def test_llama_server_router_runs_the_ini_export(tmp_path, tiny_dir, monkeypatch):
     """llama-server itself reads the exported file (router mode), starts the preset's model with the
     preset's flags, and answers a completion through it."""
-    from autotune.spec.command import server_argv
     from autotune.engines.server_process import ServerProcess
     from autotune.llamacpp.server_binary import resolve_server_binary
+    from autotune.spec.command import server_argv
     from autotune.spec.config import SpecConfig
 
     binary = resolve_server_binary()
-    config = SpecConfig(tiny_dir / "tiny-target.gguf", "ngram-simple",
-                        params={"ngram_simple_size_n": 2, "ngram_simple_size_m": 4})
+    config = SpecConfig(
+        tiny_dir / "tiny-target.gguf", "ngram-simple", params={"ngram_simple_size_n": 2, "ngram_simple_size_m": 4}
+    )
     argv = server_argv(config, context_size=512, binary=str(binary))
     preset_file = tmp_path / "presets.ini"
     preset_file.write_text(export_presets([make_preset("tiny", argv=tuple(argv))], "ini"))
     monkeypatch.setenv("LLAMA_CACHE", str(tmp_path / "no-cached-models"))  # the router lists only the file's
-    with ServerProcess([str(binary), "--models-preset", str(preset_file), "--models-max", "1"],
-                       startup_timeout_s=60, request_timeout_s=60) as router:
+    with ServerProcess(
+        [str(binary), "--models-preset", str(preset_file), "--models-max", "1"],
+        startup_timeout_s=60,
+        request_timeout_s=60,
+    ) as router:
         (listed,) = router_models(router)
         assert listed["id"] == "tiny" and listed["status"]["value"] == "unloaded"
-        answer = router.post("/completion", {"model": "tiny", "prompt": "a b c a b c a b c", "n_predict": 8,
-                                             "temperature": 0, "cache_prompt": False}, what="completion via the router")
+        answer = router.post(
+            "/completion",
+            {"model": "tiny", "prompt": "a b c a b c a b c", "n_predict": 8, "temperature": 0, "cache_prompt": False},
+            what="completion via the router",
+        )
         assert answer["timings"]["predicted_n"] == 8
         (loaded,) = router_models(router)
     args = loaded["status"]["args"]
     assert loaded["status"]["value"] == "loaded"
     assert args[args.index("--model") + 1] == str(config.target)
-    for flag, value in [("--spec-type", "ngram-simple"), ("--spec-ngram-simple-size-n", "2"),
-                        ("--spec-ngram-simple-size-m", "4"), ("--ctx-size", "512"), ("--parallel", "1"),
-                        ("--temperature", "0"), ("--flash-attn", "on")]:  # llama.cpp writes each flag's long name
+    for flag, value in [
+        ("--spec-type", "ngram-simple"),
+        ("--spec-ngram-simple-size-n", "2"),
+        ("--spec-ngram-simple-size-m", "4"),
+        ("--ctx-size", "512"),
+        ("--parallel", "1"),
+        ("--temperature", "0"),
+        ("--flash-attn", "on"),
+    ]:  # llama.cpp writes each flag's long name
         assert args[args.index(flag) + 1] == value, (flag, args)
 
 

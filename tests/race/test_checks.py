@@ -15,8 +15,10 @@ from autotune.spec.config import SpecConfig
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_server_left_behind")]
 
-MIX = PromptMix("checks", (Prompt("a", "code", "def add(a, b):\n    return"),
-                           Prompt("b", "chat", "Name three colours of the rainbow.")))
+MIX = PromptMix(
+    "checks",
+    (Prompt("a", "code", "def add(a, b):\n    return"), Prompt("b", "chat", "Name three colours of the rainbow.")),
+)
 
 
 @pytest.fixture(scope="module")
@@ -29,8 +31,11 @@ def test_a_draft_the_server_cannot_use_is_dropped_from_the_race_with_the_servers
     target = tiny_dir / "tiny-target.gguf"
     mismatched = SpecConfig(target, "draft-simple", tiny_dir / "tiny-otherwords.gguf")
     drafting = SpecConfig(target, "draft-simple", tiny_dir / "tiny-draft.gguf")
-    entrants = [Entrant("baseline", 0, SpecConfig(target)), Entrant("trial", 1, mismatched),
-                Entrant("trial", 2, drafting)]
+    entrants = [
+        Entrant("baseline", 0, SpecConfig(target)),
+        Entrant("trial", 1, mismatched),
+        Entrant("trial", 2, drafting),
+    ]
     confirmation = race(engine, entrants, MIX, max_tokens=16, budget=RaceBudget(rounds=2), command=ServerCommand(256))
     rows = {row.trial: row for row in confirmation.configs}
     assert rows[1].failure.startswith("drafted nothing: speculation was inactive (")
@@ -47,7 +52,8 @@ def test_an_output_that_is_not_the_baselines_fails_the_row(engine, tiny_dir):
     assert check.failure(SpecConfig(target), engine.measure(SpecConfig(target), MIX, max_tokens=24)) is None
     assert check.failure(config, engine.measure(config, MIX, max_tokens=24)) is None
     assert check.failure(config, engine.measure(config, MIX, max_tokens=16)) == (
-        "output differs from the baseline's (prompt a, token 16)")
+        "output differs from the baseline's (prompt a, token 16)"
+    )
     sampled = MeasurementCheck(engine, MIX, compare_output=False)  # sampling at a temperature: not compared
     sampled.failure(SpecConfig(target), engine.measure(SpecConfig(target), MIX, max_tokens=24))
     assert sampled.failure(config, engine.measure(config, MIX, max_tokens=16)) is None

@@ -21,9 +21,14 @@ from autotune.testing.processes import our_llama_servers
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_server_left_behind")]
 
 CONTEXT = 512
-MIX = PromptMix("groups", (Prompt("a", "code", "def add(a, b):\n    return"),
-                           Prompt("b", "chat", "Name three colours of the rainbow."),
-                           Prompt("c", "chat", "Write a haiku about the sea.")))
+MIX = PromptMix(
+    "groups",
+    (
+        Prompt("a", "code", "def add(a, b):\n    return"),
+        Prompt("b", "chat", "Name three colours of the rainbow."),
+        Prompt("c", "chat", "Write a haiku about the sea."),
+    ),
+)
 
 
 class RoomFor(ServerEngine):
@@ -44,9 +49,12 @@ def _argv(pid: int) -> list[str]:
 def test_one_target_at_a_time_where_the_race_does_not_fit_and_each_server_sized_to_the_mix(tiny_dir, tmp_path):
     first = tiny_dir / "tiny-target.gguf"
     second = Path(shutil.copy(first, tmp_path / "tiny-target-b.gguf"))  # a second target: its own references
-    entrants = [Entrant("baseline", None, SpecConfig(first)), Entrant("baseline", None, SpecConfig(second)),
-                Entrant("trial", 1, SpecConfig(first, "draft-simple", tiny_dir / "tiny-draft.gguf", {"draft_n_max": 2})),
-                Entrant("trial", 2, SpecConfig(second, "draft-simple", tiny_dir / "tiny-draft.gguf", {"draft_n_max": 3}))]
+    entrants = [
+        Entrant("baseline", None, SpecConfig(first)),
+        Entrant("baseline", None, SpecConfig(second)),
+        Entrant("trial", 1, SpecConfig(first, "draft-simple", tiny_dir / "tiny-draft.gguf", {"draft_n_max": 2})),
+        Entrant("trial", 2, SpecConfig(second, "draft-simple", tiny_dir / "tiny-draft.gguf", {"draft_n_max": 3})),
+    ]
     loaded: list[set[str]] = []  # at each look, the targets of the servers running
     contexts: set[int] = set()
 
@@ -57,8 +65,15 @@ def test_one_target_at_a_time_where_the_race_does_not_fit_and_each_server_sized_
         assert len(argvs) <= 3
 
     with RoomFor(3, context_size=CONTEXT) as engine:  # a target's baseline, control and finalist: 3, not 6
-        confirmation = race(engine, entrants, MIX, max_tokens=16, budget=RaceBudget(rounds=1),
-                            command=ServerCommand(CONTEXT), on_look=look)
+        confirmation = race(
+            engine,
+            entrants,
+            MIX,
+            max_tokens=16,
+            budget=RaceBudget(rounds=1),
+            command=ServerCommand(CONTEXT),
+            on_look=look,
+        )
     assert confirmation.pairing == "prompt"  # not whole mixes one configuration at a time
     assert all(len(targets) == 1 for targets in loaded)  # one target's servers at a time ...
     assert {t for targets in loaded for t in targets} == {str(first), str(second)}  # ... and each in turn
@@ -72,16 +87,25 @@ def test_entrants_rotate_over_blocks_of_prompts_where_one_targets_servers_do_not
     """Room for one server (a 24 GB card and an 8B target's race): each entrant in turn runs a block of the mix
     on a server of its own, a block the unit; a budget of one round is one pass, every prompt once."""
     target = tiny_dir / "tiny-target.gguf"
-    entrants = [Entrant("baseline", None, SpecConfig(target)),
-                Entrant("trial", 1, SpecConfig(target, "draft-simple", tiny_dir / "tiny-draft.gguf", {"draft_n_max": 2}))]
+    entrants = [
+        Entrant("baseline", None, SpecConfig(target)),
+        Entrant("trial", 1, SpecConfig(target, "draft-simple", tiny_dir / "tiny-draft.gguf", {"draft_n_max": 2})),
+    ]
     alive: list[int] = []  # llama-servers running at each look: none, each block's servers stopped with it
 
     def look(status) -> None:
         alive.append(len(our_llama_servers()))
 
     with RoomFor(1, context_size=CONTEXT) as engine:
-        confirmation = race(engine, entrants, MIX, max_tokens=16, budget=RaceBudget(rounds=1),
-                            command=ServerCommand(CONTEXT), on_look=look)
+        confirmation = race(
+            engine,
+            entrants,
+            MIX,
+            max_tokens=16,
+            budget=RaceBudget(rounds=1),
+            command=ServerCommand(CONTEXT),
+            on_look=look,
+        )
     assert confirmation.pairing == "block"
     # a block of ceil(3 / 4) = 1 prompt, three blocks a pass, no prompt twice in it; the trial (a draft as costly
     # as its target, about 0.2x) may leave after two blocks, proven unable to reach the goal

@@ -50,8 +50,11 @@ def serving_llama_servers(pid: int) -> list[int]:
     must not load the box itself."""
     found = []
     try:
-        children = [int(child) for task in os.listdir(f"/proc/{pid}/task")
-                    for child in Path(f"/proc/{pid}/task/{task}/children").read_text().split()]
+        children = [
+            int(child)
+            for task in os.listdir(f"/proc/{pid}/task")
+            for child in Path(f"/proc/{pid}/task/{task}/children").read_text().split()
+        ]
     except OSError:  # it is exiting
         return []
     for child in children:
@@ -77,7 +80,9 @@ def throttle_once(pid: int) -> None:
     time.sleep(0.002)
 
 
-def night_under_load(args: list[str], out: Path, timeout_s: float = 600) -> tuple[subprocess.CompletedProcess, set[int]]:
+def night_under_load(
+    args: list[str], out: Path, timeout_s: float = 600
+) -> tuple[subprocess.CompletedProcess, set[int]]:
     """Run `autotune ARGS`, throttling the baseline's server of every race round (module docstring) until it
     exits. Returns what it did (its output as written to `out`) and the baseline servers throttled."""
     stdout, stderr = out / "stdout", out / "stderr"
@@ -115,7 +120,8 @@ ngram_simple_size_m = [2, 8]
 
 @pytest.mark.slow
 def test_a_night_whose_baseline_server_is_loaded_says_the_machine_moved_and_stores_no_preset(
-        tmp_path, gemma_path, autotune_home):
+    tmp_path, gemma_path, autotune_home
+):
     """On Gemma 3 270M, not the tiny models: a tiny model decodes its 10 tokens in 1-2 ms, and on a busy
     2-core box a server's prompt now and then takes 100-365 ms (measured here, the control's own), outliers
     that leave the control's bounds at [0, inf] and its rounds never void, however slow the baseline."""
@@ -124,21 +130,48 @@ def test_a_night_whose_baseline_server_is_loaded_says_the_machine_moved_and_stor
     shutil.copy(gemma_path, models / "gemma-3-270m-q4_k_m.gguf")
     space = tmp_path / "gemma.toml"
     space.write_text(GEMMA_SPACE)
-    args = ["nightly", "--model", "gemma", "--space", str(space), "--models-dir", str(models), "--objective", "e2e",
-            "--trials", "3", "--no-pruning", "--top", "1", "--race-budget", "2", "--max-tokens", "16", "--seed", "0"]
+    args = [
+        "nightly",
+        "--model",
+        "gemma",
+        "--space",
+        str(space),
+        "--models-dir",
+        str(models),
+        "--objective",
+        "e2e",
+        "--trials",
+        "3",
+        "--no-pruning",
+        "--top",
+        "1",
+        "--race-budget",
+        "2",
+        "--max-tokens",
+        "16",
+        "--seed",
+        "0",
+    ]
     night, loaded = night_under_load(args, tmp_path)
     assert loaded, night.stderr  # the race ran, and its baseline's server was throttled
 
     url = resolve_storage_url(None)
-    (raced,) = [s for s in optuna.get_all_study_summaries(url, include_best_trial=False)
-                if "confirmation" in optuna.load_study(study_name=s.study_name, storage=url).user_attrs]
+    (raced,) = [
+        s
+        for s in optuna.get_all_study_summaries(url, include_best_trial=False)
+        if "confirmation" in optuna.load_study(study_name=s.study_name, storage=url).user_attrs
+    ]
     confirmation = Confirmation.from_dict(
-        optuna.load_study(study_name=raced.study_name, storage=url).user_attrs["confirmation"])
+        optuna.load_study(study_name=raced.study_name, storage=url).user_attrs["confirmation"]
+    )
     assert confirmation.ended == "the machine's speed moved" and confirmation.winner is None
 
     # what the user reads: exit 3, "unchanged" (docs/cli.md, "Exit codes"), the race's reason, no verdict
-    assert (night.returncode, night.stdout) == (3, f"unchanged: gemma: {confirmation.machine_moved}; no verdict "
-                                                   "tonight, no preset yet: the next night tunes it again\n"), night.stderr
+    assert (night.returncode, night.stdout) == (
+        3,
+        f"unchanged: gemma: {confirmation.machine_moved}; no verdict "
+        "tonight, no preset yet: the next night tunes it again\n",
+    ), night.stderr
     assert json.loads(CliRunner().invoke(cli, ["presets", "list", "--json"]).stdout) == []  # and nothing was stored
 
     # the evidence, in the load's direction: the control ran the plain command faster than the throttled baseline
@@ -149,6 +182,7 @@ def test_a_night_whose_baseline_server_is_loaded_says_the_machine_moved_and_stor
         assert confirmation.machine_moved.startswith("the machine's speed moved during the race: ")
         (control,) = confirmation.controls
         base = confirmation.baseline_of(control)
-        low, high = paired_speedup(Units.of(base.decode_ms, base.tokens), Units.of(control.decode_ms, control.tokens),
-                                   pair_by_unit=True).interval(CONTROL_ONE_SIDED)
+        low, high = paired_speedup(
+            Units.of(base.decode_ms, base.tokens), Units.of(control.decode_ms, control.tokens), pair_by_unit=True
+        ).interval(CONTROL_ONE_SIDED)
         assert low > 1.0, (low, high)

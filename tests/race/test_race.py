@@ -44,7 +44,7 @@ def stored_ratio(confirmation: Confirmation, label: str, rounds: slice = slice(N
     base = restored.baseline_of(row)
     a = b = 0.0
     for ours, theirs in list(zip(row.decode_ms, base.decode_ms))[rounds]:
-        a += sum(theirs[:len(ours)])
+        a += sum(theirs[: len(ours)])
         b += sum(ours)
     return a / b
 
@@ -87,8 +87,14 @@ def test_an_aa_race_names_no_winner(gemma_copy, demo_mix):
     MAX_VOID void rounds keeps none of their units, so it cannot show the evidence and fails here.)"""
     same = Entrant("trial", 1, SpecConfig(gemma_copy))  # the plain command under another name
     with ServerEngine(context_size=2048) as engine:
-        confirmation = race(engine, [Entrant("baseline", 0, SpecConfig(gemma_copy)), same], demo_mix, max_tokens=32,
-                            budget=RaceBudget(rounds=2), command=ServerCommand(2048))
+        confirmation = race(
+            engine,
+            [Entrant("baseline", 0, SpecConfig(gemma_copy)), same],
+            demo_mix,
+            max_tokens=32,
+            budget=RaceBudget(rounds=2),
+            command=ServerCommand(2048),
+        )
     assert confirmation.pairing == "prompt" and confirmation.winner is None
     assert confirmation.ended in (NONE_CAN_WIN, BUDGET_SPENT, MACHINE_MOVED)
     assert confirmation.pick.role == "baseline"
@@ -98,8 +104,9 @@ def test_an_aa_race_names_no_winner(gemma_copy, demo_mix):
     (control,) = restored.controls
     base = restored.baseline_of(control)
     assert control.role == "control" and control.failure is None
-    evidence = paired_speedup(Units.of(base.decode_ms, base.tokens), Units.of(control.decode_ms, control.tokens),
-                              pair_by_unit=True).interval(CONTROL_ONE_SIDED)
+    evidence = paired_speedup(
+        Units.of(base.decode_ms, base.tokens), Units.of(control.decode_ms, control.tokens), pair_by_unit=True
+    ).interval(CONTROL_ONE_SIDED)
     ended, moved = confirmation.ended, evidence[0] > 1.0 or evidence[1] < 1.0
     assert (ended == MACHINE_MOVED) == moved, (evidence, confirmation.void_rounds)
     assert control.speedup_ci_level == 1 - CONTROL_ONE_SIDED
@@ -113,9 +120,15 @@ def test_a_real_difference_is_named_within_a_round_and_printed_from_the_round_af
     two_threads = SpecConfig(gemma_copy, runtime={"threads": 2})
     looks = []
     with ServerEngine(context_size=2048) as engine:
-        confirmation = race(engine, [Entrant("baseline", 0, one_thread), Entrant("trial", 1, two_threads)], demo_mix,
-                            max_tokens=32, budget=RaceBudget(rounds=3), command=ServerCommand(2048),
-                            on_look=looks.append)
+        confirmation = race(
+            engine,
+            [Entrant("baseline", 0, one_thread), Entrant("trial", 1, two_threads)],
+            demo_mix,
+            max_tokens=32,
+            budget=RaceBudget(rounds=3),
+            command=ServerCommand(2048),
+            on_look=looks.append,
+        )
     # the decision and its direction, not how soon this box made it: the round it came in is the machine's
     assert confirmation.ended == WINNER and confirmation.decided_round is not None
     winner = confirmation.winner
@@ -125,8 +138,9 @@ def test_a_real_difference_is_named_within_a_round_and_printed_from_the_round_af
     after = confirmation.after_decision_round
     assert after == decided + 1 and len(winner.decode_ms[after]) == len(demo_mix)
     assert winner.speedup == pytest.approx(stored_ratio(confirmation, winner.label, slice(after, after + 1)), rel=1e-3)
-    assert winner.speedup_at_decision == pytest.approx(ratio_at_decision(confirmation, winner.label, winner.decided_by),
-                                                       rel=1e-3)
+    assert winner.speedup_at_decision == pytest.approx(
+        ratio_at_decision(confirmation, winner.label, winner.decided_by), rel=1e-3
+    )
     assert winner.speedup_ci[0] > 1.02  # proven faster: above 1 + the minimum effect, as the race decides
     low, high = winner.speedup_ci  # the interval that decided, its point inside, at the level that decided
     assert low <= winner.speedup_at_decision <= high
@@ -144,8 +158,9 @@ def test_a_configuration_as_costly_as_the_target_leaves_after_the_prompts_that_s
     slow = SpecConfig(gemma_copy, "draft-simple", gemma_copy, {"draft_n_max": 8})  # a draft as costly as the target
     entrants = [Entrant("baseline", 0, SpecConfig(gemma_copy)), Entrant("trial", 1, slow)]
     with ServerEngine(context_size=2048) as engine:
-        confirmation = race(engine, entrants, demo_mix, max_tokens=48, budget=RaceBudget(rounds=2),
-                            command=ServerCommand(2048))
+        confirmation = race(
+            engine, entrants, demo_mix, max_tokens=48, budget=RaceBudget(rounds=2), command=ServerCommand(2048)
+        )
     row = confirmation.configs[0]
     assert row.dropped and not row.significant and confirmation.winner is None
     assert row.speedup <= row.speedup_ci[1] < 1.02  # it cannot be 1 + the minimum effect faster: what drops it
@@ -155,9 +170,14 @@ def test_a_configuration_as_costly_as_the_target_leaves_after_the_prompts_that_s
     assert [len(r) for r in row.decode_ms] == [len(r) for r in confirmation.baselines[0].decode_ms]
 
 
-MIX = PromptMix("race", (Prompt("a", "code", "def add(a, b):\n    return"),
-                         Prompt("b", "chat", "Name three colours of the rainbow."),
-                         Prompt("c", "chat", "Write a haiku about the sea.")))
+MIX = PromptMix(
+    "race",
+    (
+        Prompt("a", "code", "def add(a, b):\n    return"),
+        Prompt("b", "chat", "Name three colours of the rainbow."),
+        Prompt("c", "chat", "Write a haiku about the sea."),
+    ),
+)
 
 
 @pytest.mark.usefixtures("no_server_left_behind")
@@ -166,8 +186,9 @@ def test_in_process_a_round_is_the_unit_and_the_race_runs_its_budget_or_stops_wh
     drafting = SpecConfig(target, "draft-simple", tiny_dir / "tiny-draft.gguf")
     entrants = [Entrant("baseline", None, SpecConfig(target)), Entrant("trial", 1, drafting)]
     with WorkerEngine(context_size=256) as engine:
-        confirmation = race(engine, entrants, MIX, max_tokens=16, budget=RaceBudget(rounds=3),
-                            command=ServerCommand(256))
+        confirmation = race(
+            engine, entrants, MIX, max_tokens=16, budget=RaceBudget(rounds=3), command=ServerCommand(256)
+        )
     assert confirmation.pairing == "round"  # the in-process engine holds one configuration at a time
     row = confirmation.configs[0]
     assert confirmation.repeats <= 3 and row.rounds == confirmation.repeats and row.prompts == 3
@@ -175,6 +196,7 @@ def test_in_process_a_round_is_the_unit_and_the_race_runs_its_budget_or_stops_wh
     assert all(len(r) == 3 for r in row.decode_ms)
     assert row.speedup == pytest.approx(stored_ratio(confirmation, row.label), rel=1e-3)
     base = confirmation.baselines[0]
-    versus = paired_speedup(Units.of(base.decode_ms, base.tokens), Units.of(row.decode_ms, row.tokens),
-                            pair_by_unit=False)
+    versus = paired_speedup(
+        Units.of(base.decode_ms, base.tokens), Units.of(row.decode_ms, row.tokens), pair_by_unit=False
+    )
     assert row.speedup_ci == pytest.approx(versus.interval(1 - row.speedup_ci_level), abs=1e-3)

@@ -34,15 +34,37 @@ def get_json(url: str, timeout_s: float = 10) -> dict:
 
 def test_optuna_dashboard_serves_the_study_and_its_user_attrs(tiny_space, models_dir, autotune_home, tmp_path):
     command = dashboard_command()
-    done = CliRunner().invoke(cli, ["search", "--strategy", "measure", "--model", "tiny", "--space", str(tiny_space), "--models-dir",
-                                    str(models_dir), "--max-tokens", "12", "--per-category", "1", "--trials", "2",
-                                    "--no-confirm"])
+    done = CliRunner().invoke(
+        cli,
+        [
+            "search",
+            "--strategy",
+            "measure",
+            "--model",
+            "tiny",
+            "--space",
+            str(tiny_space),
+            "--models-dir",
+            str(models_dir),
+            "--max-tokens",
+            "12",
+            "--per-category",
+            "1",
+            "--trials",
+            "2",
+            "--no-confirm",
+        ],
+    )
     assert done.exit_code == 0, done.output
     storage = f"sqlite:///{autotune_home / 'autotune.db'}"  # where autotune keeps studies by default
     port = free_port()
     log = (tmp_path / "dashboard.log").open("w")
-    dashboard = subprocess.Popen([command, storage, "--host", "127.0.0.1", "--port", str(port), "--server", "wsgiref"],
-                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    dashboard = subprocess.Popen(
+        [command, storage, "--host", "127.0.0.1", "--port", str(port), "--server", "wsgiref"],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     try:
         base = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 60

@@ -29,8 +29,9 @@ ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 #: the tiny space with ngram-simple's n in [1, 2]
-SPACE = tiny_space(spec_types={**TINY_SPEC_TYPES, "ngram-simple": {**TINY_SPEC_TYPES["ngram-simple"],
-                                                                   "ngram_simple_size_n": (1, 2)}})
+SPACE = tiny_space(
+    spec_types={**TINY_SPEC_TYPES, "ngram-simple": {**TINY_SPEC_TYPES["ngram-simple"], "ngram_simple_size_n": (1, 2)}}
+)
 
 
 @dataclass(frozen=True)
@@ -56,18 +57,43 @@ def reports(tmp_path_factory, tiny_dir) -> Reports:
         env.setenv("AUTOTUNE_HOME", str(root / "home"))
         for var in ("AUTOTUNE_STORAGE", "AUTOTUNE_MODELS_DIR", "AUTOTUNE_DEBUG"):
             env.delenv(var, raising=False)
-        searched = run("search", "--strategy", "measure", "--model", "tiny", "--space", str(space), "--models-dir", str(tiny_dir),
-                       "--max-tokens", "8", "--trials", "8", "--seed", "1", "--no-pruning", "--baseline-every", "0",
-                       "--no-confirm", "--threads", "1", "--storage", storage)
+        searched = run(
+            "search",
+            "--strategy",
+            "measure",
+            "--model",
+            "tiny",
+            "--space",
+            str(space),
+            "--models-dir",
+            str(tiny_dir),
+            "--max-tokens",
+            "8",
+            "--trials",
+            "8",
+            "--seed",
+            "1",
+            "--no-pruning",
+            "--baseline-every",
+            "0",
+            "--no-confirm",
+            "--threads",
+            "1",
+            "--storage",
+            storage,
+        )
         assert searched.exit_code == 0, searched.output
         study = optuna.load_study(study_name=study_name("tiny", hardware_key(), "python"), storage=storage)
         with create_engine("python", context_size=512, threads=1) as engine:
             confirm(study, engine, top=2, budget=RaceBudget(rounds=2), command=ServerCommand(512))
         _derive_studies(study, storage)
         pages = {}
-        for kind, args in {"search": ("--model", "tiny", "--objective", "decode"), "mixed": ("--model", "tiny-mixed"),
-                           "pareto": ("--model", "tiny", "--objective", "pareto"), "equal": ("--model", "tiny-equal")
-                           }.items():
+        for kind, args in {
+            "search": ("--model", "tiny", "--objective", "decode"),
+            "mixed": ("--model", "tiny-mixed"),
+            "pareto": ("--model", "tiny", "--objective", "pareto"),
+            "equal": ("--model", "tiny-equal"),
+        }.items():
             out = root / f"report-{kind}"
             result = run("report", *args, "--storage", storage, "--out", str(out))
             assert result.exit_code == 0, result.output
@@ -86,24 +112,38 @@ def _derive_studies(study: optuna.Study, storage: str) -> None:
     broken = {k: v for k, v in speculative.user_attrs.items() if k not in ("figures", "per_prompt", "per_category")}
 
     def unfinished(state: TrialState, reason_attr: str, reason: str) -> optuna.trial.FrozenTrial:
-        return optuna.trial.create_trial(state=state, params=speculative.params,
-                                         distributions=speculative.distributions,
-                                         user_attrs={**broken, reason_attr: reason},
-                                         intermediate_values={0: 1.0} if state == TrialState.PRUNED else None)
+        return optuna.trial.create_trial(
+            state=state,
+            params=speculative.params,
+            distributions=speculative.distributions,
+            user_attrs={**broken, reason_attr: reason},
+            intermediate_values={0: 1.0} if state == TrialState.PRUNED else None,
+        )
 
-    mixed = optuna.create_study(storage=storage, study_name=study_name("tiny-mixed", hw, "python"), direction="maximize")
+    mixed = optuna.create_study(
+        storage=storage, study_name=study_name("tiny-mixed", hw, "python"), direction="maximize"
+    )
     for key, value in study.user_attrs.items():
         mixed.set_user_attr(key, value)
     baseline = trials[0]
     drift_check = optuna.trial.create_trial(
-        state=TrialState.COMPLETE, value=baseline.value * 0.9, params={}, distributions={},
-        user_attrs={**baseline.user_attrs, "drift_check": True, "drift": 0.9})
+        state=TrialState.COMPLETE,
+        value=baseline.value * 0.9,
+        params={},
+        distributions={},
+        user_attrs={**baseline.user_attrs, "drift_check": True, "drift": 0.9},
+    )
     mixed.add_trials([*trials[:4], drift_check, *trials[4:]])
     mixed.add_trial(unfinished(TrialState.FAIL, "fail_reason", "llama-server crashed: out of memory"))
-    mixed.add_trial(unfinished(TrialState.PRUNED, "prune_reason", "significantly slower than the best trial after 1 prompts"))
+    mixed.add_trial(
+        unfinished(TrialState.PRUNED, "prune_reason", "significantly slower than the best trial after 1 prompts")
+    )
 
-    pareto = optuna.create_study(storage=storage, study_name=study_name("tiny", hw, "python", objective="pareto"),
-                                 directions=["maximize", "maximize"])
+    pareto = optuna.create_study(
+        storage=storage,
+        study_name=study_name("tiny", hw, "python", objective="pareto"),
+        directions=["maximize", "maximize"],
+    )
     for key, value in study.user_attrs.items():
         if key != "confirmation":
             pareto.set_user_attr(key, value)
@@ -111,15 +151,30 @@ def _derive_studies(study: optuna.Study, storage: str) -> None:
     for trial in trials:
         figures = trial.user_attrs.get("figures")
         values = [figures["mix_tok_s"], figures["prompt_tok_s"]] if trial.state == TrialState.COMPLETE else None
-        pareto.add_trial(optuna.trial.create_trial(state=trial.state, values=values, params=trial.params,
-                                                   distributions=trial.distributions, user_attrs=trial.user_attrs))
+        pareto.add_trial(
+            optuna.trial.create_trial(
+                state=trial.state,
+                values=values,
+                params=trial.params,
+                distributions=trial.distributions,
+                user_attrs=trial.user_attrs,
+            )
+        )
 
-    equal = optuna.create_study(storage=storage, study_name=study_name("tiny-equal", hw, "python"), direction="maximize")
+    equal = optuna.create_study(
+        storage=storage, study_name=study_name("tiny-equal", hw, "python"), direction="maximize"
+    )
     equal.add_trial(baseline)
     for value in EQUAL_VALUES:  # one spec type whose rounded interval lies a hair below its mean
-        equal.add_trial(optuna.trial.create_trial(state=TrialState.COMPLETE, value=value, params=speculative.params,
-                                                  distributions=speculative.distributions,
-                                                  user_attrs=speculative.user_attrs))
+        equal.add_trial(
+            optuna.trial.create_trial(
+                state=TrialState.COMPLETE,
+                value=value,
+                params=speculative.params,
+                distributions=speculative.distributions,
+                user_attrs=speculative.user_attrs,
+            )
+        )
 
     optuna.create_study(storage=storage, study_name=study_name("tiny-empty", hw, "python"))
     failed = optuna.create_study(storage=storage, study_name=study_name("tiny-failed", hw, "python"))
@@ -179,10 +234,14 @@ def test_an_interval_that_misses_its_mean_is_drawn_without_its_bar_and_said(repo
     for png in pngs:
         check_png(png)
     html = index.read_text()
-    drawn_without = [line for line in re.findall(r'<p class="caption">([^<]*)</p>', html) if "without an error bar" in line]
+    drawn_without = [
+        line for line in re.findall(r'<p class="caption">([^<]*)</p>', html) if "without an error bar" in line
+    ]
     assert len(drawn_without) == 1  # the spec-type figure; the baseline's single trial has no interval at all
-    assert drawn_without[0].endswith("Drawn without an error bar, as its interval does not contain its mean: "
-                                     f"{escape(equal_spec_type(reports))} (mean 50.000, interval 50.000-50.000).")
+    assert drawn_without[0].endswith(
+        "Drawn without an error bar, as its interval does not contain its mean: "
+        f"{escape(equal_spec_type(reports))} (mean 50.000, interval 50.000-50.000)."
+    )
 
 
 def equal_spec_type(reports: Reports) -> str:
@@ -209,8 +268,9 @@ def test_a_pareto_study_draws_its_front_and_the_pick(reports):
     check_png(next(p for p in pngs if p.stem == "pareto"))
     html = index.read_text()
     assert "pareto: decode tok/s and prompt tok/s" in html
-    study = optuna.load_study(study_name=study_name("tiny", hardware_key(), "python", objective="pareto"),
-                              storage=reports.storage)
+    study = optuna.load_study(
+        study_name=study_name("tiny", hardware_key(), "python", objective="pareto"), storage=reports.storage
+    )
     assert picked_row(html) == pareto_pick(study).number
 
 
@@ -218,18 +278,24 @@ def pareto_pick(study: optuna.Study) -> optuna.trial.FrozenTrial:
     """`best`'s rule on a pareto study, written out: of the completed trials no other beats on both decode
     and prompt tok/s, the lossless one with the highest end-to-end tok/s."""
     complete = [t for t in study.trials if t.state == TrialState.COMPLETE]
-    front = [t for t in complete if not any(o.values[0] >= t.values[0] and o.values[1] >= t.values[1]
-                                            and o.values != t.values for o in complete)]
+    front = [
+        t
+        for t in complete
+        if not any(o.values[0] >= t.values[0] and o.values[1] >= t.values[1] and o.values != t.values for o in complete)
+    ]
     lossless = [t for t in front if t.user_attrs.get("lossless") is not False]
     assert lossless, "every trial on the front lost the baseline's output: pick the study again"
     return max(lossless, key=lambda t: t.user_attrs["figures"]["e2e_tok_s"])
 
 
-@pytest.mark.parametrize("model, message", [
-    ("nope", "no study named"),
-    ("tiny-empty", "has no completed trial"),
-    ("tiny-failed", "has no completed trial"),
-])
+@pytest.mark.parametrize(
+    "model, message",
+    [
+        ("nope", "no study named"),
+        ("tiny-empty", "has no completed trial"),
+        ("tiny-failed", "has no completed trial"),
+    ],
+)
 def test_an_empty_or_unknown_study_is_one_line_and_exit_2(reports, tmp_path, model, message):
     result = run("report", "--model", model, "--storage", reports.storage, "--out", str(tmp_path / "out"))
     assert result.exit_code == 2
@@ -249,7 +315,9 @@ return Array.from(document.querySelectorAll('[data-figure]')).map(el => {
 ALL_DRAWN_JS = f"const figures = (() => {{ {FIGURES_JS} }})();\nreturn figures.length && figures.every(f => f.drawn) ? figures : null;"
 
 
-@pytest.mark.skipif(find_chromium() is None, reason="needs chromium and chromium-driver (apt-get install chromium chromium-driver)")
+@pytest.mark.skipif(
+    find_chromium() is None, reason="needs chromium and chromium-driver (apt-get install chromium chromium-driver)"
+)
 def test_every_figure_renders_in_headless_chromium_without_console_errors(reports, tmp_path):
     ARTIFACTS.mkdir(exist_ok=True)
     with headless_chromium(tmp_path / "chromium-profile") as browser:

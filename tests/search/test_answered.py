@@ -4,7 +4,6 @@ one SQLite file (tests/cli/test_same_key_searches.py: with `--again` the second 
 
 from __future__ import annotations
 
-
 import optuna
 import pytest
 
@@ -17,8 +16,24 @@ BASELINE = "measuring the baseline of tiny-target.gguf"
 
 
 def search_args(space, models, *extra: str) -> list[str]:
-    return ["search", "--model", "tiny", "--space", str(space), "--models-dir", str(models), "--max-tokens", "24",
-            "--race-top", "1", "--race-budget", "1", "--heartbeat", "1", *extra]
+    return [
+        "search",
+        "--model",
+        "tiny",
+        "--space",
+        str(space),
+        "--models-dir",
+        str(models),
+        "--max-tokens",
+        "24",
+        "--race-top",
+        "1",
+        "--race-budget",
+        "1",
+        "--heartbeat",
+        "1",
+        *extra,
+    ]
 
 
 def runs(home) -> list[str]:

@@ -14,14 +14,25 @@ from click.testing import CliRunner
 from autotune.cli.main import cli
 from autotune.errors import SearchSpaceError, UsageError
 from autotune.race.race import RaceBudget
-from autotune.search.plan import NO_BUDGET, finalists_within, fit_budget, make_plan, race_budget_left, search_budget, SearchBudget
-from autotune.search.plan._budget import first_bound_s, MIN_FINALISTS, prediction_shapes, PREDICTION_SHARE
-from autotune.search.plan._phases import after_decision_s, race_round_s
-from autotune.search.plan import files_by_role, Pace, plan_phases, Shape, Workload
 from autotune.search.fleet import search_lease
+from autotune.search.inputs import RaceOptions, SearchOptions, SearchSettings, check_inputs
+from autotune.search.plan import (
+    NO_BUDGET,
+    Pace,
+    SearchBudget,
+    Shape,
+    Workload,
+    files_by_role,
+    finalists_within,
+    fit_budget,
+    make_plan,
+    plan_phases,
+    race_budget_left,
+    search_budget,
+)
+from autotune.search.plan._budget import MIN_FINALISTS, PREDICTION_SHARE, first_bound_s, prediction_shapes
+from autotune.search.plan._phases import after_decision_s, race_round_s
 from autotune.search.predicted import predict_and_race
-from autotune.search.inputs import check_inputs, RaceOptions, SearchOptions
-from autotune.search.inputs import SearchSettings
 from autotune.spec.space import load_model_space, load_space
 from autotune.study.records import StudyRecord, TrialRecord
 from autotune.study.verdict import RACE_BUDGET_CAP, SEARCH_BUDGET_CAP, Confirmation
@@ -29,22 +40,42 @@ from autotune.testing.reporter import KeptNotes
 
 GB = 1_000_000_000
 #: the qwen3-8b space's files, their sizes on the hub as docs/gpu.md states them
-SIZES = {"Qwen3-8B-Q4_K_M.gguf": 5.0 * GB, "Qwen3-8B-Q8_0.gguf": 8.7 * GB, "Qwen3-0.6B-Q8_0.gguf": 0.6 * GB,
-         "Qwen3-1.7B-Q8_0.gguf": 1.8 * GB, "dspark-Qwen3-8B-Q8_0.gguf": 1.2 * GB, "dspark-Qwen3-8B-BF16.gguf": 2.3 * GB,
-         "dflash-Qwen3-8B-Q8_0.gguf": 1.1 * GB, "dflash-Qwen3-8B-BF16.gguf": 2.1 * GB}
+SIZES = {
+    "Qwen3-8B-Q4_K_M.gguf": 5.0 * GB,
+    "Qwen3-8B-Q8_0.gguf": 8.7 * GB,
+    "Qwen3-0.6B-Q8_0.gguf": 0.6 * GB,
+    "Qwen3-1.7B-Q8_0.gguf": 1.8 * GB,
+    "dspark-Qwen3-8B-Q8_0.gguf": 1.2 * GB,
+    "dspark-Qwen3-8B-BF16.gguf": 2.3 * GB,
+    "dflash-Qwen3-8B-Q8_0.gguf": 1.1 * GB,
+    "dflash-Qwen3-8B-BF16.gguf": 2.1 * GB,
+}
 PACE = Pace(95.0, 10.0, 0.2, measured_on="Qwen3-8B-Q4_K_M.gguf")
 
 
 @pytest.fixture(scope="module")
 def qwen3_8b():
     space = load_model_space("qwen3-8b", None)
-    files = files_by_role(["Qwen3-8B-Q4_K_M.gguf", "Qwen3-8B-Q8_0.gguf"], {
-        "draft-simple": ["Qwen3-0.6B-Q8_0.gguf", "Qwen3-1.7B-Q8_0.gguf"],
-        "draft-dspark": ["dspark-Qwen3-8B-Q8_0.gguf", "dspark-Qwen3-8B-BF16.gguf"],
-        "draft-dflash": ["dflash-Qwen3-8B-Q8_0.gguf", "dflash-Qwen3-8B-BF16.gguf"]})
-    work = Workload.of(space, {k: v for k, v in files.items() if k == "target" or k in space.spec_types},
-                       prompts=44, max_tokens=512, race_top=4, race_budget=RaceBudget(rounds=4), server_arbiter=True,
-                       sizes={k: int(v) for k, v in SIZES.items()}, replayed=2000, categories=11)
+    files = files_by_role(
+        ["Qwen3-8B-Q4_K_M.gguf", "Qwen3-8B-Q8_0.gguf"],
+        {
+            "draft-simple": ["Qwen3-0.6B-Q8_0.gguf", "Qwen3-1.7B-Q8_0.gguf"],
+            "draft-dspark": ["dspark-Qwen3-8B-Q8_0.gguf", "dspark-Qwen3-8B-BF16.gguf"],
+            "draft-dflash": ["dflash-Qwen3-8B-Q8_0.gguf", "dflash-Qwen3-8B-BF16.gguf"],
+        },
+    )
+    work = Workload.of(
+        space,
+        {k: v for k, v in files.items() if k == "target" or k in space.spec_types},
+        prompts=44,
+        max_tokens=512,
+        race_top=4,
+        race_budget=RaceBudget(rounds=4),
+        server_arbiter=True,
+        sizes={k: int(v) for k, v in SIZES.items()},
+        replayed=2000,
+        categories=11,
+    )
     return space, work
 
 
@@ -88,8 +119,11 @@ def test_a_generous_budget_leaves_the_search_as_asked(qwen3_8b):
 
 def test_a_given_budget_too_small_is_refused_a_default_one_is_raised(qwen3_8b):
     space, work = qwen3_8b
-    with pytest.raises(UsageError, match=r"--budget 20.0 min is too small for a verdict here: .*give at least "
-                                         r"--budget (\d+)m") as refused:
+    with pytest.raises(
+        UsageError,
+        match=r"--budget 20.0 min is too small for a verdict here: .*give at least "
+        r"--budget (\d+)m",
+    ) as refused:
         fit_budget(work, PACE, SearchBudget(20 * 60.0))
     smallest = int(str(refused.value).split("give at least --budget ")[1].split("m")[0])
     fitted, raised = fit_budget(work, PACE, SearchBudget(20 * 60.0, "a default", given=False))
@@ -113,8 +147,10 @@ def test_qwen3_8b_by_its_default_budget_is_15_minutes_a_target_with_every_target
 
 def test_a_space_budget_must_be_a_duration(tmp_path):
     path = tmp_path / "m.toml"
-    path.write_text('[model]\nname = "m"\ntarget = "m.gguf"\nbudget_per_target = "15"\n'
-                    '[spec_types.ngram-simple]\nngram_simple_size_n = [1, 3]\n')
+    path.write_text(
+        '[model]\nname = "m"\ntarget = "m.gguf"\nbudget_per_target = "15"\n'
+        "[spec_types.ngram-simple]\nngram_simple_size_n = [1, 3]\n"
+    )
     with pytest.raises(SearchSpaceError, match="model.budget_per_target"):
         load_space(path)
 
@@ -122,8 +158,22 @@ def test_a_space_budget_must_be_a_duration(tmp_path):
 def test_plan_of_qwen3_8b_with_no_budget_given_keeps_to_the_spaces_default(tmp_path, autotune_home):
     empty = tmp_path / "empty"
     empty.mkdir()
-    result = CliRunner().invoke(cli, ["search", "--model", "qwen3-8b", "--models-dir", str(empty), "--plan",
-                                      "--offline", "--max-tokens", "512", "--per-category", "4"])
+    result = CliRunner().invoke(
+        cli,
+        [
+            "search",
+            "--model",
+            "qwen3-8b",
+            "--models-dir",
+            str(empty),
+            "--plan",
+            "--offline",
+            "--max-tokens",
+            "512",
+            "--per-category",
+            "4",
+        ],
+    )
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
     budget = next(line for line in lines if line.startswith("budget: "))
@@ -135,26 +185,39 @@ def test_plan_of_qwen3_8b_with_no_budget_given_keeps_to_the_spaces_default(tmp_p
 
 @pytest.mark.slow
 @pytest.mark.usefixtures("no_server_left_behind")
-def test_a_shortened_prediction_predicts_on_fewer_prompts_and_tokens_and_races_the_users(tiny_space, models_dir,
-                                                                                          autotune_home):
+def test_a_shortened_prediction_predicts_on_fewer_prompts_and_tokens_and_races_the_users(
+    tiny_space, models_dir, autotune_home
+):
     """What fit_budget picks is what the search does: the baseline, recordings and calibration on one prompt a
     category and 8 tokens, the race on both prompts of each category and 16 tokens, its round after the
     decision (if any) on one prompt a category; the stored measurement is the race's."""
     settings = SearchSettings(model="tiny", trials=1, max_tokens=16, seed=0)
-    options = SearchOptions(settings, engine_name="server", per_category=2, models_dir=models_dir, space_file=tiny_space)
+    options = SearchOptions(
+        settings, engine_name="server", per_category=2, models_dir=models_dir, space_file=tiny_space
+    )
     notes = KeptNotes()
     inputs = check_inputs(options, notes.note)
     raced = len(inputs.mix)
     categories = len({p.category for p in inputs.mix})
     assert raced == 2 * categories
     with search_lease(options, notes.note) as lease:
-        plan = make_plan(options, inputs, RaceOptions(top=1, budget=RaceBudget(rounds=1)), NO_BUDGET, server_bin=None,
-                         note=notes.note, replayed=20)
+        plan = make_plan(
+            options,
+            inputs,
+            RaceOptions(top=1, budget=RaceBudget(rounds=1)),
+            NO_BUDGET,
+            server_bin=None,
+            note=notes.note,
+            replayed=20,
+        )
         plan = replace(plan, work=replace(plan.work, replicate_per_category=True).predicting(Shape(categories, 8)))
-        study = predict_and_race(inputs, settings, plan, storage_url=None, server_bin=None, reporter=notes,
-                                 lease=lease, predict_trials=20)
+        study = predict_and_race(
+            inputs, settings, plan, storage_url=None, server_bin=None, reporter=notes, lease=lease, predict_trials=20
+        )
     record = StudyRecord.of(study)
-    assert f"predicting on {categories} prompts x 8 tokens, within the budget; the race runs {raced} x 16" in notes.lines
+    assert (
+        f"predicting on {categories} prompts x 8 tokens, within the budget; the race runs {raced} x 16" in notes.lines
+    )
     assert record.measurement["max_tokens"] == 16 and len(record.measurement["prompts"]) == raced
     assert record.prediction["measured_on"]["max_tokens"] == 8
     assert len(record.prediction["measured_on"]["prompts"]) == categories
@@ -172,8 +235,7 @@ def test_a_race_short_of_time_takes_the_finalists_that_play_two_complete_rounds(
     rounds of four finalists keeps them, one that holds two rounds of three takes three, and none takes fewer
     than MIN_FINALISTS; a budget of rounds keeps every finalist asked."""
     _, work = qwen3_8b
-    rounds_of = {top: 2 * race_round_s(replace(work, race_top=top), PACE, work.raced)
-                 for top in (2, 3, 4)}
+    rounds_of = {top: 2 * race_round_s(replace(work, race_top=top), PACE, work.raced) for top in (2, 3, 4)}
     assert rounds_of[2] < rounds_of[3] < rounds_of[4]
     assert finalists_within(work, PACE, RaceBudget(seconds=rounds_of[4])) == 4
     assert finalists_within(work, PACE, RaceBudget(seconds=rounds_of[4] - 1)) == 3
@@ -182,4 +244,5 @@ def test_a_race_short_of_time_takes_the_finalists_that_play_two_complete_rounds(
     assert finalists_within(work, PACE, RaceBudget(rounds=4)) == 4
     # the budget's leftover, too short for the asked rounds, is the search budget's: more of it races longer
     assert race_budget_left(work, PACE, rounds_of[2]) == RaceBudget(
-        seconds=rounds_of[2] - after_decision_s(work, PACE), cap=SEARCH_BUDGET_CAP)
+        seconds=rounds_of[2] - after_decision_s(work, PACE), cap=SEARCH_BUDGET_CAP
+    )

@@ -28,12 +28,27 @@ def run(*args: str):
 
 def test_plan_prints_each_phase_and_stores_nothing(tiny_space, models_dir, autotune_home, tmp_path):
     database = tmp_path / "never.db"
-    result = run("search", "--model", "tiny", "--space", str(tiny_space), "--models-dir", str(models_dir),
-                 "--max-tokens", "16", "--plan", "--storage", f"sqlite:///{database}")
+    result = run(
+        "search",
+        "--model",
+        "tiny",
+        "--space",
+        str(tiny_space),
+        "--models-dir",
+        str(models_dir),
+        "--max-tokens",
+        "16",
+        "--plan",
+        "--storage",
+        f"sqlite:///{database}",
+    )
     lines = result.stdout.splitlines()
     assert lines[0] == "download: nothing, every file is on disk"
     assert lines[1].startswith("workload: 1 target(s), 11 prompts x 16 tokens; 1 draft model(s) (chains)")
-    assert lines[2].startswith("pace: ") and "tok/s, the baseline of tiny-target.gguf on one prompt on the server engine" in lines[2]
+    assert (
+        lines[2].startswith("pace: ")
+        and "tok/s, the baseline of tiny-target.gguf on one prompt on the server engine" in lines[2]
+    )
     rows = {line.split()[0] if not line.strip().startswith("step") else "step costs": line for line in lines[3:-1]}
     assert set(rows) == set(PHASES), lines
     assert "11 prompts" in lines[1] and f"{11 * 16 + 8:,} tokens" in rows["baseline"]  # the mix and its warm-up, once
@@ -45,13 +60,29 @@ def test_plan_prints_each_phase_and_stores_nothing(tiny_space, models_dir, autot
 def test_plan_of_a_hub_space_with_nothing_on_disk_prices_the_download_at_the_spaces_pace(tmp_path, autotune_home):
     empty = tmp_path / "empty"
     empty.mkdir()
-    args = ["search", "--model", "qwen3-8b", "--models-dir", str(empty), "--plan", "--offline", "--max-tokens", "512",
-            "--per-category", "4", "--budget", "none"]  # no cap: the prediction as long as the race
+    args = [
+        "search",
+        "--model",
+        "qwen3-8b",
+        "--models-dir",
+        str(empty),
+        "--plan",
+        "--offline",
+        "--max-tokens",
+        "512",
+        "--per-category",
+        "4",
+        "--budget",
+        "none",
+    ]  # no cap: the prediction as long as the race
     lines = run(*args).stdout.splitlines()  # nothing to measure: the space states a pace (model.plan_tok_s)
     assert lines[0].startswith("downloading 8 files from the hub (size unknown")  # offline: no sizes
-    assert lines[1].startswith("workload: 2 target(s), 44 prompts x 512 tokens; 2 draft model(s) (chains), "
-                               "4 DFlash/DSpark draft(s)"), lines[1]
-    assert lines[2].startswith("pace: 95 tok/s for Qwen3-8B-Q4_K_M.gguf, the pace qwen3-8b's search space states"), lines[2]
+    assert lines[1].startswith(
+        "workload: 2 target(s), 44 prompts x 512 tokens; 2 draft model(s) (chains), 4 DFlash/DSpark draft(s)"
+    ), lines[1]
+    assert lines[2].startswith("pace: 95 tok/s for Qwen3-8B-Q4_K_M.gguf, the pace qwen3-8b's search space states"), (
+        lines[2]
+    )
     baseline = next(line for line in lines if line.split()[0] == "baseline")
     assert f"{2 * (44 * 512 + 8):,} tokens" in baseline  # the mix and its warm-up, once per target
     given = run(*args, "--plan-tok-s", "40").stdout.splitlines()
@@ -61,14 +92,28 @@ def test_plan_of_a_hub_space_with_nothing_on_disk_prices_the_download_at_the_spa
 def test_a_budget_too_small_for_a_verdict_is_refused_with_the_smallest_that_works(tmp_path, autotune_home):
     empty = tmp_path / "empty"
     empty.mkdir()
-    args = ["search", "--model", "qwen3-8b", "--models-dir", str(empty), "--plan", "--offline", "--max-tokens", "512",
-            "--per-category", "4"]
+    args = [
+        "search",
+        "--model",
+        "qwen3-8b",
+        "--models-dir",
+        str(empty),
+        "--plan",
+        "--offline",
+        "--max-tokens",
+        "512",
+        "--per-category",
+        "4",
+    ]
     refused = CliRunner().invoke(cli, [*args, "--budget", "15m"])
-    assert refused.exit_code == 2 and "--budget 15.0 min is too small for a verdict here" in refused.output, refused.output
+    assert refused.exit_code == 2 and "--budget 15.0 min is too small for a verdict here" in refused.output, (
+        refused.output
+    )
     smallest = int(refused.output.split("give at least --budget ")[1].split("m")[0])
     lines = run(*args, "--budget", f"{smallest}m").stdout.splitlines()
-    assert lines[3].startswith(f"budget: {smallest:.1f} min (--budget; downloads aside): the prediction on 11 "
-                               "prompts x "), lines[3]
+    assert lines[3].startswith(
+        f"budget: {smallest:.1f} min (--budget; downloads aside): the prediction on 11 prompts x "
+    ), lines[3]
     total = lines[-1].split("plan: up to ")[1].split(" min")[0]
     assert float(total) <= smallest  # the plan fits the budget it was given
     bad = CliRunner().invoke(cli, [*args, "--budget", "15"])
@@ -76,16 +121,30 @@ def test_a_budget_too_small_for_a_verdict_is_refused_with_the_smallest_that_work
 
 
 def test_a_search_plans_keeps_an_eta_and_stores_its_cost(tiny_space, models_dir, autotune_home):
-    result = run("search", "--model", "tiny", "--space", str(tiny_space), "--models-dir", str(models_dir),
-                 "--max-tokens", "16", "--race-top", "1", "--race-budget", "1")
+    result = run(
+        "search",
+        "--model",
+        "tiny",
+        "--space",
+        str(tiny_space),
+        "--models-dir",
+        str(models_dir),
+        "--max-tokens",
+        "16",
+        "--race-top",
+        "1",
+        "--race-budget",
+        "1",
+    )
     notes = [line.removeprefix("autotune: ") for line in result.stderr.splitlines()]
     planned = next(i for i, line in enumerate(notes) if line.startswith("plan: "))
     assert planned < next(i for i, line in enumerate(notes) if line.startswith("measuring the step costs"))
     etas = [line for line in notes if line.startswith("ETA: ")]
     assert len(etas) >= 4 and etas[-1].startswith("ETA: 0 s left, done"), etas
     assert notes[-1].startswith("cost: baseline ") and "(total " in notes[-1]
-    study = optuna.load_study(study_name=f"tiny@{hardware_key()}:predicted",
-                              storage=f"sqlite:///{autotune_home / 'autotune.db'}")
+    study = optuna.load_study(
+        study_name=f"tiny@{hardware_key()}:predicted", storage=f"sqlite:///{autotune_home / 'autotune.db'}"
+    )
     cost = study.user_attrs["cost"]
     assert tuple(cost) == PHASES
     # the baseline: one server, the tokens the baseline trial says it generated and the server's warm-up
@@ -107,9 +166,25 @@ def test_a_search_plans_keeps_an_eta_and_stores_its_cost(tiny_space, models_dir,
 
 
 def test_a_measured_search_stores_its_cost_too(tiny_space, models_dir, autotune_home):
-    result = run("search", "--model", "tiny", "--space", str(tiny_space), "--models-dir", str(models_dir),
-                 "--strategy", "measure", "--engine", "python", "--trials", "3", "--max-tokens", "8", "--no-confirm",
-                 "--no-pruning")
+    result = run(
+        "search",
+        "--model",
+        "tiny",
+        "--space",
+        str(tiny_space),
+        "--models-dir",
+        str(models_dir),
+        "--strategy",
+        "measure",
+        "--engine",
+        "python",
+        "--trials",
+        "3",
+        "--max-tokens",
+        "8",
+        "--no-confirm",
+        "--no-pruning",
+    )
     assert result.stderr.splitlines()[-1].startswith("autotune: cost: trials ")
     cost = json.loads(run("best", "--model", "tiny", "--engine", "python", "--json").stdout)["cost"]
     assert list(cost) == ["trials"] and cost["trials"]["server_starts"] == 0  # in-process: no server started

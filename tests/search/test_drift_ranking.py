@@ -14,8 +14,13 @@ from autotune.study.best import best_result
 
 
 def _trial(number_tok_s: float, *, baseline: bool = False, reference: int | None = None, n: int = 0):
-    config = {"spec_type": "none" if baseline else "ngram-simple", "target": "/m/t.gguf", "draft": None,
-              "params": {} if baseline else {"ngram_simple_size_n": n}, "label": "none" if baseline else f"ngram {n}"}
+    config = {
+        "spec_type": "none" if baseline else "ngram-simple",
+        "target": "/m/t.gguf",
+        "draft": None,
+        "params": {} if baseline else {"ngram_simple_size_n": n},
+        "label": "none" if baseline else f"ngram {n}",
+    }
     attrs = {"config": config, "figures": {"mix_tok_s": number_tok_s}, "argv": ["llama-server", "-m", "/m/t.gguf"]}
     if baseline:
         attrs["role"] = "baseline"
@@ -26,10 +31,10 @@ def _trial(number_tok_s: float, *, baseline: bool = False, reference: int | None
 
 def test_a_trial_measured_on_a_cold_machine_is_not_beaten_by_one_measured_hot():
     study = optuna.create_study(direction="maximize")
-    study.add_trial(_trial(100.0, baseline=True))            # 0: baseline
-    study.add_trial(_trial(120.0, reference=0, n=1))         # 1: 1.20x
-    study.add_trial(_trial(60.0, baseline=True))             # 2: drift check, the machine slowed
-    study.add_trial(_trial(90.0, reference=2, n=2))          # 3: 1.50x, though fewer raw tok/s
+    study.add_trial(_trial(100.0, baseline=True))  # 0: baseline
+    study.add_trial(_trial(120.0, reference=0, n=1))  # 1: 1.20x
+    study.add_trial(_trial(60.0, baseline=True))  # 2: drift check, the machine slowed
+    study.add_trial(_trial(90.0, reference=2, n=2))  # 3: 1.50x, though fewer raw tok/s
     assert best_result(study).trial.number == 3
     assert [t.number for t in top_trials(study, 2)] == [3, 1]
 
@@ -37,8 +42,17 @@ def test_a_trial_measured_on_a_cold_machine_is_not_beaten_by_one_measured_hot():
 def test_the_pruner_sees_each_prompt_over_the_nearest_baselines_score():
     study = optuna.create_study(direction="maximize")
     first = _trial(100.0, baseline=True)
-    first.user_attrs["per_prompt"] = [{"prompt_id": "a", "category": "qa", "n_prompt": 5, "prompt_ms": 10.0,
-                                       "n_generated": 11, "decode_ms": 100.0, "decode_tok_s": 100.0}]
+    first.user_attrs["per_prompt"] = [
+        {
+            "prompt_id": "a",
+            "category": "qa",
+            "n_prompt": 5,
+            "prompt_ms": 10.0,
+            "n_generated": 11,
+            "decode_ms": 100.0,
+            "decode_tok_s": 100.0,
+        }
+    ]
     study.add_trial(first)
     drifted = _trial(60.0, baseline=True)  # a drift check: the machine now runs at 0.6
     drifted.user_attrs["per_prompt"] = [{**first.user_attrs["per_prompt"][0], "decode_ms": 166.7}]

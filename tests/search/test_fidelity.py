@@ -22,11 +22,11 @@ from autotune.engines.python import PythonEngine
 from autotune.engines.server import ServerEngine
 from autotune.errors import UsageError
 from autotune.hardware import hardware_key
-from autotune.measure.prompts import Prompt, PromptMix
 from autotune.llamacpp.runtime import Runtime, runtime_from_flags
-from autotune.spec.sampling import Sampling
 from autotune.llamacpp.server_binary import command_binary, resolve_server_binary
+from autotune.measure.prompts import Prompt, PromptMix
 from autotune.spec.config import SpecConfig
+from autotune.spec.sampling import Sampling
 
 pytestmark = pytest.mark.slow
 
@@ -39,8 +39,25 @@ def run(*args: str, ok: bool = True):
 
 
 def tiny_search(tiny_space, models_dir, *extra, ok: bool = True):
-    return run("search", "--strategy", "measure", "--model", "tiny", "--space", str(tiny_space), "--models-dir", str(models_dir),
-               "--max-tokens", "12", "--per-category", "1", "--seed", "2", *extra, ok=ok)
+    return run(
+        "search",
+        "--strategy",
+        "measure",
+        "--model",
+        "tiny",
+        "--space",
+        str(tiny_space),
+        "--models-dir",
+        str(models_dir),
+        "--max-tokens",
+        "12",
+        "--per-category",
+        "1",
+        "--seed",
+        "2",
+        *extra,
+        ok=ok,
+    )
 
 
 def study_names(home: Path) -> list[str]:
@@ -76,18 +93,21 @@ def test_the_bare_name_is_printed_where_path_finds_the_same_binary(tmp_path, mon
     assert command_binary(str(other)) == (str(other.resolve()), None)  # a different file: its path
 
 
-def test_search_ends_with_a_confirmation_on_llama_server_that_best_leads_with(tiny_space, models_dir, autotune_home,
-                                                                              confirmed_pick):
-    result = tiny_search(tiny_space, models_dir, "--trials", "4", "--no-pruning", "--race-top", "2",
-                         "--race-budget", "2")
+def test_search_ends_with_a_confirmation_on_llama_server_that_best_leads_with(
+    tiny_space, models_dir, autotune_home, confirmed_pick
+):
+    result = tiny_search(
+        tiny_space, models_dir, "--trials", "4", "--no-pruning", "--race-top", "2", "--race-budget", "2"
+    )
     lines = result.stdout.splitlines()
     assert " on llama-server" in lines[1] and " prompts, each prompt paired" in lines[1]
     if lines[1].startswith("# the plain command: "):  # nothing proven faster than the baseline there
         assert "no configuration was proven faster than it by 2%" in lines[1]
     else:
         assert "x the plain command's speed [95% CI " in lines[1]
-    study = optuna.load_study(study_name=f"tiny@{hardware_key()}:python",
-                              storage=f"sqlite:///{autotune_home / 'autotune.db'}")
+    study = optuna.load_study(
+        study_name=f"tiny@{hardware_key()}:python", storage=f"sqlite:///{autotune_home / 'autotune.db'}"
+    )
     confirmation = study.user_attrs["confirmation"]
     won = not lines[1].startswith("# the plain command: ")  # a winner's round after the decision is a third
     assert confirmation["engine"] == "server" and 1 <= confirmation["repeats"] <= 2 + won
@@ -102,22 +122,39 @@ def test_search_ends_with_a_confirmation_on_llama_server_that_best_leads_with(ti
 
 
 def test_best_and_trials_find_a_server_only_study_and_name_the_flags_when_there_are_two(
-        tiny_space, models_dir, autotune_home):
+    tiny_space, models_dir, autotune_home
+):
     tiny_search(tiny_space, models_dir, "--trials", "2", "--engine", "server", "--no-confirm")
     assert run("best", "--model", "tiny").stdout.startswith(resolve_server_binary())
     assert run("trials", "--model", "tiny").stdout.count("COMPLETE") >= 1
     tiny_search(tiny_space, models_dir, "--trials", "2", "--no-confirm")
     refused = run("best", "--model", "tiny", ok=False)
     assert refused.exit_code == 2
-    assert "--engine python --objective decode" in refused.output and "--engine server --objective decode" in refused.output
+    assert (
+        "--engine python --objective decode" in refused.output
+        and "--engine server --objective decode" in refused.output
+    )
     assert run("best", "--model", "tiny", "--engine", "server").exit_code == 0
 
 
 def test_a_base_flag_the_python_engine_cannot_apply_is_refused_before_any_trial(tmp_path, models_dir, autotune_home):
     space = tmp_path / "flags.toml"
-    space.write_text('[model]\nname = "tiny"\ntarget = "tiny-target.gguf"\ncontext_size = 512\n'
-                     'base_flags = ["--mlock"]\n[spec_types.ngram-simple]\nngram_simple_size_n = [1, 3]\n')
-    result = run("search", "--strategy", "measure", "--model", "tiny", "--space", str(space), "--models-dir", str(models_dir), ok=False)
+    space.write_text(
+        '[model]\nname = "tiny"\ntarget = "tiny-target.gguf"\ncontext_size = 512\n'
+        'base_flags = ["--mlock"]\n[spec_types.ngram-simple]\nngram_simple_size_n = [1, 3]\n'
+    )
+    result = run(
+        "search",
+        "--strategy",
+        "measure",
+        "--model",
+        "tiny",
+        "--space",
+        str(space),
+        "--models-dir",
+        str(models_dir),
+        ok=False,
+    )
     assert result.exit_code == 2
     assert "--mlock" in result.output and "--engine server" in result.output and "Traceback" not in result.output
     assert not (autotune_home / "autotune.db").exists() or not study_names(autotune_home)
@@ -133,8 +170,13 @@ def test_base_flags_set_the_in_process_runtime_as_llama_server_reads_them():
 
 
 def _mix() -> PromptMix:
-    return PromptMix("test", (Prompt("p1", "qa", "Once upon a time in a land far away there lived a"),
-                              Prompt("p2", "qa", "The quick brown fox jumps over the lazy dog and then")))
+    return PromptMix(
+        "test",
+        (
+            Prompt("p1", "qa", "Once upon a time in a land far away there lived a"),
+            Prompt("p2", "qa", "The quick brown fox jumps over the lazy dog and then"),
+        ),
+    )
 
 
 @pytest.mark.parametrize("engine_class", [PythonEngine, ServerEngine])
@@ -155,17 +197,20 @@ def test_sampling_reaches_both_engines_and_a_seed_repeats_itself(engine_class, t
 
 
 def test_a_sampled_study_records_that_its_output_was_not_checked(tiny_space, models_dir, autotune_home):
-    result = tiny_search(tiny_space, models_dir, "--trials", "3", "--no-pruning", "--no-confirm",
-                         "--temperature", "0.9", "--top-k", "20")
+    result = tiny_search(
+        tiny_space, models_dir, "--trials", "3", "--no-pruning", "--no-confirm", "--temperature", "0.9", "--top-k", "20"
+    )
     argv = shlex.split(result.stdout.splitlines()[0])
     assert argv[argv.index("--temp") + 1] == "0.9" and argv[argv.index("--top-k") + 1] == "20"
     assert argv[argv.index("--seed") + 1] == "2"
-    study = optuna.load_study(study_name=f"tiny@{hardware_key()}:python",
-                              storage=f"sqlite:///{autotune_home / 'autotune.db'}")
+    study = optuna.load_study(
+        study_name=f"tiny@{hardware_key()}:python", storage=f"sqlite:///{autotune_home / 'autotune.db'}"
+    )
     speculative = [t for t in study.trials if t.user_attrs.get("role") != "baseline" and t.state.name == "COMPLETE"]
     assert speculative and all(t.user_attrs["lossless"] is None for t in speculative)
-    assert all(t.user_attrs["lossless_reason"].startswith("not checked: sampling at temperature 0.9")
-               for t in speculative)
+    assert all(
+        t.user_attrs["lossless_reason"].startswith("not checked: sampling at temperature 0.9") for t in speculative
+    )
     resumed = tiny_search(tiny_space, models_dir, "--trials", "4", "--no-confirm", ok=False)  # greedy now
     assert resumed.exit_code == 2 and "sampling temperature 0.9" in resumed.output
 

@@ -8,14 +8,25 @@ import math
 import pytest
 from scipy.stats import norm
 
-from autotune.search.finalists._cover import Candidate, closeness, drawn, DRAWS, near_duplicate, one_region, SAME_REGION, SHARES, TrueSpeedups
+from autotune.search.finalists._cover import (
+    DRAWS,
+    SAME_REGION,
+    SHARES,
+    Candidate,
+    TrueSpeedups,
+    closeness,
+    drawn,
+    near_duplicate,
+    one_region,
+)
 
 SD = 0.10
 
 
 def simple(m: int, n: int, speedup: float, family: str = "n-gram") -> Candidate:
-    return Candidate(speedup, SD, family, "t", ("ngram-simple", "t", None),
-                     {"ngram_simple_size_m": m, "ngram_simple_size_n": n})
+    return Candidate(
+        speedup, SD, family, "t", ("ngram-simple", "t", None), {"ngram_simple_size_m": m, "ngram_simple_size_n": n}
+    )
 
 
 def mod(n_max: int, speedup: float) -> Candidate:
@@ -26,11 +37,14 @@ def binomial_tolerance(p: float) -> float:
     return 4 * math.sqrt(p * (1 - p) / DRAWS) + 1e-9
 
 
-@pytest.mark.parametrize("a, b, correlation", [
-    (simple(15, 4, 1.60), Candidate(1.50, SD, "draft model", "t", ("draft-simple", "t", "d"), {}), 0.0),
-    (simple(15, 4, 1.60), mod(16, 1.50), SHARES["family"]),
-    (simple(15, 4, 1.60), simple(15, 4, 1.50), 1 - SHARES["own"]),  # one point of the grid: all but its own
-])
+@pytest.mark.parametrize(
+    "a, b, correlation",
+    [
+        (simple(15, 4, 1.60), Candidate(1.50, SD, "draft model", "t", ("draft-simple", "t", "d"), {}), 0.0),
+        (simple(15, 4, 1.60), mod(16, 1.50), SHARES["family"]),
+        (simple(15, 4, 1.60), simple(15, 4, 1.50), 1 - SHARES["own"]),  # one point of the grid: all but its own
+    ],
+)
 def test_the_chance_of_the_lower_prediction_is_the_normal_law_of_the_shares(a, b, correlation):
     sd_difference = SD * math.sqrt(2 * (1 - correlation))
     expected = norm.cdf(-math.log(a.speedup / b.speedup) / sd_difference)

@@ -10,8 +10,7 @@ import optuna
 import pytest
 
 from autotune.llamacpp.runnable import CommandCheck
-from autotune.search.finalists import FAMILY_MARGIN
-from autotune.search.finalists import finalists
+from autotune.search.finalists import FAMILY_MARGIN, finalists
 from autotune.spec.command import ServerCommand
 from autotune.spec.config import SpecConfig
 from autotune.study.records import TrialRecord, config_attrs, trial_attrs
@@ -25,13 +24,21 @@ def predicted_study(rows: list[tuple[SpecConfig, float]]) -> optuna.Study:
     command = ServerCommand(4096)
     for number, (config, speedup) in enumerate(rows):
         counts = {"drafted": number, "accepted": number, "verify_steps": number}  # no two alike
-        study.add_trial(optuna.trial.create_trial(value=speedup, user_attrs=trial_attrs(
-            config=config_attrs(config), argv=command.argv(config), predicted={"speedup": speedup, **counts})))
+        study.add_trial(
+            optuna.trial.create_trial(
+                value=speedup,
+                user_attrs=trial_attrs(
+                    config=config_attrs(config), argv=command.argv(config), predicted={"speedup": speedup, **counts}
+                ),
+            )
+        )
     return study
 
 
 def ngram(n_max: int) -> SpecConfig:
-    return SpecConfig(TARGET, "ngram-mod", params={"ngram_mod_n_match": 8, "ngram_mod_n_min": 2, "ngram_mod_n_max": n_max})
+    return SpecConfig(
+        TARGET, "ngram-mod", params={"ngram_mod_n_match": 8, "ngram_mod_n_min": 2, "ngram_mod_n_max": n_max}
+    )
 
 
 def draft(n_max: int, path: Path = DRAFT) -> SpecConfig:

@@ -27,20 +27,37 @@ def _planned(lines: list[str]) -> dict[str, tuple[int, int, int]]:
 
 
 def test_no_phase_of_a_search_does_more_than_its_plan(tiny_space, models_dir, autotune_home):
-    args = ["search", "--model", "tiny", "--space", str(tiny_space), "--models-dir", str(models_dir),
-            "--max-tokens", "16", "--race-top", "2", "--race-budget", "2"]
+    args = [
+        "search",
+        "--model",
+        "tiny",
+        "--space",
+        str(tiny_space),
+        "--models-dir",
+        str(models_dir),
+        "--max-tokens",
+        "16",
+        "--race-top",
+        "2",
+        "--race-budget",
+        "2",
+    ]
     plan = CliRunner().invoke(cli, [*args, "--plan"])
     assert plan.exit_code == 0, plan.output
     planned = _planned(plan.stdout.splitlines())
     assert {"baseline", "calibration", "race"} <= set(planned), plan.stdout
     searched = CliRunner().invoke(cli, args)
     assert searched.exit_code == 0, searched.output
-    cost = optuna.load_study(study_name=f"tiny@{hardware_key()}:predicted",
-                             storage=f"sqlite:///{autotune_home / 'autotune.db'}").user_attrs["cost"]
-    over = [f"{phase}: {what} {cost[phase][what]} > planned {planned[phase][i]}"
-            for phase in planned if phase in cost
-            for i, what in enumerate(("tokens", "decodes", "server_starts"))
-            if what != "decodes" or phase in ("chains", "blocks")
-            if cost[phase][what] > planned[phase][i]]
+    cost = optuna.load_study(
+        study_name=f"tiny@{hardware_key()}:predicted", storage=f"sqlite:///{autotune_home / 'autotune.db'}"
+    ).user_attrs["cost"]
+    over = [
+        f"{phase}: {what} {cost[phase][what]} > planned {planned[phase][i]}"
+        for phase in planned
+        if phase in cost
+        for i, what in enumerate(("tokens", "decodes", "server_starts"))
+        if what != "decodes" or phase in ("chains", "blocks")
+        if cost[phase][what] > planned[phase][i]
+    ]
     assert over == [], (over, plan.stdout)
     assert cost["race"]["server_starts"] > 0 and cost["race"]["tokens"] > 0

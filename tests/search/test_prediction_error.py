@@ -10,7 +10,7 @@ import optuna
 import pytest
 from scipy.stats import norm
 
-from autotune.search.finalists._error import band, BAND_LEVEL, family_error_sds, floored, PRIOR_ERROR_SD, PRIOR_WEIGHT
+from autotune.search.finalists._error import BAND_LEVEL, PRIOR_ERROR_SD, PRIOR_WEIGHT, band, family_error_sds, floored
 from autotune.spec.command import ServerCommand
 from autotune.spec.config import SpecConfig
 from autotune.study.best import trial_rows
@@ -24,14 +24,31 @@ DRAFT = SpecConfig(TARGET, "draft-simple", Path("/m/draft.gguf"), {"draft_n_max"
 
 
 def predicted_trial(config: SpecConfig, speedup: float, **predicted) -> optuna.trial.FrozenTrial:
-    return optuna.trial.create_trial(value=speedup, user_attrs=trial_attrs(
-        config=config_attrs(config), argv=ServerCommand(4096).argv(config), predicted={"speedup": speedup, **predicted}))
+    return optuna.trial.create_trial(
+        value=speedup,
+        user_attrs=trial_attrs(
+            config=config_attrs(config),
+            argv=ServerCommand(4096).argv(config),
+            predicted={"speedup": speedup, **predicted},
+        ),
+    )
 
 
 def raced(trial: int, family: str, speedup: float, failure: str | None = None) -> ConfirmedConfig:
-    return ConfirmedConfig(label=f"#{trial}", role="trial", trial=trial, target=str(TARGET), argv=[], samples=[],
-                           mean_tok_s=0.0, ci95=(0.0, 0.0), p_value=None, speedup=speedup, failure=failure,
-                           family=family)
+    return ConfirmedConfig(
+        label=f"#{trial}",
+        role="trial",
+        trial=trial,
+        target=str(TARGET),
+        argv=[],
+        samples=[],
+        mean_tok_s=0.0,
+        ci95=(0.0, 0.0),
+        p_value=None,
+        speedup=speedup,
+        failure=failure,
+        family=family,
+    )
 
 
 @pytest.fixture
@@ -47,8 +64,18 @@ def test_a_first_run_takes_each_familys_prior(storage):
 def test_an_earlier_races_finalists_move_the_sd_toward_what_they_measured(storage):
     earlier = optuna.create_study(storage=storage, study_name=BASE)
     earlier.add_trials([predicted_trial(NGRAM, 1.80), predicted_trial(DRAFT, 1.20), predicted_trial(DRAFT, 1.10)])
-    confirmation = Confirmation("server", "b1", 2, "2025-01-01", baselines=[], configs=[
-        raced(0, "n-gram", 1.50), raced(1, "draft model", 1.25), raced(2, "draft model", 0.5, failure="crashed")])
+    confirmation = Confirmation(
+        "server",
+        "b1",
+        2,
+        "2025-01-01",
+        baselines=[],
+        configs=[
+            raced(0, "n-gram", 1.50),
+            raced(1, "draft model", 1.25),
+            raced(2, "draft model", 0.5, failure="crashed"),
+        ],
+    )
     earlier.set_user_attr("confirmation", confirmation.as_dict())
     unraced = optuna.create_study(storage=storage, study_name=f"{BASE}/v2")  # stopped before its race: no errors
     unraced.add_trials([predicted_trial(NGRAM, 3.0)])
@@ -57,7 +84,7 @@ def test_an_earlier_races_finalists_move_the_sd_toward_what_they_measured(storag
     sds = family_error_sds(now)
 
     def pooled(prior: float, error: float) -> float:
-        return math.sqrt((PRIOR_WEIGHT * prior ** 2 + error ** 2) / (PRIOR_WEIGHT + 1))
+        return math.sqrt((PRIOR_WEIGHT * prior**2 + error**2) / (PRIOR_WEIGHT + 1))
 
     assert sds["n-gram"] == pytest.approx(pooled(PRIOR_ERROR_SD["n-gram"], math.log(1.80 / 1.50)))
     assert sds["draft model"] == pytest.approx(pooled(PRIOR_ERROR_SD["draft model"], math.log(1.20 / 1.25)))
@@ -67,7 +94,8 @@ def test_an_earlier_races_finalists_move_the_sd_toward_what_they_measured(storag
 def test_the_band_holds_its_level_under_the_sd_and_trials_shows_it():
     low, high = band(1.60, 0.10)
     assert norm.cdf(math.log(high / 1.60) / 0.10) - norm.cdf(math.log(low / 1.60) / 0.10) == pytest.approx(
-        BAND_LEVEL, abs=1e-3)
+        BAND_LEVEL, abs=1e-3
+    )
     study = optuna.create_study(direction="maximize")
     study.add_trial(predicted_trial(NGRAM, 1.60, error_sd=0.10, speedup_band=[low, high]))
     assert trial_rows(study)[0]["predicted_band"] == [low, high]

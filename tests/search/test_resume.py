@@ -13,9 +13,8 @@ from dataclasses import replace
 
 import pytest
 
+from autotune.search.inputs import SearchOptions, SearchSettings, check_inputs
 from autotune.search.predicted._resume import resume_key
-from autotune.search.inputs import check_inputs, SearchOptions
-from autotune.search.inputs import SearchSettings
 from autotune.testing.processes import start_logged
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_server_left_behind")]
@@ -25,8 +24,22 @@ RESUMED = "resuming tiny-target.gguf: its baseline and recordings from the unfin
 
 
 def search_args(space, models, *extra: str) -> list[str]:
-    return ["search", "--model", "tiny", "--space", str(space), "--models-dir", str(models), "--max-tokens", "24",
-            "--race-top", "1", "--race-budget", "1", *extra]
+    return [
+        "search",
+        "--model",
+        "tiny",
+        "--space",
+        str(space),
+        "--models-dir",
+        str(models),
+        "--max-tokens",
+        "24",
+        "--race-top",
+        "1",
+        "--race-budget",
+        "1",
+        *extra,
+    ]
 
 
 def run(args: list[str], *, stop_at: str | None = None) -> tuple[int, str]:
@@ -55,7 +68,9 @@ def test_a_search_stopped_after_its_recordings_resumes_from_them(tiny_space, mod
 
 
 def test_what_a_search_keeps_is_keyed_by_what_shaped_it(tiny_space, models_dir):
-    options = SearchOptions(SearchSettings(model="tiny", trials=1, max_tokens=24), space_file=tiny_space, models_dir=models_dir)
+    options = SearchOptions(
+        SearchSettings(model="tiny", trials=1, max_tokens=24), space_file=tiny_space, models_dir=models_dir
+    )
     inputs = check_inputs(options, lambda line: None)
     target = inputs.candidates.targets[0]
     key = resume_key(inputs, options.settings, target, "b1")
@@ -70,13 +85,22 @@ def test_what_a_search_keeps_is_keyed_by_what_shaped_it(tiny_space, models_dir):
 
 
 def test_a_search_stopped_in_its_race_keeps_the_standing_result_undecided(tiny_space, models_dir, autotune_home):
-    code, log = run(search_args(tiny_space, models_dir, "--race-budget", "4"),
-                    stop_at="race: every entrant's llama-server stays loaded")
+    code, log = run(
+        search_args(tiny_space, models_dir, "--race-budget", "4"),
+        stop_at="race: every entrant's llama-server stays loaded",
+    )
     assert code == 128 + signal.SIGTERM, log[-3000:]
     assert "autotune: stopped in race round " in log and ", undecided: " in log, log[-3000:]
-    best = subprocess.run([sys.executable, "-m", "autotune", "best", "--model", "tiny"], capture_output=True, text=True,
-                          timeout=120, env={**os.environ, "AUTOTUNE_HOME": str(autotune_home)})
+    best = subprocess.run(
+        [sys.executable, "-m", "autotune", "best", "--model", "tiny"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "AUTOTUNE_HOME": str(autotune_home)},
+    )
     assert best.returncode == 0, best.stderr
     lines = best.stdout.splitlines()
-    assert lines[1].startswith("# the plain command: no configuration was proven faster") and \
-        "stopped before a verdict: undecided" in lines[1], lines
+    assert (
+        lines[1].startswith("# the plain command: no configuration was proven faster")
+        and "stopped before a verdict: undecided" in lines[1]
+    ), lines

@@ -13,8 +13,7 @@ from click.testing import CliRunner
 from autotune.cli.main import cli
 from autotune.engines.python import PythonEngine
 from autotune.hardware import hardware_key
-from autotune.search.inputs import check_inputs, runnable_space, SearchOptions
-from autotune.search.inputs import SearchSettings
+from autotune.search.inputs import SearchOptions, SearchSettings, check_inputs, runnable_space
 from autotune.search.measured import Tuner
 from autotune.study.best import best_result
 from autotune.study.verdict import Confirmation, ConfirmedConfig
@@ -23,17 +22,27 @@ from autotune.testing.reporter import KeptNotes
 from storage import open_storage, resolve_storage_url
 
 #: llama.cpp's --spec-default (common/arg.cpp): ngram-mod, n-match 24, n-max 64, n-min 48, spelled out
-SPEC_DEFAULT_FLAGS = ["--spec-type", "ngram-mod", "--spec-ngram-mod-n-match", "24", "--spec-ngram-mod-n-max", "64",
-                      "--spec-ngram-mod-n-min", "48"]
+SPEC_DEFAULT_FLAGS = [
+    "--spec-type",
+    "ngram-mod",
+    "--spec-ngram-mod-n-match",
+    "24",
+    "--spec-ngram-mod-n-max",
+    "64",
+    "--spec-ngram-mod-n-min",
+    "48",
+]
 SPEC_DEFAULT_STORED = {"ngram_mod_n_match": 24, "ngram_mod_n_min": 48, "ngram_mod_n_max": 64}
 
 #: a passage given twice, the second copy begun: ngram-mod's 24-token match finds the first copy, so
 #: --spec-default drafts (its 48-token minimum is there to copy) and Gemma, which continues the copy, accepts
-PASSAGE = ("The lighthouse keeper climbed the spiral stairs every evening at dusk, carrying a can of oil, a box of "
-           "matches and a small notebook in which he wrote the colour of the sky, the height of the waves and the "
-           "names of the ships that passed the point. In forty years he never missed a night, and the notebooks, "
-           "stacked in the cellar of the tower, became the only record of the harbour's traffic that survived the "
-           "fire which destroyed the town hall and its archives.")
+PASSAGE = (
+    "The lighthouse keeper climbed the spiral stairs every evening at dusk, carrying a can of oil, a box of "
+    "matches and a small notebook in which he wrote the colour of the sky, the height of the waves and the "
+    "names of the ships that passed the point. In forty years he never missed a night, and the notebooks, "
+    "stacked in the cellar of the tower, became the only record of the harbour's traffic that survived the "
+    "fire which destroyed the town hall and its archives."
+)
 COPY_PROMPT = f"Passage:\n\n{PASSAGE}\n\nThe same passage, copied word for word:\n\n{PASSAGE[:160]}"
 
 GEMMA_SPACE = """
@@ -55,8 +64,25 @@ def run(*args: str):
 
 
 def server_study(tiny_space, models_dir, autotune_home, *extra) -> optuna.Study:
-    run("search", "--strategy", "measure", "--model", "tiny", "--space", str(tiny_space), "--models-dir", str(models_dir), "--engine", "server",
-        "--max-tokens", "8", "--per-category", "1", "--no-confirm", *extra)
+    run(
+        "search",
+        "--strategy",
+        "measure",
+        "--model",
+        "tiny",
+        "--space",
+        str(tiny_space),
+        "--models-dir",
+        str(models_dir),
+        "--engine",
+        "server",
+        "--max-tokens",
+        "8",
+        "--per-category",
+        "1",
+        "--no-confirm",
+        *extra,
+    )
     storage = f"sqlite:///{autotune_home / 'autotune.db'}"
     return optuna.load_study(study_name=f"tiny@{hardware_key()}:server", storage=storage)
 
@@ -72,9 +98,30 @@ def gemma_copy_study(gemma_path, tmp_path, autotune_home) -> optuna.Study:
     space.write_text(GEMMA_SPACE.format(target=gemma_path.name))
     prompts = tmp_path / "copy.jsonl"
     prompts.write_text(json.dumps({"id": "copy", "category": "copy", "prompt": COPY_PROMPT}) + "\n")
-    run("search", "--strategy", "measure", "--model", "gemma-copy", "--space", str(space), "--models-dir", str(models),
-        "--engine", "server", "--prompts", str(prompts), "--max-tokens", "8", "--no-confirm", "--trials", "3",
-        "--baseline-every", "1", "--seed", "1")
+    run(
+        "search",
+        "--strategy",
+        "measure",
+        "--model",
+        "gemma-copy",
+        "--space",
+        str(space),
+        "--models-dir",
+        str(models),
+        "--engine",
+        "server",
+        "--prompts",
+        str(prompts),
+        "--max-tokens",
+        "8",
+        "--no-confirm",
+        "--trials",
+        "3",
+        "--baseline-every",
+        "1",
+        "--seed",
+        "1",
+    )
     storage = f"sqlite:///{autotune_home / 'autotune.db'}"
     return optuna.load_study(study_name=f"gemma-copy@{hardware_key()}:server", storage=storage)
 
@@ -88,7 +135,7 @@ def test_spec_default_is_measured_after_the_baseline_again_at_each_drift_check_a
     assert len(spec_defaults) >= 2 and all(t.user_attrs.get("drift_check") for t in spec_defaults[1:])
     for trial in spec_defaults:
         assert trial.state == optuna.trial.TrialState.COMPLETE, trial.user_attrs.get("fail_reason")
-        assert trial.user_attrs["argv"][-len(SPEC_DEFAULT_FLAGS):] == SPEC_DEFAULT_FLAGS
+        assert trial.user_attrs["argv"][-len(SPEC_DEFAULT_FLAGS) :] == SPEC_DEFAULT_FLAGS
         config = trial.user_attrs["config"]
         assert (config["spec_type"], config["params"]) == ("ngram-mod", SPEC_DEFAULT_STORED)
         # llama-server's own counts: the reference really ran llama.cpp's default, and Gemma kept copying
@@ -97,7 +144,8 @@ def test_spec_default_is_measured_after_the_baseline_again_at_each_drift_check_a
         # its speedup is over the baseline measured last before it (the drift check's own, after the first)
         baseline = [t for t in trials if t.user_attrs.get("role") == "baseline" and t.number < trial.number][-1]
         assert trial.user_attrs["speedup"] == pytest.approx(
-            figures["mix_tok_s"] / baseline.user_attrs["figures"]["mix_tok_s"], rel=1e-3)
+            figures["mix_tok_s"] / baseline.user_attrs["figures"]["mix_tok_s"], rel=1e-3
+        )
     # neither drift checks nor the --spec-default reference count against --trials
     counted = [t for t in trials if not t.user_attrs.get("drift_check") and t.user_attrs.get("role") != "spec-default"]
     assert len(counted) == 3 and counted[0].user_attrs["role"] == "baseline"
@@ -106,8 +154,9 @@ def test_spec_default_is_measured_after_the_baseline_again_at_each_drift_check_a
     chosen = next(t for t in trials if t.number == best["trial"])
     nearest = [t for t in spec_defaults if t.number <= chosen.number] or spec_defaults[:1]  # else the first after
     assert best["spec_default_tok_s"] == pytest.approx(nearest[-1].user_attrs["figures"]["mix_tok_s"], abs=1e-3)
-    assert best["speedup_vs_spec_default"] == pytest.approx(best["speedup"] / nearest[-1].user_attrs["speedup"],
-                                                            rel=1e-3)
+    assert best["speedup_vs_spec_default"] == pytest.approx(
+        best["speedup"] / nearest[-1].user_attrs["speedup"], rel=1e-3
+    )
     assert "--spec-default" in run("best", "--model", "gemma-copy").stdout
 
 
@@ -122,8 +171,9 @@ def test_the_confirmation_measures_spec_default_in_the_same_rounds(tiny_space, m
     result = run("confirm", "--model", "tiny", "--top", "1", "--repeats", "2")
     assert "--spec-default" in result.output
     # measured in the first round with the others; drafting nothing there too, it cannot be the winner
-    (row,) = optuna.load_study(study_name=study.study_name,
-                               storage=f"sqlite:///{autotune_home / 'autotune.db'}").user_attrs["confirmation"]["spec_defaults"]
+    (row,) = optuna.load_study(
+        study_name=study.study_name, storage=f"sqlite:///{autotune_home / 'autotune.db'}"
+    ).user_attrs["confirmation"]["spec_defaults"]
     assert row["trial"] == reference.number
     assert row["failure"].startswith("drafted nothing: speculation was inactive")
     best = json.loads(run("best", "--model", "tiny", "--json").stdout)
@@ -137,14 +187,29 @@ def _row(role: str, trial: int | None, speed: float, *, proven: bool, jitter: fl
     """A race row `speed` times as fast as the baseline, `proven` by the race's rule or not."""
     if role == "baseline":
         return raced_row(role, role, BASELINE_MS, trial=trial, target="/m/t.gguf", argv=["llama-server"])
-    return raced_row(role, role, scaled(BASELINE_MS, speed, jitter, seed=trial or 0), baseline_ms=BASELINE_MS,
-                     trial=trial, target="/m/t.gguf", argv=["llama-server"], significant=proven)
+    return raced_row(
+        role,
+        role,
+        scaled(BASELINE_MS, speed, jitter, seed=trial or 0),
+        baseline_ms=BASELINE_MS,
+        trial=trial,
+        target="/m/t.gguf",
+        argv=["llama-server"],
+        significant=proven,
+    )
 
 
 def test_spec_default_is_the_winner_when_it_is_proven_fastest():
-    confirmation = Confirmation("server", "b1", 2, "2026-12-03", [_row("baseline", None, 1.0, proven=False)],
-                                [_row("trial", 5, 1.2, proven=True)], [_row("spec-default", 1, 1.4, proven=True)],
-                                pairing="prompt")
+    confirmation = Confirmation(
+        "server",
+        "b1",
+        2,
+        "2026-12-03",
+        [_row("baseline", None, 1.0, proven=False)],
+        [_row("trial", 5, 1.2, proven=True)],
+        [_row("spec-default", 1, 1.4, proven=True)],
+        pairing="prompt",
+    )
     assert confirmation.winner.role == "spec-default" and confirmation.pick is confirmation.winner
     assert confirmation.speedup_vs_spec_default(confirmation.configs[0]) == pytest.approx(1.2 / 1.4, rel=1e-3)
     restored = Confirmation.from_dict(confirmation.as_dict())
@@ -173,28 +238,45 @@ class _EngineWithoutNgramMod(PythonEngine):
 
 @pytest.mark.slow
 def test_an_engine_without_ngram_mod_says_once_that_the_study_has_no_spec_default(tiny_space, models_dir):
-    options = SearchOptions(SearchSettings("tiny", trials=2, max_tokens=4, seed=0), engine_name="python",
-                            models_dir=models_dir, space_file=tiny_space)
+    options = SearchOptions(
+        SearchSettings("tiny", trials=2, max_tokens=4, seed=0),
+        engine_name="python",
+        models_dir=models_dir,
+        space_file=tiny_space,
+    )
     notes = KeptNotes()
     inputs = check_inputs(options, notes.note)
     storage = open_storage(resolve_storage_url(None))
     with _EngineWithoutNgramMod(context_size=512) as engine:
         space = runnable_space(inputs.space, engine, inputs.candidates, notes)
         for _ in range(2):  # a resumed study does not say it again
-            study = Tuner(space, inputs.candidates, inputs.mix.take(per_category=1), engine,
-                          options.settings, notes).run(storage)
+            study = Tuner(
+                space, inputs.candidates, inputs.mix.take(per_category=1), engine, options.settings, notes
+            ).run(storage)
     assert [line for line in notes.lines if "--spec-default" in line] == [
         "the python engine cannot run ngram-mod, what llama.cpp's --spec-default turns on: this study has no "
-        "--spec-default reference"]
+        "--spec-default reference"
+    ]
     assert not [t for t in study.trials if t.user_attrs.get("role") == "spec-default"]
     assert best_result(study).spec_default is None
 
 
 def _stored_trial(role: str | None, label: str, tok_s: float, speedup: float) -> optuna.trial.FrozenTrial:
-    config = {"target": "/m/t.gguf", "label": label, "spec_type": "ngram-mod" if role != "baseline" else "none",
-              "params": {}}
-    attrs = {"config": config, "argv": ["llama-server", "-m", "/m/t.gguf", label], "figures": {"mix_tok_s": tok_s},
-             "engine": "python", "speedup": speedup, "lossless": True, **({"role": role} if role else {})}
+    config = {
+        "target": "/m/t.gguf",
+        "label": label,
+        "spec_type": "ngram-mod" if role != "baseline" else "none",
+        "params": {},
+    }
+    attrs = {
+        "config": config,
+        "argv": ["llama-server", "-m", "/m/t.gguf", label],
+        "figures": {"mix_tok_s": tok_s},
+        "engine": "python",
+        "speedup": speedup,
+        "lossless": True,
+        **({"role": role} if role else {}),
+    }
     return optuna.trial.create_trial(value=tok_s, user_attrs=attrs)
 
 
@@ -202,16 +284,29 @@ def test_a_winning_spec_default_is_named_as_such_with_the_best_searched_configur
     from autotune.cli.output import best_text
 
     study = optuna.create_study(direction="maximize")
-    for trial in (_stored_trial("baseline", "none", 50.0, 1.0), _stored_trial("spec-default", "--spec-default", 66.0, 1.32),
-                  _stored_trial(None, "ngram-map-k", 63.0, 1.26)):
+    for trial in (
+        _stored_trial("baseline", "none", 50.0, 1.0),
+        _stored_trial("spec-default", "--spec-default", 66.0, 1.32),
+        _stored_trial(None, "ngram-map-k", 63.0, 1.26),
+    ):
         study.add_trial(trial)
-    confirmation = Confirmation("server", "b1", 2, "2026-12-03", [_row("baseline", 0, 1.0, proven=False)],
-                                [_row("trial", 2, 1.2, proven=True)], [_row("spec-default", 1, 1.44, proven=True)],
-                                pairing="prompt")
+    confirmation = Confirmation(
+        "server",
+        "b1",
+        2,
+        "2026-12-03",
+        [_row("baseline", 0, 1.0, proven=False)],
+        [_row("trial", 2, 1.2, proven=True)],
+        [_row("spec-default", 1, 1.44, proven=True)],
+        pairing="prompt",
+    )
     study.set_user_attr("confirmation", confirmation.as_dict())
     lines = best_text(best_result(study)).splitlines()
     assert lines[0].endswith("--spec-default")  # trial 1's command
     assert lines[1].startswith("# 1.44x the plain command's speed [95% CI ")
-    assert re.match(r"# this is llama.cpp's --spec-default; the fastest searched configuration \(trial\) ran 1.20x "
-                    r"\[95% CI 1\.1\d-1\.2\d\] in the same rounds$", lines[2]), lines[2]
+    assert re.match(
+        r"# this is llama.cpp's --spec-default; the fastest searched configuration \(trial\) ran 1.20x "
+        r"\[95% CI 1\.1\d-1\.2\d\] in the same rounds$",
+        lines[2],
+    ), lines[2]
     assert not any("this command runs" in line for line in lines)  # no ratio of the default over itself

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import tomllib
 import warnings
 from pathlib import Path
 
 import optuna
 import pytest
+import tomllib
 
 from autotune.models.candidates import Candidates
 from autotune.search.measured import suggest_config
@@ -15,8 +15,12 @@ from autotune.spec.space import parse_space
 from autotune.testing.tiny_gguf import tiny_space
 
 #: the tiny space with draft-simple's n-min bounded by its n-max, and ngram-simple's m by its n
-SPACE = tiny_space(spec_types={"draft-simple": {"draft_n_max": (1, 6), "draft_n_min": (3, 5)},
-                               "ngram-simple": {"ngram_simple_size_n": (1, 6), "ngram_simple_size_m": (2, 8)}})
+SPACE = tiny_space(
+    spec_types={
+        "draft-simple": {"draft_n_max": (1, 6), "draft_n_min": (3, 5)},
+        "ngram-simple": {"ngram_simple_size_n": (1, 6), "ngram_simple_size_m": (2, 8)},
+    }
+)
 TARGET, DRAFT = Path("tiny-target.gguf"), Path("tiny-draft.gguf")
 CANDIDATES = Candidates(targets=(TARGET,), pairs={"draft-simple": ((TARGET, DRAFT),)})
 
@@ -46,8 +50,11 @@ def proposals(tmp_path, sampler: optuna.samplers.BaseSampler, n: int) -> list[tu
 def test_every_asked_value_is_the_measured_one_and_every_bound_holds(tmp_path, sampler):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        made = (optuna.samplers.TPESampler(seed=3, multivariate=True, group=True, n_startup_trials=8)
-                if sampler == "tpe" else optuna.samplers.RandomSampler(seed=3))
+        made = (
+            optuna.samplers.TPESampler(seed=3, multivariate=True, group=True, n_startup_trials=8)
+            if sampler == "tpe"
+            else optuna.samplers.RandomSampler(seed=3)
+        )
     for asked, measured in proposals(tmp_path, made, 80):
         for name, value in asked.items():
             if name in measured:

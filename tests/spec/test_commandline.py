@@ -4,8 +4,8 @@ from pathlib import Path
 import pytest
 
 from autotune.spec.command import ServerCommand, format_command, server_argv
-from autotune.spec.sampling import Sampling
 from autotune.spec.config import SpecConfig
+from autotune.spec.sampling import Sampling
 
 TARGET = Path("/models/Qwen3 8B-Q4_K_M.gguf")
 
@@ -13,8 +13,21 @@ TARGET = Path("/models/Qwen3 8B-Q4_K_M.gguf")
 def test_baseline_runs_all_layers_on_gpu_with_flash_attention_greedily():
     argv = server_argv(SpecConfig(target=TARGET), context_size=4096)
     # greedy is not llama-server's default (temperature 0.8), so the command says so
-    assert argv == ["llama-server", "-m", str(TARGET), "-c", "4096", "-np", "1", "-ngl", "all", "-fa", "on",
-                    "--temp", "0"]
+    assert argv == [
+        "llama-server",
+        "-m",
+        str(TARGET),
+        "-c",
+        "4096",
+        "-np",
+        "1",
+        "-ngl",
+        "all",
+        "-fa",
+        "on",
+        "--temp",
+        "0",
+    ]
     assert server_argv(SpecConfig(target=TARGET), context_size=4096, threads=6)[-4:-2] == ["-t", "6"]
 
 
@@ -29,15 +42,18 @@ def test_sampling_settings_that_differ_from_llama_servers_defaults_are_in_the_co
 
 
 def test_draft_sampling_is_spelled_as_llama_server_takes_it():
-    config = SpecConfig(target=TARGET, spec_type="draft-simple", draft=Path("/m/d.gguf"),
-                        params={"draft_sampling": "probabilistic"})
+    config = SpecConfig(
+        target=TARGET, spec_type="draft-simple", draft=Path("/m/d.gguf"), params={"draft_sampling": "probabilistic"}
+    )
     argv = server_argv(config, context_size=4096)
     assert argv[argv.index("--spec-draft-sampling") + 1] == "probabilistic"
 
 
 def test_draft_config_spells_every_set_parameter_and_the_draft_model():
     config = SpecConfig(
-        target=TARGET, spec_type="draft-simple", draft=Path("/m/d.gguf"),
+        target=TARGET,
+        spec_type="draft-simple",
+        draft=Path("/m/d.gguf"),
         params={"draft_n_max": 5, "draft_p_min": 0.5},
     )
     argv = server_argv(config, context_size=2048, base_flags=["--jinja"], binary="/opt/llama-server")

@@ -50,12 +50,15 @@ def test_ranges_fixed_values_and_steps(tmp_path):
 
 
 def test_a_draft_type_may_take_drafts_from_several_tables(tmp_path):
-    two = GOOD.replace("[drafts.draft-simple]", "[[drafts.draft-simple]]") + """
+    two = (
+        GOOD.replace("[drafts.draft-simple]", "[[drafts.draft-simple]]")
+        + """
 [[drafts.draft-simple]]
 hf = "org/bigger-draft"
 file = "bigger-{quant}.gguf"
 quants = ["Q8_0", "Q4_K_M"]
 """
+    )
     space = load_space(write(tmp_path, two))
     small, bigger = space.draft_files("draft-simple")
     assert small.patterns() == [("Q8_0", "small-Q8_0.gguf")] and small.source is None
@@ -71,7 +74,7 @@ quants = ["Q8_0", "Q4_K_M"]
         ('quants = ["Q4_K_M", "Q8_0"]', 'colour = "red"', "model.colour", "unknown key"),
         ('quants = ["Q4_K_M", "Q8_0"]', 'context_size = "big"', "model.context_size", "expected int"),
         ('quants = ["Q4_K_M", "Q8_0"]', 'quants = "Q4"', "model.quants", "expected list"),
-        ('[drafts.draft-simple]', '[drafts.ngram-simple]', "drafts.ngram-simple", "not a draft spec type"),
+        ("[drafts.draft-simple]", "[drafts.ngram-simple]", "drafts.ngram-simple", "not a draft spec type"),
         ('file = "small-{quant}.gguf"', 'path = "small.gguf"', "drafts.draft-simple.path", "unknown key"),
         ('name = "m"\n', "", "model.name", "required"),
         ("[1, 4]", "[4, 1]", "spec_types.ngram-simple.ngram_simple_size_n", "empty range"),

@@ -32,9 +32,11 @@ TUNED_NGRAM_MOD = SpecConfig(TARGET, "ngram-mod", params={"ngram_mod_n_match": 8
 #: how PR #28391 describes its new option (github.com/ggml-org/llama.cpp/pull/28391): it removes
 #: types from the current list, `--no-spec-type ngram-mod --spec-type draft-mtp` -> [draft-mtp]
 INDENT = " " * 40  # where llama.cpp's --help starts an option's description
-NO_SPEC_TYPE_ENTRY = ("--no-spec-type none,draft-simple,draft-eagle3,draft-mtp,draft-dflash,draft-dspark,"
-                      "ngram-simple,ngram-map-k,ngram-map-k4v,ngram-mod,ngram-cache\n"
-                      f"{INDENT}comma-separated list of types of speculative decoding to remove\n")
+NO_SPEC_TYPE_ENTRY = (
+    "--no-spec-type none,draft-simple,draft-eagle3,draft-mtp,draft-dflash,draft-dspark,"
+    "ngram-simple,ngram-map-k,ngram-map-k4v,ngram-mod,ngram-cache\n"
+    f"{INDENT}comma-separated list of types of speculative decoding to remove\n"
+)
 
 
 def mainline_help() -> str:
@@ -48,8 +50,10 @@ def stand_in(tmp_path: Path, name: str, help_text: str) -> str:
     version = subprocess.run([resolve_server_binary(), "--version"], capture_output=True, text=True, timeout=60)
     (tmp_path / f"{name}.version").write_text(version.stdout + version.stderr)
     script = tmp_path / name
-    script.write_text(f'#!/bin/sh\ncase "$1" in --version) cat "{tmp_path}/{name}.version";;\n'
-                      f'*) cat "{tmp_path}/{name}.help";; esac\n')
+    script.write_text(
+        f'#!/bin/sh\ncase "$1" in --version) cat "{tmp_path}/{name}.version";;\n'
+        f'*) cat "{tmp_path}/{name}.help";; esac\n'
+    )
     script.chmod(script.stat().st_mode | stat.S_IXUSR)
     return str(script)
 
@@ -83,12 +87,26 @@ def test_mainline_runs_no_speculation_unless_asked_and_lists_spec_default():
     assert capabilities.default_spec_types == () and capabilities.has_flag("--spec-default")
     plain = command(binary).argv(SpecConfig(TARGET))
     assert plain[-2:] == ["--temp", "0"]  # nothing speculative in the plain command
-    assert command(binary).argv(spec_default_config(TARGET))[len(plain):] == [
-        "--spec-type", "ngram-mod", "--spec-ngram-mod-n-match", "24", "--spec-ngram-mod-n-max", "64",
-        "--spec-ngram-mod-n-min", "48"]
-    assert command(binary).argv(DSPARK)[len(plain):] == [
-        "--spec-type", "draft-dspark", "-md", "/models/dspark-Qwen3-8B-Q8_0.gguf", "-ngld", "all",
-        "--spec-draft-n-max", "7"]
+    assert command(binary).argv(spec_default_config(TARGET))[len(plain) :] == [
+        "--spec-type",
+        "ngram-mod",
+        "--spec-ngram-mod-n-match",
+        "24",
+        "--spec-ngram-mod-n-max",
+        "64",
+        "--spec-ngram-mod-n-min",
+        "48",
+    ]
+    assert command(binary).argv(DSPARK)[len(plain) :] == [
+        "--spec-type",
+        "draft-dspark",
+        "-md",
+        "/models/dspark-Qwen3-8B-Q8_0.gguf",
+        "-ngld",
+        "all",
+        "--spec-draft-n-max",
+        "7",
+    ]
     with ServerEngine(context_size=512, binary=binary) as engine:
         assert measures_spec_default(engine)
 
@@ -103,17 +121,30 @@ def test_where_speculation_is_on_by_default_the_plain_command_turns_it_off(specu
     # the second reference is the binary's own default: no speculative flag at all
     assert command(binary).argv(spec_default_config(TARGET)) == base
     # `--spec-type` adds to what is on: everything else turns ngram-mod off first
-    assert command(binary).argv(DSPARK)[len(base):] == [
-        "--no-spec-type", "ngram-mod", "--spec-type", "draft-dspark", "-md", "/models/dspark-Qwen3-8B-Q8_0.gguf",
-        "-ngld", "all", "--spec-draft-n-max", "7"]
-    assert command(binary).argv(TUNED_NGRAM_MOD)[len(base):] == ["--spec-type", "ngram-mod",
-                                                                "--spec-ngram-mod-n-match", "8"]
+    assert command(binary).argv(DSPARK)[len(base) :] == [
+        "--no-spec-type",
+        "ngram-mod",
+        "--spec-type",
+        "draft-dspark",
+        "-md",
+        "/models/dspark-Qwen3-8B-Q8_0.gguf",
+        "-ngld",
+        "all",
+        "--spec-draft-n-max",
+        "7",
+    ]
+    assert command(binary).argv(TUNED_NGRAM_MOD)[len(base) :] == [
+        "--spec-type",
+        "ngram-mod",
+        "--spec-ngram-mod-n-match",
+        "8",
+    ]
     check = CommandCheck(binary, capabilities)
     for config in (SpecConfig(TARGET), spec_default_config(TARGET), DSPARK, TUNED_NGRAM_MOD):
         assert check.runs(command(binary).argv(config)), check.lacking(command(binary).argv(config))
     with ServerEngine(context_size=512, binary=binary) as engine:
         assert measures_spec_default(engine)  # in place of --spec-default
-        assert engine.argv(SpecConfig(TARGET))[len(base):len(base) + 2] == ["--no-spec-type", "ngram-mod"]
+        assert engine.argv(SpecConfig(TARGET))[len(base) : len(base) + 2] == ["--no-spec-type", "ngram-mod"]
 
 
 def test_spec_default_is_a_reference_only_where_the_binary_names_it(no_default_named):
@@ -125,10 +156,12 @@ def test_spec_default_is_a_reference_only_where_the_binary_names_it(no_default_n
 
 
 def test_the_default_is_read_across_wrapped_help_lines():
-    wrapped = ("--spec-type none,ngram-mod,draft-simple\n"
-               f"{INDENT}comma-separated list of types of speculative decoding to add (default:\n"
-               f"{INDENT}ngram-mod,draft-mtp)\n"
-               "--spec-ngram-mod-n-min N                minimum (default: 48)\n")
+    wrapped = (
+        "--spec-type none,ngram-mod,draft-simple\n"
+        f"{INDENT}comma-separated list of types of speculative decoding to add (default:\n"
+        f"{INDENT}ngram-mod,draft-mtp)\n"
+        "--spec-ngram-mod-n-min N                minimum (default: 48)\n"
+    )
     assert parse_capabilities(wrapped, "").default_spec_types == ("ngram-mod", "draft-mtp")
     assert parse_capabilities(wrapped.replace("ngram-mod,draft-mtp)", "none)"), "").default_spec_types == ()
     unsaid = parse_capabilities("--spec-type none,ngram-mod   type of speculative decoding\n", "")

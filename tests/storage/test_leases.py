@@ -53,8 +53,13 @@ def url(request, tmp_path):
 
 
 def holder(url: str, beat_s: float = 60, barrier: int = -1) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", HOLDER, url, str(beat_s), str(barrier)], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True, pass_fds=() if barrier < 0 else (barrier,))
+    return subprocess.Popen(
+        [sys.executable, "-c", HOLDER, url, str(beat_s), str(barrier)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        pass_fds=() if barrier < 0 else (barrier,),
+    )
 
 
 @contextlib.contextmanager
@@ -111,8 +116,16 @@ def test_processes_opening_a_new_sqlite_file_at_the_same_instant_all_open_it(tmp
     that none has created yet, and all succeed."""
     url = f"sqlite:///{tmp_path / 'new.db'}"
     with start_barrier() as (barrier, release):
-        openers = [subprocess.Popen([sys.executable, "-c", OPENER, url, str(barrier)], stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, text=True, pass_fds=(barrier,)) for _ in range(6)]
+        openers = [
+            subprocess.Popen(
+                [sys.executable, "-c", OPENER, url, str(barrier)],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                pass_fds=(barrier,),
+            )
+            for _ in range(6)
+        ]
         try:
             assert [opener.stdout.readline().strip() for opener in openers] == ["ready"] * 6
             assert not (tmp_path / "new.db").exists()  # none has opened it before the barrier
@@ -152,8 +165,9 @@ def test_a_new_sqlite_file_another_process_is_writing_is_opened_once_it_is_done(
     """SQLite refuses the switch to WAL at once, without waiting, while another process holds the file's
     write lock (as one opening it a moment earlier does); the opener waits for it instead."""
     path = tmp_path / "new.db"
-    writer = subprocess.Popen([sys.executable, "-c", RESERVING, str(path)], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True)
+    writer = subprocess.Popen(
+        [sys.executable, "-c", RESERVING, str(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     retrying = WriterDoneOnFirstRetry(writer)
     monkeypatch.setattr(storage, "random", retrying)
     try:
@@ -174,8 +188,9 @@ def test_a_held_lease_is_refused_without_waiting_and_says_whose_it_is(url):
         with pytest.raises(LeaseHeld) as refused:
             LeaseStore(url).claim(KEY, beat_s=1, wait=False)
         assert LeaseHeld.exit_code == 3
-        assert f"tiny on CPU Test is being searched by autotune pid {held.pid} on {socket.gethostname()} since " \
-               in str(refused.value)
+        assert f"tiny on CPU Test is being searched by autotune pid {held.pid} on {socket.gethostname()} since " in str(
+            refused.value
+        )
     finally:
         held.stdin.close()
         held.wait(timeout=30)

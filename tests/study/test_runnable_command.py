@@ -32,17 +32,27 @@ from storage import open_storage, resolve_storage_url
 
 TARGET = Path("/models/Qwen3-8B-Q4_K_M.gguf")
 DSPARK = Path("/models/dspark-Qwen3-8B-Q8_0.gguf")
-PCTREE = SpecConfig(TARGET, "draft-dspark", DSPARK,
-                    {"draft_n_max": 3, "dspark_pctree": True, "dspark_pctree_k": 3, "dspark_pctree_n": 16})
+PCTREE = SpecConfig(
+    TARGET,
+    "draft-dspark",
+    DSPARK,
+    {"draft_n_max": 3, "dspark_pctree": True, "dspark_pctree_k": 3, "dspark_pctree_n": 16},
+)
 LINEAR = SpecConfig(TARGET, "draft-dspark", DSPARK, {"draft_n_max": 3})
-FORK_HELP = ("--spec-dspark-pctree                    parent-conditioned drafting trees\n"
-             "--spec-dspark-pctree-k K                children per node (default: 2)\n"
-             "--spec-dspark-pctree-n N                tree nodes (default: 8)\n")
+FORK_HELP = (
+    "--spec-dspark-pctree                    parent-conditioned drafting trees\n"
+    "--spec-dspark-pctree-k K                children per node (default: 2)\n"
+    "--spec-dspark-pctree-n N                tree nodes (default: 8)\n"
+)
 
 
 def trial(config: SpecConfig, tok_s: float, reference: int | None) -> optuna.trial.FrozenTrial:
-    attrs = {"config": config_attrs(config), "argv": server_argv(config, context_size=8192),
-             "figures": {"mix_tok_s": tok_s}, "engine": "python"}
+    attrs = {
+        "config": config_attrs(config),
+        "argv": server_argv(config, context_size=8192),
+        "figures": {"mix_tok_s": tok_s},
+        "engine": "python",
+    }
     if config.is_baseline:
         attrs["role"] = "baseline"
     else:
@@ -54,8 +64,9 @@ def trial(config: SpecConfig, tok_s: float, reference: int | None) -> optuna.tri
 def study() -> optuna.Study:
     """The mission's RTX 5090 figures: plain 94.27, DSpark n3 155.64, PCTree k3/n16 159.00 tok/s."""
     storage = open_storage(resolve_storage_url(None))
-    made = optuna.create_study(storage=storage, study_name=study_name("qwen3-8b", hardware_key(), "python"),
-                               direction="maximize")
+    made = optuna.create_study(
+        storage=storage, study_name=study_name("qwen3-8b", hardware_key(), "python"), direction="maximize"
+    )
     store_study(made, model="qwen3-8b", hardware=hardware_key(), engine="python", objective="decode")
     made.add_trial(trial(SpecConfig(TARGET), 94.27, None))
     made.add_trial(trial(LINEAR, 155.64, 0))
@@ -85,17 +96,23 @@ def test_the_cli_prints_the_runnable_command_first_and_names_the_faster_pctree_o
     assert lines[0] == format_command(server_argv(LINEAR, context_size=8192))
     (line,) = [l for l in lines if l.startswith("# faster in the search")]
     assert line.startswith("# faster in the search: trial 2, draft-dspark")
-    assert ("needs --spec-dspark-pctree, --spec-dspark-pctree-k, --spec-dspark-pctree-n (the PCTree fork of "
-            f"llama.cpp), which this llama-server ({mainline.capabilities.build.removeprefix('llama-server ')}) lacks") in line
+    assert (
+        "needs --spec-dspark-pctree, --spec-dspark-pctree-k, --spec-dspark-pctree-n (the PCTree fork of "
+        f"llama.cpp), which this llama-server ({mainline.capabilities.build.removeprefix('llama-server ')}) lacks"
+    ) in line
     data = json.loads(CliRunner().invoke(cli, ["best", "--model", "qwen3-8b", "--json"]).stdout)
-    assert data["trial"] == 1 and data["set_aside"]["trial"] == 2 and data["set_aside"]["speedup"] == pytest.approx(1.6866)
+    assert (
+        data["trial"] == 1 and data["set_aside"]["trial"] == 2 and data["set_aside"]["speedup"] == pytest.approx(1.6866)
+    )
 
 
 def test_a_binary_whose_help_lists_the_pctree_flags_gets_the_pctree_command(study):
     binary = resolve_server_binary()
     fork_help = subprocess.run([binary, "--help"], capture_output=True, text=True).stdout + FORK_HELP
-    fork = CommandCheck(binary, parse_capabilities(fork_help, subprocess.run(
-        [binary, "--version"], capture_output=True, text=True).stderr))
+    fork = CommandCheck(
+        binary,
+        parse_capabilities(fork_help, subprocess.run([binary, "--version"], capture_output=True, text=True).stderr),
+    )
     assert fork.capabilities.has_pctree
     result = best_result(study, check=fork)
     assert result.trial.number == 2 and result.set_aside is None
@@ -112,8 +129,13 @@ def test_any_flag_the_help_lacks_counts_not_only_pctree(study):
     binary = resolve_server_binary()
     caps = read_capabilities(binary)
     without_n_max = parse_capabilities(
-        "\n".join(l for l in subprocess.run([binary, "--help"], capture_output=True, text=True).stdout.splitlines()
-                  if "--spec-draft-n-max" not in l and "--draft-max" not in l), "version: 1 (x)\n")
+        "\n".join(
+            l
+            for l in subprocess.run([binary, "--help"], capture_output=True, text=True).stdout.splitlines()
+            if "--spec-draft-n-max" not in l and "--draft-max" not in l
+        ),
+        "version: 1 (x)\n",
+    )
     assert caps.has_flag("--spec-draft-n-max") and not without_n_max.has_flag("--spec-draft-n-max")
     result = best_result(study, check=CommandCheck(binary, without_n_max))
     assert result.trial.number == 0  # both DSpark commands set --spec-draft-n-max: the plain command is left

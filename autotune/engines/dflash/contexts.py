@@ -23,20 +23,38 @@ import llama_cpp
 import numpy as np
 
 from autotune.engines.dflash import bindings as dfc
-from autotune.llamacpp.bindings import Context, LoadedModel, context_params, last_log_error, new_context
 from autotune.engines.dflash.pctree import MAX_TREE_LEAVES, MarkovHead
 from autotune.errors import EngineError, ModelFileError
+from autotune.llamacpp.bindings import Context, LoadedModel, context_params, last_log_error, new_context
 from autotune.llamacpp.runtime import Runtime
 
 __all__ = ["LAYER_INPUT_ARCHS", "DFlashPair", "DraftContext", "TargetContext", "dflash_available"]
 
 #: Target architectures whose llama.cpp graph exposes layer inputs (sets `t_layer_inp`, checked in
 #: llama-cpp-python 0.3.36's src/models/*.cpp). Asking any other for them aborts the process.
-LAYER_INPUT_ARCHS = frozenset({
-    "bailingmoe3", "deepseek4", "gemma4", "gpt-oss", "hunyuan_vl", "lfm2", "llama", "mimo2", "minimax-01",
-    "minimax-m2", "muse-glimmer", "nanbeige", "nemotron_h", "qwen3", "qwen35", "qwen35moe", "qwen3moe",
-    "qwen3next", "qwen4exp",
-})
+LAYER_INPUT_ARCHS = frozenset(
+    {
+        "bailingmoe3",
+        "deepseek4",
+        "gemma4",
+        "gpt-oss",
+        "hunyuan_vl",
+        "lfm2",
+        "llama",
+        "mimo2",
+        "minimax-01",
+        "minimax-m2",
+        "muse-glimmer",
+        "nanbeige",
+        "nemotron_h",
+        "qwen3",
+        "qwen35",
+        "qwen35moe",
+        "qwen3moe",
+        "qwen3next",
+        "qwen4exp",
+    }
+)
 
 
 def dflash_available() -> bool:
@@ -74,8 +92,15 @@ class TargetContext(Context):
     linear path uses sequence 0 only, as `Context` does.
     """
 
-    def __init__(self, model: LoadedModel, *, n_ctx: int, runtime: Runtime, layer_ids: list[int],
-                 n_seq_max: int = MAX_TREE_LEAVES):
+    def __init__(
+        self,
+        model: LoadedModel,
+        *,
+        n_ctx: int,
+        runtime: Runtime,
+        layer_ids: list[int],
+        n_seq_max: int = MAX_TREE_LEAVES,
+    ):
         super().__init__(model, n_ctx=n_ctx, runtime=runtime, n_seq_max=n_seq_max)
         n_batch = self.n_batch
         self.n_seq_max = n_seq_max
@@ -115,7 +140,9 @@ class TargetContext(Context):
             batch.n_tokens = m
             status = llama_cpp.llama_decode(self.ptr, batch)
             if status != 0:
-                raise EngineError(f"{self.model.path.name}: llama_decode failed with status {status} ({last_log_error()})")
+                raise EngineError(
+                    f"{self.model.path.name}: llama_decode failed with status {status} ({last_log_error()})"
+                )
         return self._views.rows(llama_cpp.llama_get_logits(self.ptr), self.n_batch, self.model.n_vocab)[:n_outputs]
 
     def features(self, rows) -> np.ndarray:
@@ -145,7 +172,9 @@ class TargetContext(Context):
         batch.n_tokens = n
         status = llama_cpp.llama_decode(self.ptr, batch)
         if status != 0:
-            raise EngineError(f"{self.model.path.name}: llama_decode of a tree failed with status {status} ({last_log_error()})")
+            raise EngineError(
+                f"{self.model.path.name}: llama_decode of a tree failed with status {status} ({last_log_error()})"
+            )
         return self._views.rows(llama_cpp.llama_get_logits(self.ptr), self.n_batch, self.model.n_vocab)[:n]
 
     def seq_cp(self, src: int, dst: int) -> None:
@@ -220,7 +249,9 @@ class DraftContext:
                 dfc.llama_batch_ext_set_pos(batch, idx, pos)
             status = dfc.llama_process(self.ptr, dfc.LLAMA_PROCESS_TYPE_DECODE, batch)
             if status != 0:
-                raise EngineError(f"{self.model.path.name}: injecting target features failed with status {status} ({last_log_error()})")
+                raise EngineError(
+                    f"{self.model.path.name}: injecting target features failed with status {status} ({last_log_error()})"
+                )
 
     def block(self, tokens: list[int], pos0: int, confidence: bool) -> tuple[np.ndarray, np.ndarray | None]:
         """Decode the noise block at positions pos0..; its logits (a view) and, when asked, each
@@ -235,7 +266,9 @@ class DraftContext:
             dfc.llama_batch_ext_set_output_logits(batch, idx, True)
         status = dfc.llama_process(self.ptr, dfc.LLAMA_PROCESS_TYPE_DECODE, batch)
         if status != 0:
-            raise EngineError(f"{self.model.path.name}: the DSpark draft decode failed with status {status} ({last_log_error()})")
+            raise EngineError(
+                f"{self.model.path.name}: the DSpark draft decode failed with status {status} ({last_log_error()})"
+            )
         n = len(tokens)
         logits = self._views.rows(llama_cpp.llama_get_logits(self.ptr), self.n_batch, self.n_vocab)[:n]
         conf = None
@@ -259,7 +292,9 @@ class DFlashPair:
 
     def __init__(self, target: LoadedModel, draft: LoadedModel, *, n_ctx: int, runtime: Runtime):
         if not dfc.available():
-            raise EngineError(f"this llama-cpp-python lacks what DFlash/DSpark drafting needs: {', '.join(dfc.missing())}")
+            raise EngineError(
+                f"this llama-cpp-python lacks what DFlash/DSpark drafting needs: {', '.join(dfc.missing())}"
+            )
         arch = _meta(draft.ptr, "general.architecture")
         if arch != "dflash":
             raise ModelFileError(f"{draft.path.name}: architecture {arch!r} is not a DFlash/DSpark draft (dflash)")
@@ -273,7 +308,9 @@ class DFlashPair:
         self.layer_ids = dfc.target_layer_ids(draft.ptr)
         n_layer = llama_cpp.llama_model_n_layer(target.ptr)
         if not self.layer_ids or any(not 0 <= lid < n_layer for lid in self.layer_ids):
-            raise ModelFileError(f"{draft.path.name}: dflash.target_layers {self.layer_ids} do not fit a {n_layer}-layer target")
+            raise ModelFileError(
+                f"{draft.path.name}: dflash.target_layers {self.layer_ids} do not fit a {n_layer}-layer target"
+            )
         if llama_cpp.llama_model_n_embd(draft.ptr) != llama_cpp.llama_model_n_embd(target.ptr):
             raise ModelFileError(f"{draft.path.name}: the draft's n_embd differs from the target's")
         self.mask_token = dfc.llama_vocab_mask(draft.vocab)
@@ -288,7 +325,10 @@ class DFlashPair:
         tensors = {t.name for t in read_header(draft.path).tensors}
         self.has_markov_head = "markov_w1.weight" in tensors  # DSpark (the graph applies it under either type)
         # llama-server takes a missing key for "has one"; the head exists only with its tensor
-        self.has_confidence_head = "conf_proj.weight" in tensors and _meta(draft.ptr, "dflash.has_confidence_head") in (None, "true")
+        self.has_confidence_head = "conf_proj.weight" in tensors and _meta(draft.ptr, "dflash.has_confidence_head") in (
+            None,
+            "true",
+        )
         self.target_model = target
         self.draft_model = draft
         self._markov: MarkovHead | None = None
@@ -316,5 +356,3 @@ class DFlashPair:
     def free(self) -> None:
         self.draft.free()
         self.target.free()
-
-

@@ -35,10 +35,10 @@ import time
 
 import numpy as np
 
-from autotune.engines.sampler import SamplerChain
 from autotune.engines.dflash.contexts import DFlashPair
-from autotune.engines.drafters.draft_model import top_k_probability
 from autotune.engines.dflash.pctree import Tree, build_tree
+from autotune.engines.drafters.draft_model import top_k_probability
+from autotune.engines.sampler import SamplerChain
 from autotune.errors import TrialFailure
 from autotune.measure.measurement import GenerationResult, extend_until_stop, timed_result
 from autotune.measure.prompts import Prompt
@@ -70,7 +70,9 @@ class DFlashDrafter:
         self.pctree = dspark and bool(config.value("dspark_pctree"))
         if self.pctree:
             if not pair.has_markov_head:
-                raise TrialFailure(f"{pair.draft_model.path.name}: PCTree needs a DSpark draft (a Markov head); this is a DFlash one")
+                raise TrialFailure(
+                    f"{pair.draft_model.path.name}: PCTree needs a DSpark draft (a Markov head); this is a DFlash one"
+                )
             self.k = max(1, int(config.value("dspark_pctree_k")))
             self.n = max(1, int(config.value("dspark_pctree_n")))
             self.markov = pair.markov()
@@ -105,8 +107,18 @@ class DFlashDrafter:
             n_past += 1 + len(kept)
             extend_until_stop(generated, kept + [bonus], max_tokens, model.is_eog)
             last = generated[-1]
-        return timed_result(prompt.id, prompt.category, len(tokens), start, first_token_at, time.perf_counter(),
-                            generated, drafted, accepted, verify_steps)
+        return timed_result(
+            prompt.id,
+            prompt.category,
+            len(tokens),
+            start,
+            first_token_at,
+            time.perf_counter(),
+            generated,
+            drafted,
+            accepted,
+            verify_steps,
+        )
 
     def _prefill(self, tokens: list[int]) -> int:
         target, draft = self.pair.target, self.pair.draft

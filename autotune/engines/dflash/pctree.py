@@ -58,7 +58,9 @@ class MarkovHead:
         with open(path, "rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
             w1 = _tensor(data, tensors["markov_w1.weight"])
             w2 = _tensor(data, tensors["markov_w2.weight"])
-            scale = float(_tensor(data, tensors["markov_w2.scale"]).reshape(-1)[0]) if "markov_w2.scale" in tensors else 1.0
+            scale = (
+                float(_tensor(data, tensors["markov_w2.scale"]).reshape(-1)[0]) if "markov_w2.scale" in tensors else 1.0
+            )
             d2t = _tensor(data, tensors["d2t"]).reshape(-1).astype(np.int64) if "d2t" in tensors else None
         if d2t is not None:
             full = np.zeros((w1.shape[0], w2.shape[1]), dtype=np.float32)
@@ -198,8 +200,16 @@ class _Rows:
         return _log_softmax(self.base[depth] + markov.bias(parent, self.w2[depth]))
 
 
-def build_tree(last: int, chain: list[int], rows: np.ndarray | BlockCandidates, markov: MarkovHead, *, k: int,
-               n: int, max_leaves: int = MAX_TREE_LEAVES) -> Tree:
+def build_tree(
+    last: int,
+    chain: list[int],
+    rows: np.ndarray | BlockCandidates,
+    markov: MarkovHead,
+    *,
+    k: int,
+    n: int,
+    max_leaves: int = MAX_TREE_LEAVES,
+) -> Tree:
     """The PCTree of one DSpark block.
 
     `rows[d]` are the block's (Markov-biased) logits of draft depth d + 1 (whole rows, or their
@@ -249,7 +259,9 @@ def build_tree(last: int, chain: list[int], rows: np.ndarray | BlockCandidates, 
         j = int(np.flatnonzero(prepared.ids[d] == token)[0])
         node = add(node, token, scores[node] + float(prepared.chain_logp[d, j]), True)
     # entries: (-score, order, parent, token); token -1 = "expand parent" (its children score below it)
-    heap: list[tuple[float, int, int, int]] = [(-scores[i], i, i, -1) for i in range(len(tokens)) if depths[i] < depth_max]
+    heap: list[tuple[float, int, int, int]] = [
+        (-scores[i], i, i, -1) for i in range(len(tokens)) if depths[i] < depth_max
+    ]
     heapq.heapify(heap)
     counter = len(heap)
     while heap and len(tokens) - 1 < n:

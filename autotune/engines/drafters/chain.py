@@ -1,5 +1,4 @@
-"""Combined spec types (`--spec-type a,b`) as `common_speculative_draft` and `_accept` run them.
-"""
+"""Combined spec types (`--spec-type a,b`) as `common_speculative_draft` and `_accept` run them."""
 
 from __future__ import annotations
 

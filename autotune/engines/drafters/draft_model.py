@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 from autotune.engines.drafters.base import Drafter
-from autotune.llamacpp.bindings import Context
 from autotune.engines.sampler import DRAFT_TOP_K, SamplerChain
+from autotune.llamacpp.bindings import Context
 from autotune.spec.config import SpecConfig
 
 

@@ -23,7 +23,6 @@ from typing import Iterable
 from autotune.engines.drafters.base import Drafter
 from autotune.spec.config import SpecConfig
 
-
 CACHE_NGRAM_MIN, CACHE_NGRAM_MAX = 1, 4  # LLAMA_NGRAM_MIN / LLAMA_NGRAM_MAX
 CACHE_N_DRAFT = 8  # create_state_ngram_cache: "TODO get from config?"
 _MIN_SAMPLE_SIZE_LAX = (2, 2, 1, 1)
@@ -34,8 +33,20 @@ _MIN_PERCENT_LAX = (66, 50, 50, 50)
 #: `std::unordered_map<int, int>::bucket_count()` after each insert (GCC 12's libstdc++).
 #: A part never holds more distinct tokens than the context has positions, far below the last step.
 _LIBSTDCXX_GROWTH: tuple[tuple[int, int], ...] = (
-    (1, 13), (14, 29), (30, 59), (60, 127), (128, 257), (258, 541), (542, 1109), (1110, 2357), (2358, 5087),
-    (5088, 10273), (10274, 20753), (20754, 42043), (42044, 85229), (85230, 172933),
+    (1, 13),
+    (14, 29),
+    (30, 59),
+    (60, 127),
+    (128, 257),
+    (258, 541),
+    (542, 1109),
+    (1110, 2357),
+    (2358, 5087),
+    (5088, 10273),
+    (10274, 20753),
+    (20754, 42043),
+    (42044, 85229),
+    (85230, 172933),
 )
 
 

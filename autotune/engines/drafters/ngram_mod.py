@@ -12,7 +12,6 @@ from typing import Sequence
 from autotune.engines.drafters.base import Drafter
 from autotune.spec.config import SpecConfig
 
-
 MOD_TABLE_BITS = 22  # 4*1024*1024 entries: size_t % 2^22 keeps the low 22 bits
 _MOD_MASK = (1 << MOD_TABLE_BITS) - 1
 _MOD_LCG = 6364136223846793005 & _MOD_MASK

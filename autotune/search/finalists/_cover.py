@@ -92,8 +92,11 @@ def drawn(candidates: list[Candidate]) -> list[int]:
     if not order:
         return []
     top = candidates[order[0]]
-    return [i for i in order if math.log(top.speedup / candidates[i].speedup)
-            <= CUTOFF_Z * math.hypot(top.error_sd, candidates[i].error_sd)][:MAX_CANDIDATES]
+    return [
+        i
+        for i in order
+        if math.log(top.speedup / candidates[i].speedup) <= CUTOFF_Z * math.hypot(top.error_sd, candidates[i].error_sd)
+    ][:MAX_CANDIDATES]
 
 
 class TrueSpeedups:
@@ -108,7 +111,8 @@ class TrueSpeedups:
         for kind in set(kinds):
             members = [i for i, k in enumerate(kinds) if k == kind]
             correlation[np.ix_(members, members)] += SHARES["kind"] + SHARES["region"] * _kernel(
-                [candidates[i] for i in members])
+                [candidates[i] for i in members]
+            )
         sd = np.array([c.error_sd for c in candidates])
         covariance = np.outer(sd, sd) * correlation + 1e-12 * np.eye(n)
         noise = np.linalg.cholesky(covariance) @ np.random.default_rng(seed).standard_normal((n, DRAWS))
@@ -147,4 +151,4 @@ def _kernel(members: list[Candidate]) -> np.ndarray:
     names = sorted(set().union(*positions))
     at = np.array([[p.get(name, 0.0) for name in names] for p in positions]).reshape(len(members), len(names))
     distance2 = ((at[:, None, :] - at[None, :, :]) ** 2).sum(axis=2)
-    return np.exp(-distance2 / (2 * REGION_SCALE ** 2))
+    return np.exp(-distance2 / (2 * REGION_SCALE**2))

@@ -43,7 +43,7 @@ def family_error_sds(study: optuna.Study) -> dict[str, float]:
     sds = {}
     for family, prior in PRIOR_ERROR_SD.items():
         errors = past.get(family, [])
-        sds[family] = math.sqrt((PRIOR_WEIGHT * prior ** 2 + sum(e * e for e in errors)) / (PRIOR_WEIGHT + len(errors)))
+        sds[family] = math.sqrt((PRIOR_WEIGHT * prior**2 + sum(e * e for e in errors)) / (PRIOR_WEIGHT + len(errors)))
     return sds
 
 

@@ -29,15 +29,19 @@ from autotune.study.records import TrialRecord
 FAMILY_MARGIN = {NGRAM_FAMILY: 0.15, DRAFT_MODEL_FAMILY: 0.35, BLOCK_FAMILY: 0.35}
 
 
-def finalists(study: optuna.Study, top: int, check: CommandCheck, new_files: frozenset[str] = frozenset()
-              ) -> list[tuple[optuna.trial.FrozenTrial, str]]:
+def finalists(
+    study: optuna.Study, top: int, check: CommandCheck, new_files: frozenset[str] = frozenset()
+) -> list[tuple[optuna.trial.FrozenTrial, str]]:
     """Up to `top` predicted trials that race, each with why (module docstring): the best predicted with
     each of `new_files` (file names: a night's new release gets its seat whatever its prediction), each
     family's best within its margin of the overall best, then seat by seat the one that most raises the
     race's expected best under the prediction's error (autotune.search.finalist_cover): first one a
     region among those within their family's margin of the best, then any, never two near duplicates."""
-    ranked = sorted((t for t in study.trials if TrialRecord.of(t).role is None and t.value
-                     and check.runs(TrialRecord.of(t).argv)), key=lambda t: t.value, reverse=True)
+    ranked = sorted(
+        (t for t in study.trials if TrialRecord.of(t).role is None and t.value and check.runs(TrialRecord.of(t).argv)),
+        key=lambda t: t.value,
+        reverse=True,
+    )
     if not ranked:
         return []
     chosen = _kept_seats(ranked, new_files)
@@ -50,16 +54,18 @@ def finalists(study: optuna.Study, top: int, check: CommandCheck, new_files: fro
     def in_reach(c: Candidate) -> bool:  # within its family's margin: an error seen could make it the best
         return c.speedup * (1 + FAMILY_MARGIN[c.family]) >= ranked[0].value
 
-    seated = truth.cover([pool.index(i) for i in guaranteed], top,
-                         _apart(truth.candidates, one_region, in_reach))  # a seat a region in reach
+    seated = truth.cover(
+        [pool.index(i) for i in guaranteed], top, _apart(truth.candidates, one_region, in_reach)
+    )  # a seat a region in reach
     seated = truth.cover(seated, top, _apart(truth.candidates, near_duplicate))  # the rest, no near duplicates
     chances = truth.chances()
-    chosen += [(ranked[pool[k]], f"a {chances[k]:.0%} chance of being the fastest") for k in seated[len(chosen):]]
+    chosen += [(ranked[pool[k]], f"a {chances[k]:.0%} chance of being the fastest") for k in seated[len(chosen) :]]
     return sorted(chosen, key=lambda pair: pair[0].value, reverse=True)
 
 
-def _kept_seats(ranked: list[optuna.trial.FrozenTrial], new_files: frozenset[str]
-                ) -> list[tuple[optuna.trial.FrozenTrial, str]]:
+def _kept_seats(
+    ranked: list[optuna.trial.FrozenTrial], new_files: frozenset[str]
+) -> list[tuple[optuna.trial.FrozenTrial, str]]:
     """The seats kept whatever the draws say (module docstring), each with why: each new file's best
     predicted, and each family's best within its margin of the overall best (`ranked[0]`)."""
     chosen: list[tuple[optuna.trial.FrozenTrial, str]] = []
@@ -85,9 +91,15 @@ def _candidate(trial: optuna.trial.FrozenTrial) -> Candidate:
     record = TrialRecord.of(trial)
     family = family_of(record.spec_type)
     draft = record.config.get("draft")
-    return Candidate(trial.value, record.predicted.get("error_sd", PRIOR_ERROR_SD[family]), family,
-                     str(record.config_target), (record.spec_type, str(record.config_target), draft),
-                     dict(record.config.get("params", {})), _counts(record))
+    return Candidate(
+        trial.value,
+        record.predicted.get("error_sd", PRIOR_ERROR_SD[family]),
+        family,
+        str(record.config_target),
+        (record.spec_type, str(record.config_target), draft),
+        dict(record.config.get("params", {})),
+        _counts(record),
+    )
 
 
 def _file_names(trial: optuna.trial.FrozenTrial) -> set[str]:

@@ -53,5 +53,7 @@ def free_lease(options, note: Callable[[str], None]) -> Iterator[tuple[Lease | N
 def announce_takeover(lease: Lease, note: Callable[[str], None]) -> None:
     """Say whose expired lease this one took over, where it did."""
     if lease.taken_from is not None:
-        note(f"took over the lease of {lease.key.describe()} from {lease.taken_from.describe()}: it stopped "
-             "beating (its process is gone or silent for 3 heartbeats)")
+        note(
+            f"took over the lease of {lease.key.describe()} from {lease.taken_from.describe()}: it stopped "
+            "beating (its process is gone or silent for 3 heartbeats)"
+        )

@@ -17,8 +17,7 @@ from autotune.errors import ModelFileError
 from autotune.hardware import hardware_key
 from autotune.models.files import resolve_model_files
 from autotune.search.fleet._lease import free_lease, lease_key
-from autotune.search.inputs import SearchOptions
-from autotune.search.inputs import SearchReporter
+from autotune.search.inputs import SearchOptions, SearchReporter
 from autotune.spec.space import load_model_space
 from autotune.study.best import BestResult
 from autotune.study.catalog import study_name
@@ -40,9 +39,13 @@ class QueueItem:
     skipped: str | None = None  # answered already, or held by another worker (--no-wait)
 
 
-def run_work_queue(queue: tuple[SearchOptions, ...], *, search: SearchOne, reporter: SearchReporter,
-                   answer_engine: Callable[[SearchOptions], str] = lambda options: PREDICTED_ENGINE
-                   ) -> list[QueueItem]:
+def run_work_queue(
+    queue: tuple[SearchOptions, ...],
+    *,
+    search: SearchOne,
+    reporter: SearchReporter,
+    answer_engine: Callable[[SearchOptions], str] = lambda options: PREDICTED_ENGINE,
+) -> list[QueueItem]:
     """Work through `queue` (one SearchOptions per model) as described above; `answer_engine` names the
     study kind whose finished race answers a model. Without `wait` (--no-wait) a model held by another
     worker is left to it rather than waited for."""
@@ -68,8 +71,10 @@ def run_work_queue(queue: tuple[SearchOptions, ...], *, search: SearchOne, repor
         if not pending or len(pending) < before:
             continue  # nothing left, or this pass took something: look at the rest again at once
         if not queue[0].wait:
-            return done + [QueueItem(o.model, skipped=held_line(lease_key(o.settings), held[lease_key(o.settings)]))
-                           for o in pending]
+            return done + [
+                QueueItem(o.model, skipped=held_line(lease_key(o.settings), held[lease_key(o.settings)]))
+                for o in pending
+            ]
         for key, holder in held.items():
             if told.get(key, ()) != holder:
                 reporter.note(f"waiting: {held_line(key, holder)}")
@@ -82,8 +87,9 @@ def answer_newer_than_files(options: SearchOptions, engine: str) -> str | None:
     """Which stored run answers `options.model` on this hardware with a race that started after its files
     last changed, in words; None where there is none (never searched, or its files are newer)."""
     try:
-        files = resolve_model_files(load_model_space(options.model, options.space_file), options.models_dir,
-                                    write_demo=False, offline=True)
+        files = resolve_model_files(
+            load_model_space(options.model, options.space_file), options.models_dir, write_demo=False, offline=True
+        )
     except ModelFileError:
         return None  # not all on disk yet: the search fetches them
     changed = max((path.stat().st_mtime for path in files.paths), default=None)
@@ -91,10 +97,10 @@ def answer_newer_than_files(options: SearchOptions, engine: str) -> str | None:
         return None
     storage = open_storage(resolve_storage_url(options.storage_url))
     settings = options.settings
-    base = study_name(settings.model, hardware_key(), engine, objective=settings.objective,
-                      concurrency=settings.concurrency)
+    base = study_name(
+        settings.model, hardware_key(), engine, objective=settings.objective, concurrency=settings.concurrency
+    )
     raced = [run for run in runs_of(storage, base) if run.raced and run.started is not None]
     if not raced or raced[-1].started < datetime.fromtimestamp(changed):
         return None
     return f"{raced[-1].describe()} is newer than its files"
-

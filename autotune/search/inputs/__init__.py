@@ -9,6 +9,13 @@ from autotune.search.inputs._checks import check_inputs, model_space, runnable_r
 from autotune.search.inputs._options import RaceOptions, SearchInputs, SearchOptions, SearchReporter, SearchSettings
 
 __all__ = [
-    "RaceOptions", "SearchInputs", "SearchOptions", "SearchReporter", "SearchSettings", "check_inputs",
-    "model_space", "runnable_runtime", "runnable_space",
+    "RaceOptions",
+    "SearchInputs",
+    "SearchOptions",
+    "SearchReporter",
+    "SearchSettings",
+    "check_inputs",
+    "model_space",
+    "runnable_runtime",
+    "runnable_space",
 ]

@@ -36,8 +36,9 @@ def check_inputs(options: SearchOptions, note: Callable[[str], None]) -> SearchI
     offline = options.offline or offline_mode()
     space = model_space(options, note, offline=offline)
     if threads and any(r.param.name == "threads" for r in space.runtime):
-        raise SearchSpaceError(f"{space.path}: [runtime] searches threads, and --threads {threads} fixes them: "
-                               "drop one of the two")
+        raise SearchSpaceError(
+            f"{space.path}: [runtime] searches threads, and --threads {threads} fixes them: drop one of the two"
+        )
     mix = load_prompt_mix(options.prompts_file) if options.prompts_file else None
     models_dir = options.models_dir or default_models_dir()
     not_fetched = fetch_missing(missing_hub_files(space, models_dir), offline=offline, on_start=note)
@@ -58,8 +59,13 @@ def check_inputs(options: SearchOptions, note: Callable[[str], None]) -> SearchI
         prompts_file, mix_note = default_mix_path(candidates.targets)
         mix = load_prompt_mix(prompts_file)
         notes += [mix_note] if mix_note else []
-    return SearchInputs(space=space, mix=mix.take(per_category=options.per_category), files=files, candidates=candidates,
-                        notes=tuple(notes))
+    return SearchInputs(
+        space=space,
+        mix=mix.take(per_category=options.per_category),
+        files=files,
+        candidates=candidates,
+        notes=tuple(notes),
+    )
 
 
 def model_space(options: SearchOptions, note: Callable[[str], None], *, offline: bool) -> SearchSpace:
@@ -67,15 +73,21 @@ def model_space(options: SearchOptions, note: Callable[[str], None], *, offline:
     (--target), else a search-space file (--space, or the model's bundled one)."""
     model = options.settings.model
     if options.hf:
-        return hub_space(HubRef.parse(options.hf), draft_ref=HubRef.parse(options.draft_hf) if options.draft_hf else None,
-                         name=model, offline=offline, note=note)
+        return hub_space(
+            HubRef.parse(options.hf),
+            draft_ref=HubRef.parse(options.draft_hf) if options.draft_hf else None,
+            name=model,
+            offline=offline,
+            note=note,
+        )
     if options.target_file:
         return adhoc_space(options.target_file, options.draft_files, name=model)
     return load_model_space(model, options.space_file)
 
 
-def runnable_space(space: SearchSpace, engine: Engine, candidates: Candidates, reporter: SearchReporter,
-                   sampling: Sampling = GREEDY) -> SearchSpace:
+def runnable_space(
+    space: SearchSpace, engine: Engine, candidates: Candidates, reporter: SearchReporter, sampling: Sampling = GREEDY
+) -> SearchSpace:
     """The part of `space` this engine and these files can run; says what was left out and why."""
     runnable = space.restricted_to(set(engine.runnable_spec_types))
     if sampling.is_greedy:  # at temperature 0 a probabilistic draft is a greedy one: nothing to search
@@ -83,8 +95,9 @@ def runnable_space(space: SearchSpace, engine: Engine, candidates: Candidates, r
     skipped = sorted(set(space.spec_types) - set(runnable.spec_types))
     if skipped:
         reporter.note(f"the {engine.name} engine cannot run {', '.join(skipped)}: left out of this study")
-    unsupported = sorted({r.param.flag for ranges in runnable.spec_types.values() for r in ranges
-                          if not engine.supports_param(r.param)})
+    unsupported = sorted(
+        {r.param.flag for ranges in runnable.spec_types.values() for r in ranges if not engine.supports_param(r.param)}
+    )
     if unsupported:
         reporter.note(f"the {engine.name} engine has no {', '.join(unsupported)}: left out of this study")
         runnable = runnable.without_params(lambda param: not engine.supports_param(param))
@@ -110,7 +123,9 @@ def runnable_runtime(space: SearchSpace, engine: Engine, reporter: SearchReporte
         return space
     flags = ", ".join(f"{p.name} ({p.flag})" for p in missing)
     if engine.name != "server":
-        raise SearchSpaceError(f"{space.path}: [runtime] {flags}: the {engine.name} engine cannot apply it the way "
-                               "llama-server does; use --engine server or remove it")
+        raise SearchSpaceError(
+            f"{space.path}: [runtime] {flags}: the {engine.name} engine cannot apply it the way "
+            "llama-server does; use --engine server or remove it"
+        )
     reporter.note(f"this llama-server has no {', '.join(p.flag for p in missing)}: left out of this study")
     return replace(space, runtime=tuple(r for r in space.runtime if r.param not in missing))

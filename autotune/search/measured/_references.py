@@ -22,8 +22,14 @@ from autotune.measure.measurement import GenerationResult
 from autotune.spec.config import SpecConfig
 from autotune.spec.default import SPEC_DEFAULT_PARAMS, SPEC_DEFAULT_TYPE, names_spec_default, spec_default_config
 from autotune.spec.types import SPEC_TYPE_PARAMS
-from autotune.study.records import (BASELINE_ROLE, REFERENCE_ROLES, SPEC_DEFAULT_ROLE, TrialRecord, store_trial,
-                                    trial_attrs)
+from autotune.study.records import (
+    BASELINE_ROLE,
+    REFERENCE_ROLES,
+    SPEC_DEFAULT_ROLE,
+    TrialRecord,
+    store_trial,
+    trial_attrs,
+)
 from autotune.study.trials import baseline_trial, baselines_of, is_baseline, is_reference, latest_baseline
 
 #: how long a trial that finished first waits for the baseline another worker is measuring
@@ -35,7 +41,8 @@ def measures_spec_default(engine: Engine) -> bool:
     llama-server only where the binary names that default (`names_spec_default`)."""
     params = SPEC_TYPE_PARAMS[SPEC_DEFAULT_TYPE]
     runs = SPEC_DEFAULT_TYPE in engine.runnable_spec_types and all(
-        engine.supports_param(params[name]) for name in SPEC_DEFAULT_PARAMS)
+        engine.supports_param(params[name]) for name in SPEC_DEFAULT_PARAMS
+    )
     return runs and (not isinstance(engine, ServerEngine) or names_spec_default(engine.capabilities))
 
 
@@ -66,8 +73,9 @@ def enqueue_drift_checks(study: optuna.Study, references: list[tuple[str, SpecCo
         study.enqueue_trial({}, user_attrs=trial_attrs(role=role, target=str(config.target), drift_check=True))
 
 
-def wait_for_baseline(study: optuna.Study, target: Path, *, timeout_s: float = BASELINE_WAIT_S,
-                      poll_s: float = 0.5) -> optuna.trial.FrozenTrial | None:
+def wait_for_baseline(
+    study: optuna.Study, target: Path, *, timeout_s: float = BASELINE_WAIT_S, poll_s: float = 0.5
+) -> optuna.trial.FrozenTrial | None:
     """`target`'s first completed baseline, waiting while another worker measures one; None when none
     completed and none is running (it failed, or is still queued) or after `timeout_s`."""
     deadline = time.monotonic() + timeout_s
@@ -77,7 +85,8 @@ def wait_for_baseline(study: optuna.Study, target: Path, *, timeout_s: float = B
             return found
         running = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
         if time.monotonic() > deadline or not any(
-                is_baseline(t) and TrialRecord.of(t).target == str(target) for t in running):
+            is_baseline(t) and TrialRecord.of(t).target == str(target) for t in running
+        ):
             return None
         time.sleep(poll_s)
 
@@ -97,8 +106,10 @@ def baseline_prompt_scores(study: optuna.Study, target: Path, prompt_score) -> l
     if latest is None:
         return None
     names = {f.name for f in dataclasses.fields(GenerationResult)}
-    return [prompt_score(GenerationResult(**{k: v for k, v in row.items() if k in names}))
-            for row in TrialRecord.of(latest).per_prompt]
+    return [
+        prompt_score(GenerationResult(**{k: v for k, v in row.items() if k in names}))
+        for row in TrialRecord.of(latest).per_prompt
+    ]
 
 
 def drift_corrected_score(score: float, index: int, reference: list[float] | None, is_baseline: bool) -> float:
@@ -121,8 +132,10 @@ def requeue_stale_trial(study: optuna.Study, trial: optuna.trial.FrozenTrial) ->
     dead = TrialRecord.of(trial)
     if dead.requeued_from is not None or _reference_replaced(study, trial):
         return
-    if any(TrialRecord.of(t).worker_died and t.params == trial.params and TrialRecord.of(t).target == dead.target
-           for t in study.get_trials(deepcopy=False)):  # the target tells baselines apart: they have no params
+    if any(
+        TrialRecord.of(t).worker_died and t.params == trial.params and TrialRecord.of(t).target == dead.target
+        for t in study.get_trials(deepcopy=False)
+    ):  # the target tells baselines apart: they have no params
         return
     kept = {key: value for key, value in _identity(dead).items() if value}
     study.enqueue_trial(trial.params, user_attrs=trial_attrs(**kept, requeued_from=trial.number))
@@ -162,6 +175,7 @@ def _reference_replaced(study: optuna.Study, dead: optuna.trial.FrozenTrial) -> 
     identity = _identity(TrialRecord.of(dead))
     if identity["role"] not in REFERENCE_ROLES:
         return False
-    return any(t.number > dead.number and t.state != optuna.trial.TrialState.FAIL
-               and _identity(TrialRecord.of(t)) == identity
-               for t in study.get_trials(deepcopy=False))
+    return any(
+        t.number > dead.number and t.state != optuna.trial.TrialState.FAIL and _identity(TrialRecord.of(t)) == identity
+        for t in study.get_trials(deepcopy=False)
+    )

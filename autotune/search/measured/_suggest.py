@@ -19,15 +19,22 @@ from autotune.spec.types import BASELINE, DRAFT_MODEL_TYPES
 
 def suggest_config(trial: optuna.Trial, space: SearchSpace, candidates: Candidates) -> SpecConfig:
     """The speculative configuration the sampler proposes for `trial`."""
-    spec_type = trial.suggest_categorical("spec_type", candidates.spec_types([t for t in space.spec_types if t != BASELINE]))
+    spec_type = trial.suggest_categorical(
+        "spec_type", candidates.spec_types([t for t in space.spec_types if t != BASELINE])
+    )
     target, draft = suggest_files(trial, spec_type, candidates)
     params: dict[str, int | float | bool | str] = {}
     for r in sorted(space.spec_types[spec_type], key=lambda r: bool(r.param.at_most or r.param.at_least)):
         if r.param.requires and not params.get(r.param.requires):
             continue
         params[r.param.name] = suggest_value(trial, within_bounds(r, params))
-    return SpecConfig(target=target, spec_type=spec_type, draft=draft, params=params,
-                      runtime=suggest_runtime(trial, space, has_draft=draft is not None))
+    return SpecConfig(
+        target=target,
+        spec_type=spec_type,
+        draft=draft,
+        params=params,
+        runtime=suggest_runtime(trial, space, has_draft=draft is not None),
+    )
 
 
 def suggest_files(trial: optuna.Trial, spec_type: str, candidates: Candidates):

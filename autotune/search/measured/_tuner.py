@@ -23,7 +23,14 @@ import optuna
 
 from autotune.engines.base import Engine
 from autotune.engines.orphans import this_process
-from autotune.errors import AutotuneError, ModelFileError, SpeculationInactiveError, TrialFailure, UsageError, WorkerDied
+from autotune.errors import (
+    AutotuneError,
+    ModelFileError,
+    SpeculationInactiveError,
+    TrialFailure,
+    UsageError,
+    WorkerDied,
+)
 from autotune.hardware import hardware_detail, hardware_key
 from autotune.measure.device_lock import device_lock
 from autotune.measure.lossless import compare_outputs
@@ -33,9 +40,20 @@ from autotune.measure.stats import ci95, coefficient_of_variation
 from autotune.models.candidates import Candidates, pair_label
 from autotune.models.files import file_sha256
 from autotune.models.hub import file_revisions
-from autotune.search.measured._references import baseline_prompt_scores, drift_corrected_score, enqueue_drift_checks, enqueue_missing, fail_trials_of_dead_runs, measures_spec_default, reference_config, reference_configs, search_trials_since_reference, wait_for_baseline
-from autotune.search.measured._suggest import suggest_config
 from autotune.search.inputs import SearchReporter, SearchSettings
+from autotune.search.measured._references import (
+    baseline_prompt_scores,
+    drift_corrected_score,
+    enqueue_drift_checks,
+    enqueue_missing,
+    fail_trials_of_dead_runs,
+    measures_spec_default,
+    reference_config,
+    reference_configs,
+    search_trials_since_reference,
+    wait_for_baseline,
+)
+from autotune.search.measured._suggest import suggest_config
 from autotune.spec.command import ServerCommand
 from autotune.spec.config import SpecConfig
 from autotune.spec.default import SPEC_DEFAULT_FLAG, SPEC_DEFAULT_TYPE
@@ -44,7 +62,14 @@ from autotune.spec.space import SearchSpace
 from autotune.study.catalog import study_name
 from autotune.study.objectives import OBJECTIVES
 from autotune.study.records import (
-    REFERENCE_ROLES, WARM_START_ROLE, StudyRecord, TrialRecord, config_attrs, store_study, store_trial, trial_attrs,
+    REFERENCE_ROLES,
+    WARM_START_ROLE,
+    StudyRecord,
+    TrialRecord,
+    config_attrs,
+    store_study,
+    store_trial,
+    trial_attrs,
 )
 from autotune.study.trials import baseline_trial, counted_trials, is_counted, is_reference, latest_baseline
 
@@ -69,13 +94,23 @@ class Tuner:
     def __post_init__(self) -> None:
         if self.command is None:
             model = self.space.model
-            self.command = ServerCommand(model.context_size, tuple(model.base_flags), threads=self.settings.threads,
-                                         sampling=self.settings.sampling)
+            self.command = ServerCommand(
+                model.context_size,
+                tuple(model.base_flags),
+                threads=self.settings.threads,
+                sampling=self.settings.sampling,
+            )
 
     @property
     def study_name(self) -> str:
-        return study_name(self.settings.model, hardware_key(), self.engine.name, version=self.settings.version,
-                          objective=self.settings.objective, concurrency=self.settings.concurrency)
+        return study_name(
+            self.settings.model,
+            hardware_key(),
+            self.engine.name,
+            version=self.settings.version,
+            objective=self.settings.objective,
+            concurrency=self.settings.concurrency,
+        )
 
     @property
     def objective(self):
@@ -89,8 +124,10 @@ class Tuner:
     def warm_start(self, study: optuna.Study, earlier: list[optuna.trial.FrozenTrial]) -> int:
         """Enqueue earlier winners' parameters so a new study version measures them first and its
         sampler learns from them; a winner whose files are gone is skipped. Returns how many."""
-        choices = {"spec_type": self.candidates.spec_types(list(self.space.spec_types)),
-                   "target": [t.name for t in self.candidates.targets]}
+        choices = {
+            "spec_type": self.candidates.spec_types(list(self.space.spec_types)),
+            "target": [t.name for t in self.candidates.targets],
+        }
         for spec_type, pairs in self.candidates.pairs.items():
             choices[f"{spec_type.replace('-', '_')}_files"] = [pair_label(p) for p in pairs]
         enqueued = 0
@@ -123,21 +160,33 @@ class Tuner:
                 n_startup_trials=max(3, min(10, self.settings.trials // 3)),
             )
             pruning = self.settings.pruning and not self.objective.is_multi and self.objective.prunable
-            pruner = optuna.pruners.WilcoxonPruner(p_threshold=WILCOXON_P_THRESHOLD) if pruning else optuna.pruners.NopPruner()
+            pruner = (
+                optuna.pruners.WilcoxonPruner(p_threshold=WILCOXON_P_THRESHOLD)
+                if pruning
+                else optuna.pruners.NopPruner()
+            )
         study = optuna.create_study(
-            storage=storage, study_name=self.study_name, directions=list(self.objective.directions),
-            sampler=sampler, pruner=pruner, load_if_exists=True,
+            storage=storage,
+            study_name=self.study_name,
+            directions=list(self.objective.directions),
+            sampler=sampler,
+            pruner=pruner,
+            load_if_exists=True,
         )
         is_new = not StudyRecord.of(study).measurement
         self._check_same_settings(study)
         if is_new:
             store_study(study, **(study_attrs or {}))
         if is_new and not measures_spec_default(self.engine):
-            self.reporter.note(f"the {self.engine.name} engine cannot run {SPEC_DEFAULT_TYPE}, what llama.cpp's "
-                               f"{SPEC_DEFAULT_FLAG} turns on: this study has no {SPEC_DEFAULT_FLAG} reference")
+            self.reporter.note(
+                f"the {self.engine.name} engine cannot run {SPEC_DEFAULT_TYPE}, what llama.cpp's "
+                f"{SPEC_DEFAULT_FLAG} turns on: this study has no {SPEC_DEFAULT_FLAG} reference"
+            )
         dead = fail_trials_of_dead_runs(study)
         if dead:
-            self.reporter.note(f"{dead} trial(s) left running by an autotune process that died were failed and re-queued")
+            self.reporter.note(
+                f"{dead} trial(s) left running by an autotune process that died were failed and re-queued"
+            )
         enqueue_missing(study, self.references)
         if is_new and warm_start:
             self.reporter.note(f"warm start: {self.warm_start(study, list(warm_start))} earlier winners measured first")
@@ -176,9 +225,13 @@ class Tuner:
 
     def _check_same_settings(self, study: optuna.Study) -> None:
         """Refuse to mix figures from another prompt mix or output length into one study."""
-        wanted = {"prompts": [p.id for p in self.mix], "prompt_source": self.mix.source,
-                  "max_tokens": self.settings.max_tokens, "repeats": self.settings.repeats,
-                  "sampling": self.settings.sampling.as_dict()}
+        wanted = {
+            "prompts": [p.id for p in self.mix],
+            "prompt_source": self.mix.source,
+            "max_tokens": self.settings.max_tokens,
+            "repeats": self.settings.repeats,
+            "sampling": self.settings.sampling.as_dict(),
+        }
         files = self.candidates.fingerprint()
         stored = StudyRecord.of(study)
         existing = stored.measurement or None
@@ -188,9 +241,16 @@ class Tuner:
                 f"{self.settings.model}` to start a new study version with them"
             )
         if existing is None:
-            store_study(study, files=files, measurement=wanted, model=self.settings.model, hardware=hardware_key(),
-                        engine=self.engine.name, objective=self.settings.objective,
-                        llama_server=self.command.as_dict())
+            store_study(
+                study,
+                files=files,
+                measurement=wanted,
+                model=self.settings.model,
+                hardware=hardware_key(),
+                engine=self.engine.name,
+                objective=self.settings.objective,
+                llama_server=self.command.as_dict(),
+            )
         elif {**existing, "sampling": existing.get("sampling", GREEDY.as_dict())} != wanted:
             sampling = Sampling.from_dict(existing.get("sampling"))
             raise UsageError(
@@ -218,8 +278,9 @@ class Tuner:
         store_trial(trial, hardware_detail=hardware_detail())
         store_trial(trial, model_files={p.name: file_sha256(p) for p in {config.target, config.draft} if p})
         store_trial(trial, model_revisions=file_revisions([config.target, config.draft]))  # hub files: repo, commit
-        self.reporter.trial_started(trial.number, min(self._done_before + 1, self.settings.trials),
-                                    self.settings.trials, config)
+        self.reporter.trial_started(
+            trial.number, min(self._done_before + 1, self.settings.trials), self.settings.trials, config
+        )
         try:
             measurements = self._measure(trial, config)
             if not is_reference(trial) and sum(m.n_drafted for m in measurements) == 0:
@@ -279,12 +340,18 @@ class Tuner:
 
         measurements = []
         for repeat in range(self.settings.repeats):
-            with device_lock(lambda device: self.reporter.note(f"waiting: another autotune worker is measuring on {device}")):
-                measurements.append(self.engine.measure(
-                    config, self.mix, max_tokens=self.settings.max_tokens,
-                    on_prompt=lambda i, result, first=(repeat == 0): on_prompt(i, result, first),
-                    deadline_s=deadline,
-                ))
+            with device_lock(
+                lambda device: self.reporter.note(f"waiting: another autotune worker is measuring on {device}")
+            ):
+                measurements.append(
+                    self.engine.measure(
+                        config,
+                        self.mix,
+                        max_tokens=self.settings.max_tokens,
+                        on_prompt=lambda i, result, first=(repeat == 0): on_prompt(i, result, first),
+                        deadline_s=deadline,
+                    )
+                )
         return measurements
 
     def _record(self, trial: optuna.Trial, config: SpecConfig, measurements: list[Measurement]) -> list[float]:
@@ -314,9 +381,11 @@ class Tuner:
             return values
         reference = wait_for_baseline(trial.study, config.target)
         if reference is None:  # raw tok/s never ranks against speedups: this trial is not a result
-            raise TrialFailure(f"no baseline of {config.target.name} completed (it failed or is still queued), so "
-                               "this trial's speedup and output cannot be checked and it is not ranked (the next run measures "
-                               "the baseline again)")
+            raise TrialFailure(
+                f"no baseline of {config.target.name} completed (it failed or is still queued), so "
+                "this trial's speedup and output cannot be checked and it is not ranked (the next run measures "
+                "the baseline again)"
+            )
         latest = latest_baseline(trial.study, config.target)
         latest_tok_s = TrialRecord.of(latest).tok_s
         store_trial(trial, speedup=round(pooled.mix_tok_s / latest_tok_s, 4) if latest_tok_s else None)
@@ -328,8 +397,9 @@ class Tuner:
             store_trial(trial, lossless_reason=f"not checked: sampling at {self.settings.sampling.describe()}")
         return values
 
-    def _record_lossless(self, trial: optuna.Trial, config: SpecConfig, reference: optuna.trial.FrozenTrial,
-                         measurement: Measurement) -> None:
+    def _record_lossless(
+        self, trial: optuna.Trial, config: SpecConfig, reference: optuna.trial.FrozenTrial, measurement: Measurement
+    ) -> None:
         verdicts = compare_outputs(
             [p.id for p in self.mix],
             TrialRecord.of(reference).output_tokens,
@@ -342,7 +412,14 @@ class Tuner:
         differing = next((v for v in verdicts if not v.lossless), None)
         if differing is not None:
             evidence = differing.evidence
-            detail = "" if evidence is None else (
-                f" where the target prefers the baseline's token by {evidence.margin_one_by_one:.3f} "
-                f"(noise {evidence.noise_rms:.3f})")
-            store_trial(trial, lossless_reason=f"prompt {differing.prompt_id} differs at token {differing.diverged_at}{detail}")
+            detail = (
+                ""
+                if evidence is None
+                else (
+                    f" where the target prefers the baseline's token by {evidence.margin_one_by_one:.3f} "
+                    f"(noise {evidence.noise_rms:.3f})"
+                )
+            )
+            store_trial(
+                trial, lossless_reason=f"prompt {differing.prompt_id} differs at token {differing.diverged_at}{detail}"
+            )

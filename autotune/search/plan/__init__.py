@@ -6,17 +6,49 @@ It may import `autotune.search.inputs`; the predicted pipeline imports it, never
 """
 
 from autotune.search.plan._budget import (
-    NO_BUDGET, SearchBudget, budget_line, finalists_within, fit_budget, race_budget_left, search_budget,
-)
-from autotune.search.plan._phases import (
-    MAX_FIT_PROMPTS, Pace, Shape, Workload, eta_line, files_by_role, plan_line, plan_phases,
+    NO_BUDGET,
+    SearchBudget,
+    budget_line,
+    finalists_within,
+    fit_budget,
+    race_budget_left,
+    search_budget,
 )
 from autotune.search.plan._pace import search_workload
+from autotune.search.plan._phases import (
+    MAX_FIT_PROMPTS,
+    Pace,
+    Shape,
+    Workload,
+    eta_line,
+    files_by_role,
+    plan_line,
+    plan_phases,
+)
 from autotune.search.plan._plan import SearchPlan, make_plan
 from autotune.search.plan._prices import Prices, load_prices, prices_path, write_prices
 
 __all__ = [
-    "MAX_FIT_PROMPTS", "NO_BUDGET", "Pace", "Prices", "SearchBudget", "SearchPlan", "make_plan", "search_workload", "Shape", "Workload", "budget_line", "eta_line", "files_by_role",
-    "finalists_within", "fit_budget", "load_prices", "plan_line", "plan_phases", "prices_path", "race_budget_left",
-    "search_budget", "write_prices",
+    "MAX_FIT_PROMPTS",
+    "NO_BUDGET",
+    "Pace",
+    "Prices",
+    "SearchBudget",
+    "SearchPlan",
+    "make_plan",
+    "search_workload",
+    "Shape",
+    "Workload",
+    "budget_line",
+    "eta_line",
+    "files_by_role",
+    "finalists_within",
+    "fit_budget",
+    "load_prices",
+    "plan_line",
+    "plan_phases",
+    "prices_path",
+    "race_budget_left",
+    "search_budget",
+    "write_prices",
 ]

@@ -16,13 +16,22 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from autotune.spec.duration import duration_s
 from autotune.errors import UsageError
 from autotune.measure.stratified import MIN_ROUNDS, PROMPT_MIN_UNITS
 from autotune.race.race import RaceBudget
-from autotune.study.verdict import SEARCH_BUDGET_CAP, SPACE_BUDGET_CAP
-from autotune.search.plan._phases import after_decision_s, minutes, Pace, plan_phases, race_phase, race_round_s, Shape, Workload
+from autotune.search.plan._phases import (
+    Pace,
+    Shape,
+    Workload,
+    after_decision_s,
+    minutes,
+    plan_phases,
+    race_phase,
+    race_round_s,
+)
+from autotune.spec.duration import duration_s
 from autotune.spec.space import SearchSpace
+from autotune.study.verdict import SEARCH_BUDGET_CAP, SPACE_BUDGET_CAP
 
 #: the most of a budget the prediction takes before it is shortened, and the fewest tokens a prompt it is
 #: shortened to (the race always runs the user's --max-tokens)
@@ -57,8 +66,11 @@ class SearchBudget:
         per_target = space.model.budget_per_target
         if per_target is None:
             return None
-        return cls(duration_s(per_target) * max(1, targets),
-                   f"the space's budget_per_target of {per_target} a target x {max(1, targets)}", given=False)
+        return cls(
+            duration_s(per_target) * max(1, targets),
+            f"the space's budget_per_target of {per_target} a target x {max(1, targets)}",
+            given=False,
+        )
 
     @property
     def race_cap(self) -> str:
@@ -107,15 +119,23 @@ def fit_budget(work: Workload, pace: Pace, budget: SearchBudget) -> tuple[Worklo
     fits = [i for i, b in enumerate(before) if b + least[i] <= budget.seconds]
     smallest = math.ceil(min(b + first for b, first in zip(before, least)) / 60)
     if not fits and not budget.given:  # a default too small for this machine is raised, never refused
-        return fit_budget(work, pace, SearchBudget(smallest * 60.0, f"{budget.how}, raised to the smallest that "
-                                                                    "gives a verdict here", given=False))
+        return fit_budget(
+            work,
+            pace,
+            SearchBudget(
+                smallest * 60.0, f"{budget.how}, raised to the smallest that gives a verdict here", given=False
+            ),
+        )
     if not fits:
-        raise UsageError(f"--budget {budget.describe()} is too small for a verdict here: the shortest prediction "
-                         f"({fitted[-1].predicted.describe()}) takes up to {minutes(before[-1])}, and the race needs "
-                         f"{minutes(least[-1])} for its first bound; give at least --budget {smallest}m (or fewer "
-                         "prompts or tokens: --per-category, --max-tokens)")
-    chosen = next((i for i in fits if before[i] <= PREDICTION_SHARE * budget.seconds),
-                  min(fits, key=lambda i: before[i]))
+        raise UsageError(
+            f"--budget {budget.describe()} is too small for a verdict here: the shortest prediction "
+            f"({fitted[-1].predicted.describe()}) takes up to {minutes(before[-1])}, and the race needs "
+            f"{minutes(least[-1])} for its first bound; give at least --budget {smallest}m (or fewer "
+            "prompts or tokens: --per-category, --max-tokens)"
+        )
+    chosen = next(
+        (i for i in fits if before[i] <= PREDICTION_SHARE * budget.seconds), min(fits, key=lambda i: before[i])
+    )
     work, before_s = fitted[chosen], before[chosen]
     if before_s + race_phase(work, pace).seconds <= budget.seconds:
         return work, budget
@@ -133,11 +153,16 @@ def first_bound_s(work: Workload, pace: Pace) -> float:
 def budget_line(budget: SearchBudget, work: Workload) -> str:
     """`budget: 30.0 min (...): the prediction on 11 prompts x 128 tokens (the race's 44 x 512), the race up to
     12.0 min`: how a search spends its budget."""
-    prediction = ("the prediction as long as the race" if work.predicted == work.raced else
-                  f"the prediction on {work.predicted.describe()} (the race's {work.prompts} x {work.max_tokens})")
+    prediction = (
+        "the prediction as long as the race"
+        if work.predicted == work.raced
+        else f"the prediction on {work.predicted.describe()} (the race's {work.prompts} x {work.max_tokens})"
+    )
     after = ", its round after the decision on one prompt a category" if work.replicate_per_category else ""
-    return (f"budget: {budget.describe()} ({budget.how}; downloads aside): {prediction}, the race up to "
-            f"{work.race_budget.describe()}{after}")
+    return (
+        f"budget: {budget.describe()} ({budget.how}; downloads aside): {prediction}, the race up to "
+        f"{work.race_budget.describe()}{after}"
+    )
 
 
 def finalists_within(work: Workload, pace: Pace, budget: RaceBudget) -> int:
@@ -147,8 +172,9 @@ def finalists_within(work: Workload, pace: Pace, budget: RaceBudget) -> int:
     top = work.race_top
     if budget.seconds is None:
         return top
-    while top > MIN_FINALISTS and (MIN_ROUNDS * race_round_s(replace(work, race_top=top), pace, work.raced)
-                                   > budget.seconds):
+    while top > MIN_FINALISTS and (
+        MIN_ROUNDS * race_round_s(replace(work, race_top=top), pace, work.raced) > budget.seconds
+    ):
         top -= 1
     return top
 

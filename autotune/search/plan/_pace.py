@@ -41,9 +41,17 @@ ASSUMED_REQUEST_S = 0.2
 PROMPT_BYTES_PER_TOKEN = 4
 
 
-def search_workload(inputs: SearchInputs, space: SearchSpace, race_options: RaceOptions, arbiter: str,
-                    max_tokens: int, replayed: int, *, missing: list[HubFile] = (),
-                    sizes: dict[str, int] | None = None) -> Workload:
+def search_workload(
+    inputs: SearchInputs,
+    space: SearchSpace,
+    race_options: RaceOptions,
+    arbiter: str,
+    max_tokens: int,
+    replayed: int,
+    *,
+    missing: list[HubFile] = (),
+    sizes: dict[str, int] | None = None,
+) -> Workload:
     """What a predicted search of `space` over `inputs`' files (and the hub files still `missing`) measures, its
     replay predicting `replayed` configurations at most."""
     drafts = {t: [d for _, d in pairs] for t, pairs in inputs.candidates.pairs.items() if t in space.spec_types}
@@ -51,13 +59,28 @@ def search_workload(inputs: SearchInputs, space: SearchSpace, race_options: Race
         if hub_file.role.startswith("drafts."):
             drafts.setdefault(hub_file.role.removeprefix("drafts."), []).append(hub_file.filename)
     targets = [*inputs.candidates.targets, *(f.filename for f in missing if f.role == "model")]
-    return Workload.of(space, files_by_role(targets, drafts), prompts=len(inputs.mix), max_tokens=max_tokens,
-                       race_top=race_options.top, race_budget=race_options.budget, server_arbiter=arbiter == "server",
-                       sizes=sizes, replayed=replayed, categories=len({p.category for p in inputs.mix}))
+    return Workload.of(
+        space,
+        files_by_role(targets, drafts),
+        prompts=len(inputs.mix),
+        max_tokens=max_tokens,
+        race_top=race_options.top,
+        race_budget=race_options.budget,
+        server_arbiter=arbiter == "server",
+        sizes=sizes,
+        replayed=replayed,
+        categories=len({p.category for p in inputs.mix}),
+    )
 
 
-def measure_pace(options: SearchOptions, inputs: SearchInputs, arbiter: str, server_bin: str | None,
-                 assume_tok_s: float | None, note: Callable[[str], None]) -> tuple[Pace, str]:
+def measure_pace(
+    options: SearchOptions,
+    inputs: SearchInputs,
+    arbiter: str,
+    server_bin: str | None,
+    assume_tok_s: float | None,
+    note: Callable[[str], None],
+) -> tuple[Pace, str]:
     """The pace and how it was found: `assume_tok_s`, the first target's baseline on the mix's first prompt,
     or, with no target on disk, the pace the space states."""
     first = inputs.candidates.targets[0].name if inputs.candidates.targets else _first_hub_target(options)
@@ -67,29 +90,48 @@ def measure_pace(options: SearchOptions, inputs: SearchInputs, arbiter: str, ser
     if not inputs.candidates.targets:
         stated = inputs.space.model.plan_tok_s
         if stated is None:
-            raise UsageError(f"--plan: no target of {options.model} is on disk to measure, and its search space states "
-                             "no pace (model.plan_tok_s); give one with --plan-tok-s N (the baseline's decode tok/s)")
+            raise UsageError(
+                f"--plan: no target of {options.model} is on disk to measure, and its search space states "
+                "no pace (model.plan_tok_s); give one with --plan-tok-s N (the baseline's decode tok/s)"
+            )
         pace, rest = stated_pace(stated, first, inputs.mix)
-        return (pace, f"{stated:g} tok/s for {first}, the pace {options.model}'s search space states (model.plan_tok_s), "
-                      f"since no target is on disk to measure (--plan-tok-s N gives this machine's); {rest}")
+        return (
+            pace,
+            f"{stated:g} tok/s for {first}, the pace {options.model}'s search space states (model.plan_tok_s), "
+            f"since no target is on disk to measure (--plan-tok-s N gives this machine's); {rest}",
+        )
     target = inputs.candidates.targets[0]
     one = PromptMix(inputs.mix.source, inputs.mix.prompts[:1])
     settings, model = options.settings, inputs.space.model
     note(f"plan: measuring the baseline of {target.name} on one prompt on the {arbiter} engine")
-    with device_lock(lambda device: note(f"plan: waiting: another autotune search is measuring on {device}")), \
-            create_engine(arbiter, context_size=model.context_size, threads=settings.threads, server_bin=server_bin,
-                          base_flags=model.base_flags, sampling=settings.sampling) as engine:
+    with (
+        device_lock(lambda device: note(f"plan: waiting: another autotune search is measuring on {device}")),
+        create_engine(
+            arbiter,
+            context_size=model.context_size,
+            threads=settings.threads,
+            server_bin=server_bin,
+            base_flags=model.base_flags,
+            sampling=settings.sampling,
+        ) as engine,
+    ):
         engine.prepare(SpecConfig(target), one, max_tokens=settings.max_tokens)
         measured = engine.measure(SpecConfig(target), one, max_tokens=settings.max_tokens)
     start_s = measured.startup_ms / 1000
-    return (Pace(measured.mix_tok_s, start_s, measured.ttft_ms / 1000, measured_on=target.name,
-                 prefill_tok_s=measured.prompt_tok_s or None),
-            f"{measured.mix_tok_s:.1f} tok/s, the baseline of {target.name} on one prompt on the {arbiter} engine"
-            + (f", {start_s:.1f} s a server start" if arbiter == "server" else ""))
+    return (
+        Pace(
+            measured.mix_tok_s,
+            start_s,
+            measured.ttft_ms / 1000,
+            measured_on=target.name,
+            prefill_tok_s=measured.prompt_tok_s or None,
+        ),
+        f"{measured.mix_tok_s:.1f} tok/s, the baseline of {target.name} on one prompt on the {arbiter} engine"
+        + (f", {start_s:.1f} s a server start" if arbiter == "server" else ""),
+    )
 
 
-_ASSUMED = (f"{ASSUMED_SERVER_START_S:g} s a server start and {ASSUMED_REQUEST_S:g} s a prompt's processing "
-            "(assumed)")
+_ASSUMED = f"{ASSUMED_SERVER_START_S:g} s a server start and {ASSUMED_REQUEST_S:g} s a prompt's processing (assumed)"
 
 
 def stated_pace(tok_s: float, first: str | None, mix: PromptMix) -> tuple[Pace, str]:
@@ -103,15 +145,25 @@ def stated_pace(tok_s: float, first: str | None, mix: PromptMix) -> tuple[Pace, 
     tokens = math.ceil(sum(len(p.text.encode()) for p in mix) / max(1, len(mix)) / PROMPT_BYTES_PER_TOKEN)
     prefill_s = step_s * prices.prefill_share  # a prompt's token
     request_s = step_s + tokens * prefill_s
-    return (Pace(tok_s, prices.server_start_s, request_s, measured_on=first, prefill_tok_s=1.0 / prefill_s,
-                 block_s=prices.block_s),
-            f"server start {prices.server_start_s:.1f} s, a prompt's processing {request_s:.2f} s (~{tokens} tokens "
-            f"at {prices.prefill_share:.3f} of a step, then one), a DFlash/DSpark block {prices.block_s * 1000:.1f} ms: "
-            f"this machine's prices, measured by gpu_prices on {prices.measured_on} ({path})")
+    return (
+        Pace(
+            tok_s,
+            prices.server_start_s,
+            request_s,
+            measured_on=first,
+            prefill_tok_s=1.0 / prefill_s,
+            block_s=prices.block_s,
+        ),
+        f"server start {prices.server_start_s:.1f} s, a prompt's processing {request_s:.2f} s (~{tokens} tokens "
+        f"at {prices.prefill_share:.3f} of a step, then one), a DFlash/DSpark block {prices.block_s * 1000:.1f} ms: "
+        f"this machine's prices, measured by gpu_prices on {prices.measured_on} ({path})",
+    )
 
 
 def _first_hub_target(options: SearchOptions) -> str | None:
     """The first target file a search of `options` would download (the one a stated pace is of)."""
     space = load_model_space(options.model, options.space_file)
-    return next((f.filename for f in missing_hub_files(space, options.models_dir or default_models_dir())
-                 if f.role == "model"), None)
+    return next(
+        (f.filename for f in missing_hub_files(space, options.models_dir or default_models_dir()) if f.role == "model"),
+        None,
+    )

@@ -143,9 +143,20 @@ class Workload:
         return replace(self, predict_prompts=0 if same else shape.prompts, predict_tokens=0 if same else shape.tokens)
 
     @classmethod
-    def of(cls, space: SearchSpace, files: dict[str, list[Path | str]], *, prompts: int, max_tokens: int,
-           race_top: int, race_budget: RaceBudget, server_arbiter: bool,
-           sizes: dict[str, int] | None = None, replayed: int = 0, categories: int = 0) -> "Workload":
+    def of(
+        cls,
+        space: SearchSpace,
+        files: dict[str, list[Path | str]],
+        *,
+        prompts: int,
+        max_tokens: int,
+        race_top: int,
+        race_budget: RaceBudget,
+        server_arbiter: bool,
+        sizes: dict[str, int] | None = None,
+        replayed: int = 0,
+        categories: int = 0,
+    ) -> "Workload":
         """The workload of `space`'s predicted search over `files` (by role: "target", or a spec type:
         its draft files; a path on disk gives its size and block size, a bare name takes `sizes`)."""
         sizes = sizes or {}
@@ -159,18 +170,30 @@ class Workload:
                 plan = BlockPlan.of(space, spec_type)
                 limit = _block_limit(path, spec_type) if on_disk else None
                 blocks = len({min(n, limit) if limit else n for n in plan.n_maxes})
-            return PlannedFile(path.name, size, blocks,
-                               spec_type is not None and path.name in _other_quants(space, spec_type, files[spec_type]))
+            return PlannedFile(
+                path.name,
+                size,
+                blocks,
+                spec_type is not None and path.name in _other_quants(space, spec_type, files[spec_type]),
+            )
 
         types = [t for t in space.spec_types if t in files]
         families = {family_of(t) for t in space.spec_types}
         chained = {Path(d).name: d for t in types if t in DRAFT_MODEL_TYPES and t not in DFLASH_TYPES for d in files[t]}
-        return cls(prompts, max_tokens, tuple(planned(t) for t in files.get("target", ())),
-                   tuple(planned(d) for d in chained.values()),  # a draft's chains serve every type it drafts for
-                   tuple(planned(d, t) for t in types if t in DFLASH_TYPES for d in files[t]),
-                   families=max(1, len(families)), race_top=race_top, race_budget=race_budget,
-                   server_arbiter=server_arbiter, replayed=replayed, chain_length=chain_length(space),
-                   categories=categories)
+        return cls(
+            prompts,
+            max_tokens,
+            tuple(planned(t) for t in files.get("target", ())),
+            tuple(planned(d) for d in chained.values()),  # a draft's chains serve every type it drafts for
+            tuple(planned(d, t) for t in types if t in DFLASH_TYPES for d in files[t]),
+            families=max(1, len(families)),
+            race_top=race_top,
+            race_budget=race_budget,
+            server_arbiter=server_arbiter,
+            replayed=replayed,
+            chain_length=chain_length(space),
+            categories=categories,
+        )
 
 
 def _other_quants(space: SearchSpace, spec_type: str, drafts: list[Path | str]) -> set[str]:
@@ -178,8 +201,14 @@ def _other_quants(space: SearchSpace, spec_type: str, drafts: list[Path | str]) 
     table's pattern with another {quant}."""
     seen, found = set(), set()
     for name in (Path(d).name for d in drafts):
-        table = next((i for i, pattern in enumerate(space.draft_files(spec_type))
-                      if any(q is not None and fnmatch(name, glob) for q, glob in pattern.patterns())), None)
+        table = next(
+            (
+                i
+                for i, pattern in enumerate(space.draft_files(spec_type))
+                if any(q is not None and fnmatch(name, glob) for q, glob in pattern.patterns())
+            ),
+            None,
+        )
         if table is not None and table in seen:
             found.add(name)
         seen.add(table)
@@ -251,33 +280,58 @@ def plan_phases(work: Workload, pace: Pace) -> list[PlannedPhase]:
         runs = runs_per_target * targets
         started = runs * server
         seconds = sum(runs_per_target * of.run_s(pace, s) for s in steps.values())
-        return PlannedPhase(name, tokens=runs * of.run_tokens, server_starts=started,
-                            seconds=seconds + started * pace.server_start_s, bound=bound)
+        return PlannedPhase(
+            name,
+            tokens=runs * of.run_tokens,
+            server_starts=started,
+            seconds=seconds + started * pace.server_start_s,
+            bound=bound,
+        )
 
     def recording(name: str, decodes_of) -> PlannedPhase:  # decodes_of(target) -> [(decodes, draft's step ratio)]
         work_of = {name_: decodes_of(name_) for name_ in steps}
-        return PlannedPhase(name, decodes=round(sum(n for w in work_of.values() for n, _ in w)),
-                            seconds=sum(steps[t] * n * r for t, w in work_of.items() for n, r in w))
+        return PlannedPhase(
+            name,
+            decodes=round(sum(n for w in work_of.values() for n, _ in w)),
+            seconds=sum(steps[t] * n * r for t, w in work_of.items() for n, r in w),
+        )
 
     curve = len(grid_sizes(max(2, min(MAX_BATCH, shape.tokens)))) * _CURVE_DEPTHS * (REPEATS + 1)
     positions = mix if SAMPLE_POSITIONS is None else min(mix, SAMPLE_POSITIONS)
     phases = [generating("baseline", 1)]
     if work.server_arbiter:  # a prefill of each prompt and its output, in chunks: no decode
         phases.append(PlannedPhase("trajectory", seconds=sum(_prefill_s(shape, pace, s) for s in steps.values())))
-    phases.append(recording("step costs", lambda t: [(curve, 1.0)] + [(curve, ratio(d, t)) for d in work.draft_models]
-                            + [(2 * _block_curve(work, d), block_ratio(d, t)) for d in work.block_drafts]))
+    phases.append(
+        recording(
+            "step costs",
+            lambda t: (
+                [(curve, 1.0)]
+                + [(curve, ratio(d, t)) for d in work.draft_models]
+                + [(2 * _block_curve(work, d), block_ratio(d, t)) for d in work.block_drafts]
+            ),
+        )
+    )
     if work.draft_models:
         # each position decodes the chain's missing part: all of it where the draft parted from the trajectory
-        phases.append(recording("chains", lambda t: [(mix * work.chain_length, ratio(d, t)) for d in work.draft_models]))
+        phases.append(
+            recording("chains", lambda t: [(mix * work.chain_length, ratio(d, t)) for d in work.draft_models])
+        )
     if work.block_drafts:
         # the largest block at every position, each smaller size at a sample that checks the cut stands for it;
         # another quant of a draft: its largest block at that sample
         checked = min(positions, max(CHECK_POSITIONS, shape.prompts * WINDOW))
-        phases.append(recording("blocks", lambda t: [
-            (2 * (checked if d.other_quant else positions + checked * (d.block_sizes - 1)), block_ratio(d, t))
-            for d in work.block_drafts]))
-    phases.append(PlannedPhase("replay", seconds=REPLAY_FIXED_S + work.replayed * REPLAY_S_PER_CONFIGURATION,
-                                bound=True))
+        phases.append(
+            recording(
+                "blocks",
+                lambda t: [
+                    (2 * (checked if d.other_quant else positions + checked * (d.block_sizes - 1)), block_ratio(d, t))
+                    for d in work.block_drafts
+                ],
+            )
+        )
+    phases.append(
+        PlannedPhase("replay", seconds=REPLAY_FIXED_S + work.replayed * REPLAY_S_PER_CONFIGURATION, bound=True)
+    )
     calibration = Shape(min(shape.prompts, MAX_FIT_PROMPTS), shape.tokens)  # at most that many prompts each
     phases.append(generating("calibration", 2 + work.families, bound=True, of=calibration))
     phases.append(race_phase(work, pace))
@@ -294,9 +348,13 @@ def race_phase(work: Workload, pace: Pace, budget: RaceBudget | None = None) -> 
     entrants = _race_entrants(work)
     starts_per_round = entrants * int(work.server_arbiter)
     runs = budget.rounds * entrants + _AFTER_DECISION_ENTRANTS
-    return PlannedPhase("race", tokens=runs * work.raced.run_tokens,
-                        server_starts=budget.rounds * starts_per_round + _AFTER_DECISION_ENTRANTS * work.server_arbiter,
-                        seconds=budget.rounds * race_round_s(work, pace, work.raced) + after, bound=True)
+    return PlannedPhase(
+        "race",
+        tokens=runs * work.raced.run_tokens,
+        server_starts=budget.rounds * starts_per_round + _AFTER_DECISION_ENTRANTS * work.server_arbiter,
+        seconds=budget.rounds * race_round_s(work, pace, work.raced) + after,
+        bound=True,
+    )
 
 
 def _race_entrants(work: Workload) -> int:
@@ -309,8 +367,11 @@ def race_round_s(work: Workload, pace: Pace, shape: Shape) -> float:
     """A race round of every entrant over `shape` on fresh servers, the finalists at the slowest target's pace."""
     steps = [pace.step_s(t, work.targets) for t in work.targets] or [1.0 / pace.decode_tok_s]
     per_target = 2 + int(work.server_arbiter)
-    return (sum(per_target * shape.run_s(pace, s) for s in steps) + work.race_top * shape.run_s(pace, max(steps))
-            + _race_entrants(work) * work.server_arbiter * pace.server_start_s)
+    return (
+        sum(per_target * shape.run_s(pace, s) for s in steps)
+        + work.race_top * shape.run_s(pace, max(steps))
+        + _race_entrants(work) * work.server_arbiter * pace.server_start_s
+    )
 
 
 def after_decision_s(work: Workload, pace: Pace) -> float:
@@ -346,8 +407,11 @@ def eta_line(phases: list[PlannedPhase], ledger: Ledger) -> str:
     done = ledger.phases
     left = sum(p.seconds for p in phases if p.name not in done)
     last = next(reversed(done), None)
-    over = [f"{p.name} took {minutes(done[p.name].seconds)} (planned {minutes(p.seconds)})" for p in phases
-            if p.name == last and done[p.name].seconds > 1.5 * p.seconds + 5]
+    over = [
+        f"{p.name} took {minutes(done[p.name].seconds)} (planned {minutes(p.seconds)})"
+        for p in phases
+        if p.name == last and done[p.name].seconds > 1.5 * p.seconds + 5
+    ]
     upcoming = next((p.name for p in phases if p.name not in done), None)
     head = f"ETA: {minutes(left)} left" + (f", {upcoming} next" if upcoming else ", done")
     return head + (f" ({'; '.join(over)})" if over else "")

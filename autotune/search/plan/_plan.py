@@ -65,8 +65,12 @@ class SearchPlan:
         and its round after the decision stay the plan's."""
         asked = RaceOptions(top=self.race_top, budget=self.race_budget)
         work = search_workload(inputs, space, asked, self.arbiter, self.predicted.tokens, replayed)
-        kept = replace(work, prompts=self.work.prompts, max_tokens=self.work.max_tokens,
-                       replicate_per_category=self.work.replicate_per_category)
+        kept = replace(
+            work,
+            prompts=self.work.prompts,
+            max_tokens=self.work.max_tokens,
+            replicate_per_category=self.work.replicate_per_category,
+        )
         return replace(self, work=kept.predicting(Shape(len(inputs.mix), self.predicted.tokens)), pace=pace)
 
     def racing_within(self, left_s: float) -> tuple["SearchPlan", int]:
@@ -77,18 +81,29 @@ class SearchPlan:
         return replace(self, work=replace(self.work, race_budget=left, race_top=top)), self.work.race_top
 
 
-def make_plan(options: SearchOptions, inputs: SearchInputs, race_options: RaceOptions, budget: SearchBudget | None, *,
-              server_bin: str | None, replayed: int, note: Callable[[str], None], priced: bool = False,
-              assume_tok_s: float | None = None, missing: list[HubFile] = (),
-              sizes: dict[str, int] | None = None) -> SearchPlan:
+def make_plan(
+    options: SearchOptions,
+    inputs: SearchInputs,
+    race_options: RaceOptions,
+    budget: SearchBudget | None,
+    *,
+    server_bin: str | None,
+    replayed: int,
+    note: Callable[[str], None],
+    priced: bool = False,
+    assume_tok_s: float | None = None,
+    missing: list[HubFile] = (),
+    sizes: dict[str, int] | None = None,
+) -> SearchPlan:
     """The plan of a predicted search of `inputs` (and of the hub files still `missing`, `sizes` their bytes):
     `budget` is --budget's (None: the space's default, autotune.search.plan.search_budget), `replayed` the
     configurations the replay predicts at most. Priced where it is capped or `priced` asks, by one prompt of the
     baseline (or `assume_tok_s`, or the space's stated pace), and then fitted to its budget; UsageError where a
     given budget is too small for a verdict."""
     arbiter = choose_engine(None, server_bin=server_bin)
-    work = search_workload(inputs, inputs.space, race_options, arbiter, options.settings.max_tokens, replayed,
-                           missing=missing, sizes=sizes)
+    work = search_workload(
+        inputs, inputs.space, race_options, arbiter, options.settings.max_tokens, replayed, missing=missing, sizes=sizes
+    )
     capped = search_budget(budget, inputs.space, len(work.targets))
     if capped is None and not priced:
         return SearchPlan(work, arbiter)

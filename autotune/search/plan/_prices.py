@@ -80,7 +80,10 @@ class Prices:
         return self.prefill_ms_per_token_layer / self.target_step_ms_per_layer
 
     def as_dict(self) -> dict:
-        return {"version": PRICES_VERSION, **{k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}}
+        return {
+            "version": PRICES_VERSION,
+            **{k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()},
+        }
 
     @classmethod
     def from_dict(cls, data: dict) -> "Prices":
@@ -146,5 +149,7 @@ def load_prices(path: Path | None = None) -> Prices | None:
         return Prices.from_dict(json.loads(text))
     except ValueError as exc:  # json.JSONDecodeError is one
         reason = " ".join(str(exc).split())
-        raise PricesFileError(f"{path}: not a prices file autotune can read ({reason}); measure again with "
-                              f"{MEASURE_COMMAND}, or delete it") from exc
+        raise PricesFileError(
+            f"{path}: not a prices file autotune can read ({reason}); measure again with "
+            f"{MEASURE_COMMAND}, or delete it"
+        ) from exc

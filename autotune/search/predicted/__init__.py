@@ -10,12 +10,23 @@ measured instead, and the references are the measured study's).
 
 from autotune.search.predicted._calibration import calibrate
 from autotune.search.predicted._pipeline import (
-    PREDICT_TRIALS, cannot_predict, measured_only_refused, predict_and_race, run_predicted_search,
+    PREDICT_TRIALS,
+    cannot_predict,
+    measured_only_refused,
+    predict_and_race,
+    run_predicted_search,
 )
 from autotune.search.predicted._plan_command import plan_search
 from autotune.search.predicted._space import Replayed, replays_at_most
 
 __all__ = [
-    "PREDICT_TRIALS", "Replayed", "calibrate", "cannot_predict", "measured_only_refused",
-    "plan_search", "predict_and_race", "replays_at_most", "run_predicted_search",
+    "PREDICT_TRIALS",
+    "Replayed",
+    "calibrate",
+    "cannot_predict",
+    "measured_only_refused",
+    "plan_search",
+    "predict_and_race",
+    "replays_at_most",
+    "run_predicted_search",
 ]

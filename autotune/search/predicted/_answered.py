@@ -17,8 +17,7 @@ from pathlib import Path
 import optuna
 
 from autotune.hardware import hardware_key
-from autotune.search.inputs import SearchInputs
-from autotune.search.inputs import SearchSettings
+from autotune.search.inputs import SearchInputs, SearchSettings
 from autotune.spec.space import SearchSpace
 from autotune.study.catalog import study_name
 from autotune.study.records import PREDICTED_ENGINE, StudyRecord
@@ -31,8 +30,9 @@ def space_digest(space: SearchSpace) -> str:
     return hashlib.sha256(repr(replace(space, path=Path())).encode()).hexdigest()[:16]
 
 
-def finished_since(storage: optuna.storages.BaseStorage, inputs: SearchInputs, settings: SearchSettings,
-                   since: datetime) -> optuna.Study | None:
+def finished_since(
+    storage: optuna.storages.BaseStorage, inputs: SearchInputs, settings: SearchSettings, since: datetime
+) -> optuna.Study | None:
     """The predicted run of this key whose race was stored after `since` and that measured `inputs` as
     `settings` would (module docstring); None where there is none."""
     name = newest_answer(storage, study_name(settings.model, hardware_key(), PREDICTED_ENGINE))
@@ -45,8 +45,11 @@ def finished_since(storage: optuna.storages.BaseStorage, inputs: SearchInputs, s
     if not race or race.get("ended") == STOPPED or datetime.fromisoformat(race["date"]) < since:
         return None
     measured = record.measurement
-    same = (record.files == inputs.candidates.fingerprint() and record.space == space_digest(inputs.space)
-            and measured.get("prompts") == [p.id for p in inputs.mix]
-            and measured.get("max_tokens") == settings.max_tokens
-            and measured.get("sampling") == settings.sampling.as_dict())
+    same = (
+        record.files == inputs.candidates.fingerprint()
+        and record.space == space_digest(inputs.space)
+        and measured.get("prompts") == [p.id for p in inputs.mix]
+        and measured.get("max_tokens") == settings.max_tokens
+        and measured.get("sampling") == settings.sampling.as_dict()
+    )
     return study if same else None

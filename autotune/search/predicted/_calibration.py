@@ -32,7 +32,7 @@ from autotune.measure.sequential import ALPHA
 from autotune.race.entrants import Entrant, speedup_of
 from autotune.race.rounds import Rounds
 from autotune.search.plan import MAX_FIT_PROMPTS
-from autotune.search.predicted._space import family_references, Replayed
+from autotune.search.predicted._space import Replayed, family_references
 from autotune.spec.command import ServerCommand
 from autotune.spec.config import SpecConfig
 from autotune.spec.default import spec_default_config
@@ -46,9 +46,19 @@ FIT_PRECISION = 0.02
 MIN_FIT_PROMPTS = 3
 
 
-def calibrate(targets: dict, replayed: list[Replayed], engine: Engine, mix: PromptMix, *, max_tokens: int,
-              command: ServerCommand, runs: CommandCheck | None, with_spec_default: bool,
-              note: Callable[[str], None], seed: int = 0) -> list[Entrant]:
+def calibrate(
+    targets: dict,
+    replayed: list[Replayed],
+    engine: Engine,
+    mix: PromptMix,
+    *,
+    max_tokens: int,
+    command: ServerCommand,
+    runs: CommandCheck | None,
+    with_spec_default: bool,
+    note: Callable[[str], None],
+    seed: int = 0,
+) -> list[Entrant]:
     """Measure the references on `engine` (the arbiter) and fit each target's factors to them (module
     docstring); returns the references with what they measured. `runs`: only references whose command
     that llama-server runs."""
@@ -57,8 +67,10 @@ def calibrate(targets: dict, replayed: list[Replayed], engine: Engine, mix: Prom
     entrants = [Entrant(BASELINE_ROLE, None, SpecConfig(t)) for t in targets]
     entrants += [Entrant(SPEC_DEFAULT_ROLE, None, c, family_of(c.spec_type)) for c in defaults]
     entrants += [Entrant("anchor", None, c, family_of(c.spec_type)) for c in chosen]
-    note(f"calibrating on the {engine.name} engine with {len(entrants)} references, each for as many prompts as its "
-         "fit needs: " + "; ".join(f"{e.label} ({e.family or 'the baseline'})" for e in entrants))
+    note(
+        f"calibrating on the {engine.name} engine with {len(entrants)} references, each for as many prompts as its "
+        "fit needs: " + "; ".join(f"{e.label} ({e.family or 'the baseline'})" for e in entrants)
+    )
     pairing = _measure_references(engine, entrants, targets, mix, max_tokens=max_tokens, command=command, seed=seed)
     for entrant in entrants:
         if not as_predicted(entrant, targets):
@@ -67,15 +79,20 @@ def calibrate(targets: dict, replayed: list[Replayed], engine: Engine, mix: Prom
             speedup = speedup_of(entrant, entrants, "mix_tok_s", pairing)
             low, high = speedup.interval()
             why = entrant.dropped if entrant.failure is None else f"{entrant.failure}, as predicted"
-            note(f"calibration: {entrant.label}: {_prompts_measured(entrant)} prompts, {speedup.ratio:.2f}x "
-                 f"[{low:.2f}-{high:.2f}] the baseline" + (f"; {why}" if why else ""))
+            note(
+                f"calibration: {entrant.label}: {_prompts_measured(entrant)} prompts, {speedup.ratio:.2f}x "
+                f"[{low:.2f}-{high:.2f}] the baseline" + (f"; {why}" if why else "")
+            )
     for target, model in targets.items():
         calibration = model.calibrate(fit_inputs(entrants, targets, mix, target))
-        note(f"cost model of {target.name} on the {engine.name} engine: x{calibration.scale:.2f} the target's "
-             f"in-process time, {calibration.per_step_ms:.2f} ms a step, {calibration.per_row_ms:.3f} ms a verified "
-             "draft token" + _scale_note("draft model", calibration.draft_scale)
-             + _scale_note("block draft", calibration.block_scale)
-             + f"; {calibration.error or 0:.1%} off its {calibration.configurations} references (in sample)")
+        note(
+            f"cost model of {target.name} on the {engine.name} engine: x{calibration.scale:.2f} the target's "
+            f"in-process time, {calibration.per_step_ms:.2f} ms a step, {calibration.per_row_ms:.3f} ms a verified "
+            "draft token"
+            + _scale_note("draft model", calibration.draft_scale)
+            + _scale_note("block draft", calibration.block_scale)
+            + f"; {calibration.error or 0:.1%} off its {calibration.configurations} references (in sample)"
+        )
     return entrants
 
 
@@ -101,13 +118,22 @@ def as_predicted(entrant: Entrant, targets: dict) -> bool:
     return sum(m.n_drafted for m in entrant.rounds) == 0 and drafted == 0
 
 
-def _measure_references(engine: Engine, entrants: list[Entrant], targets: dict, mix: PromptMix, *, max_tokens: int,
-                        command: ServerCommand, seed: int) -> str:
+def _measure_references(
+    engine: Engine,
+    entrants: list[Entrant],
+    targets: dict,
+    mix: PromptMix,
+    *,
+    max_tokens: int,
+    command: ServerCommand,
+    seed: int,
+) -> str:
     """One round of the references, each leaving once its fit has enough (module docstring); the pairing."""
     predicted = {id(e): targets[e.config.target].prediction(e.config).decode_ms for e in entrants if not e.is_baseline}
     index = {p.id: i for i, p in enumerate(mix)}
-    rounds = Rounds(engine, entrants, calibration_prompts(mix, seed), max_tokens, command, "mix_tok_s",
-                    lambda e: None, seed=seed)
+    rounds = Rounds(
+        engine, entrants, calibration_prompts(mix, seed), max_tokens, command, "mix_tok_s", lambda e: None, seed=seed
+    )
     with closing(rounds.looks()) as looks:
         for _ in looks:
             for entrant in rounds.entrants:
@@ -120,11 +146,16 @@ def _measure_references(engine: Engine, entrants: list[Entrant], targets: dict, 
     return rounds.pairing
 
 
-def _fit_has_enough(entrant: Entrant, predicted_ms: tuple[float, ...], index: dict[str, int],
-                    rounds: Rounds) -> str | None:
+def _fit_has_enough(
+    entrant: Entrant, predicted_ms: tuple[float, ...], index: dict[str, int], rounds: Rounds
+) -> str | None:
     """Why `entrant`'s measurements are all its fit needs (None: not yet; module docstring)."""
-    logs = [math.log(r.decode_ms / predicted_ms[index[r.prompt_id]]) for m in entrant.rounds for r in m.results
-            if r.decode_ms > 0 and predicted_ms[index[r.prompt_id]] > 0]
+    logs = [
+        math.log(r.decode_ms / predicted_ms[index[r.prompt_id]])
+        for m in entrant.rounds
+        for r in m.results
+        if r.decode_ms > 0 and predicted_ms[index[r.prompt_id]] > 0
+    ]
     if len(logs) < MIN_FIT_PROMPTS:
         return None
     error = float(np.std(logs, ddof=1) / math.sqrt(len(logs)))

@@ -34,8 +34,8 @@ from __future__ import annotations
 
 import time
 from contextlib import nullcontext
-from datetime import datetime, timezone
 from dataclasses import replace
+from datetime import datetime, timezone
 
 import optuna
 
@@ -52,18 +52,23 @@ from autotune.models.files import file_sha256
 from autotune.race.confirm import trial_entrant
 from autotune.race.entrants import Entrant, speedup_of
 from autotune.race.race import PAIRING_NOTES, RaceStopped, race, round_line, standing_line, status_line
+from autotune.search.finalists import finalists
+from autotune.search.fleet import search_lease
+from autotune.search.inputs import (
+    RaceOptions,
+    SearchInputs,
+    SearchOptions,
+    SearchReporter,
+    SearchSettings,
+    check_inputs,
+    runnable_space,
+)
+from autotune.search.measured import measures_spec_default, run_search
+from autotune.search.plan import Pace, SearchBudget, SearchPlan, budget_line, eta_line, make_plan, plan_line
 from autotune.search.predicted._answered import finished_since, space_digest
 from autotune.search.predicted._calibration import as_predicted, calibrate, fit_inputs
-from autotune.search.fleet import search_lease
-from autotune.search.plan import SearchBudget, SearchPlan, budget_line, make_plan
-from autotune.search.plan import eta_line, Pace, plan_line
-from autotune.search.finalists import finalists
 from autotune.search.predicted._space import replay_space, replays_at_most, store_predictions
-from autotune.search.measured import measures_spec_default
 from autotune.search.predicted._targets import MeasuredTargets
-from autotune.search.inputs import check_inputs, RaceOptions, runnable_space, SearchInputs, SearchOptions
-from autotune.search.measured import run_search
-from autotune.search.inputs import SearchReporter, SearchSettings
 from autotune.spec.command import ServerCommand
 from autotune.spec.config import SpecConfig
 from autotune.spec.space import SearchSpace
@@ -71,7 +76,13 @@ from autotune.spec.types import family_of, replayable
 from autotune.study.best import BestResult, best_result
 from autotune.study.catalog import study_name
 from autotune.study.records import (
-    BASELINE_ROLE, PREDICTED_ENGINE, SPEC_DEFAULT_ROLE, StudyRecord, TrialRecord, config_attrs, store_study,
+    BASELINE_ROLE,
+    PREDICTED_ENGINE,
+    SPEC_DEFAULT_ROLE,
+    StudyRecord,
+    TrialRecord,
+    config_attrs,
+    store_study,
     trial_attrs,
 )
 from autotune.study.runs import next_run
@@ -100,14 +111,21 @@ def cannot_predict(settings: SearchSettings, space: SearchSpace | None = None) -
 
 def measured_only_refused(flags: tuple[str, ...], why: str) -> UsageError:
     """The one-line refusal of flags only the measured strategy reads, given to a predicted search."""
-    return UsageError(f"{', '.join(flags)}: only the measured strategy reads {'this' if len(flags) == 1 else 'these'}, "
-                      f"and {why}")
+    return UsageError(
+        f"{', '.join(flags)}: only the measured strategy reads {'this' if len(flags) == 1 else 'these'}, and {why}"
+    )
 
 
-def run_predicted_search(options: SearchOptions, *, reporter: SearchReporter, server_bin: str | None,
-                         race_options: RaceOptions = RaceOptions(),
-                         predict_trials: int = PREDICT_TRIALS, lease: Lease | None = None,
-                         budget: SearchBudget | None = None) -> BestResult:
+def run_predicted_search(
+    options: SearchOptions,
+    *,
+    reporter: SearchReporter,
+    server_bin: str | None,
+    race_options: RaceOptions = RaceOptions(),
+    predict_trials: int = PREDICT_TRIALS,
+    lease: Lease | None = None,
+    budget: SearchBudget | None = None,
+) -> BestResult:
     """Predict, then race (see the module docstring) under the lease of this search's key (`lease`, or one
     claimed here: waiting for another search of the key, or LeaseHeld with --no-wait); returns the run's
     best (the race's pick). `budget` is --budget's (None: the space's default,
@@ -119,32 +137,69 @@ def run_predicted_search(options: SearchOptions, *, reporter: SearchReporter, se
         reporter.note(f"not predicted: {reason}; measuring instead (as --strategy measure)")
         return run_search(options, reporter=reporter, server_bin=server_bin, race_options=race_options, lease=lease)
     if options.measured_only:
-        raise measured_only_refused(options.measured_only, "this search is predicted (--strategy predict, the "
-                                                           "default): drop them, or pass --strategy measure")
+        raise measured_only_refused(
+            options.measured_only,
+            "this search is predicted (--strategy predict, the default): drop them, or pass --strategy measure",
+        )
     waited_from: list[datetime] = []  # when this search began to wait on another of its key
-    claimed = nullcontext(lease) if lease is not None else search_lease(
-        options, reporter.note, on_wait=lambda: waited_from.append(datetime.now(timezone.utc)))
+    claimed = (
+        nullcontext(lease)
+        if lease is not None
+        else search_lease(options, reporter.note, on_wait=lambda: waited_from.append(datetime.now(timezone.utc)))
+    )
     with claimed as held:
-        answered = None if not waited_from or options.again else finished_since(
-            open_storage(resolve_storage_url(options.storage_url)), inputs, options.settings, waited_from[0])
+        answered = (
+            None
+            if not waited_from or options.again
+            else finished_since(
+                open_storage(resolve_storage_url(options.storage_url)), inputs, options.settings, waited_from[0]
+            )
+        )
         if answered is not None:
-            reporter.note(f"answering from {answered.study_name}, the search of the same files, space, prompts and "
-                          "length that just finished while this one waited (--again measures anew)")
+            reporter.note(
+                f"answering from {answered.study_name}, the search of the same files, space, prompts and "
+                "length that just finished while this one waited (--again measures anew)"
+            )
             return best_result(answered, check=command_check(server_bin))
         # refused or fitted to its budget before anything but its pace is measured
-        plan = make_plan(options, inputs, race_options, budget, server_bin=server_bin, note=reporter.note,
-                         replayed=replays_at_most(inputs.space, inputs, predict_trials))
+        plan = make_plan(
+            options,
+            inputs,
+            race_options,
+            budget,
+            server_bin=server_bin,
+            note=reporter.note,
+            replayed=replays_at_most(inputs.space, inputs, predict_trials),
+        )
         if plan.budget is not None:
             reporter.note(f"{budget_line(plan.budget, plan.work)}; pace: {plan.pace_line}")
-        study = predict_and_race(inputs, options.settings, plan, storage_url=options.storage_url,
-                                 server_bin=server_bin, predict_trials=predict_trials, reporter=reporter, lease=held)
+        study = predict_and_race(
+            inputs,
+            options.settings,
+            plan,
+            storage_url=options.storage_url,
+            server_bin=server_bin,
+            predict_trials=predict_trials,
+            reporter=reporter,
+            lease=held,
+        )
     return best_result(study, check=command_check(server_bin))
 
 
-def predict_and_race(inputs: SearchInputs, settings: SearchSettings, plan: SearchPlan, *, storage_url: str | None,
-                     server_bin: str | None, predict_trials: int, reporter: SearchReporter, lease: Lease,
-                     preset: SpecConfig | None = None, study_attrs: dict | None = None,
-                     new_files: frozenset[str] = frozenset()) -> optuna.Study:
+def predict_and_race(
+    inputs: SearchInputs,
+    settings: SearchSettings,
+    plan: SearchPlan,
+    *,
+    storage_url: str | None,
+    server_bin: str | None,
+    predict_trials: int,
+    reporter: SearchReporter,
+    lease: Lease,
+    preset: SpecConfig | None = None,
+    study_attrs: dict | None = None,
+    new_files: frozenset[str] = frozenset(),
+) -> optuna.Study:
     """Steps 1-6 of the module docstring on checked inputs, as `plan` says (autotune.search.plan.make_plan), under
     `lease` (this search's key) and the device lock from the baseline to the race's last prompt; `preset` (the
     configuration in use) races beside the finalists, and the best predicted with each of `new_files` (a night's
@@ -156,39 +211,70 @@ def predict_and_race(inputs: SearchInputs, settings: SearchSettings, plan: Searc
         reporter.note(note)
     with device_lock(lambda device: reporter.note(f"waiting: another autotune search is measuring on {device}")):
         deadline = None if plan.budget is None else time.monotonic() + plan.budget.seconds
-        return _predict_and_race(inputs, settings, plan, storage, server_bin=server_bin, predict_trials=predict_trials,
-                                 reporter=reporter, lease=lease, preset=preset, study_attrs=study_attrs,
-                                 new_files=new_files, deadline=deadline)
+        return _predict_and_race(
+            inputs,
+            settings,
+            plan,
+            storage,
+            server_bin=server_bin,
+            predict_trials=predict_trials,
+            reporter=reporter,
+            lease=lease,
+            preset=preset,
+            study_attrs=study_attrs,
+            new_files=new_files,
+            deadline=deadline,
+        )
 
 
-def _predict_and_race(inputs: SearchInputs, settings: SearchSettings, plan: SearchPlan,
-                      storage: optuna.storages.BaseStorage, *, server_bin: str | None, predict_trials: int,
-                      reporter: SearchReporter, lease: Lease, preset: SpecConfig | None, study_attrs: dict | None,
-                      new_files: frozenset[str], deadline: float | None) -> optuna.Study:
+def _predict_and_race(
+    inputs: SearchInputs,
+    settings: SearchSettings,
+    plan: SearchPlan,
+    storage: optuna.storages.BaseStorage,
+    *,
+    server_bin: str | None,
+    predict_trials: int,
+    reporter: SearchReporter,
+    lease: Lease,
+    preset: SpecConfig | None,
+    study_attrs: dict | None,
+    new_files: frozenset[str],
+    deadline: float | None,
+) -> optuna.Study:
     """Steps 1-4 run on the plan's prediction (`predicting`: its prompts and tokens), the race on its race."""
     model = inputs.space.model
     mix = plan.predicted_mix(inputs.mix)
     predicting = replace(inputs, mix=mix)
     settings = replace(settings, max_tokens=plan.predicted.tokens)
     if plan.predicted != plan.raced:
-        reporter.note(f"predicting on {len(mix)} prompts x {plan.predicted.tokens} tokens, within the budget; the "
-                      f"race runs {plan.raced.prompts} x {plan.raced.tokens}")
+        reporter.note(
+            f"predicting on {len(mix)} prompts x {plan.predicted.tokens} tokens, within the budget; the "
+            f"race runs {plan.raced.prompts} x {plan.raced.tokens}"
+        )
     arbiter = plan.arbiter
     binary, missing = command_binary(server_bin)
     if missing:
         reporter.note(missing)
     check = command_check(server_bin)
-    command = ServerCommand(model.context_size, tuple(model.base_flags), binary=binary, threads=settings.threads,
-                            sampling=settings.sampling)
+    command = ServerCommand(
+        model.context_size, tuple(model.base_flags), binary=binary, threads=settings.threads, sampling=settings.sampling
+    )
     arbiter_command = replace(command, binary=check.binary) if arbiter == "server" else command
-    engine_args = dict(context_size=model.context_size, threads=settings.threads, server_bin=server_bin,
-                       base_flags=model.base_flags, sampling=settings.sampling)
+    engine_args = dict(
+        context_size=model.context_size,
+        threads=settings.threads,
+        server_bin=server_bin,
+        base_flags=model.base_flags,
+        sampling=settings.sampling,
+    )
     ledger = Ledger()
     with ledger.phase("baseline"), create_engine(arbiter, **engine_args) as engine:
         for note in engine.startup_notes:
             reporter.note(note)
-        space = _predictable(runnable_space(inputs.space, engine, inputs.candidates, reporter,
-                                            sampling=settings.sampling), reporter)
+        space = _predictable(
+            runnable_space(inputs.space, engine, inputs.candidates, reporter, sampling=settings.sampling), reporter
+        )
         with_spec_default = measures_spec_default(engine)
         measured = MeasuredTargets(predicting, settings, engine.build_info, reporter.note)
         baselines = measured.baselines(engine, arbiter)
@@ -199,39 +285,79 @@ def _predict_and_race(inputs: SearchInputs, settings: SearchSettings, plan: Sear
     ledger.on_phase_end = lambda: reporter.note(eta_line(phases, ledger))
     targets = measured.models(space, arbiter, ledger)
     with ledger.phase("replay"):
-        replayed, grid = replay_space(space, predicting, targets, trials=predict_trials, seed=settings.seed,
-                                      reporter=reporter)
+        replayed, grid = replay_space(
+            space, predicting, targets, trials=predict_trials, seed=settings.seed, reporter=reporter
+        )
     with ledger.phase("calibration"), create_engine(arbiter, **engine_args) as engine:
-        references = calibrate(targets, replayed, engine, mix, max_tokens=settings.max_tokens,
-                               command=arbiter_command, runs=check if arbiter == "server" else None,
-                               with_spec_default=with_spec_default, note=reporter.note, seed=settings.seed or 0)
+        references = calibrate(
+            targets,
+            replayed,
+            engine,
+            mix,
+            max_tokens=settings.max_tokens,
+            command=arbiter_command,
+            runs=check if arbiter == "server" else None,
+            with_spec_default=with_spec_default,
+            note=reporter.note,
+            seed=settings.seed or 0,
+        )
     name = next_run(storage, study_name(settings.model, hardware_key(), PREDICTED_ENGINE))
     study = optuna.create_study(storage=storage, study_name=name, direction="maximize")
-    store_study(study, model=settings.model, hardware=hardware_key(), engine=PREDICTED_ENGINE, objective="decode",
-                measurement={"prompts": [p.id for p in inputs.mix], "prompt_source": inputs.mix.source,
-                             "max_tokens": plan.raced.tokens, "repeats": 1,
-                             "sampling": settings.sampling.as_dict()},
-                files=inputs.candidates.fingerprint(), llama_server=command.as_dict(), space=space_digest(inputs.space),
-                **(study_attrs or {}))
+    store_study(
+        study,
+        model=settings.model,
+        hardware=hardware_key(),
+        engine=PREDICTED_ENGINE,
+        objective="decode",
+        measurement={
+            "prompts": [p.id for p in inputs.mix],
+            "prompt_source": inputs.mix.source,
+            "max_tokens": plan.raced.tokens,
+            "repeats": 1,
+            "sampling": settings.sampling.as_dict(),
+        },
+        files=inputs.candidates.fingerprint(),
+        llama_server=command.as_dict(),
+        space=space_digest(inputs.space),
+        **(study_attrs or {}),
+    )
     baseline_numbers = _add_references(study, targets, references, command, arbiter, build, [p.category for p in mix])
     store_predictions(study, replayed, targets, command, baseline_numbers, [p.category for p in mix])
-    store_study(study, prediction={
-        "trajectories": {str(t): m.trajectories.as_dict() for t, m in targets.items()},
-        "costs": {str(t): m.cost.as_dict() for t, m in targets.items()},
-        "calibration": {str(t): {**m.calibration.as_dict(), "references": [e.label for e in references
-                                                                            if e.config.target == t]}
-                        for t, m in targets.items()},
-        "predicted_configurations": len(replayed), "grid": grid,
-        "measured_on": {"prompts": [p.id for p in mix], "max_tokens": settings.max_tokens},
-    })
+    store_study(
+        study,
+        prediction={
+            "trajectories": {str(t): m.trajectories.as_dict() for t, m in targets.items()},
+            "costs": {str(t): m.cost.as_dict() for t, m in targets.items()},
+            "calibration": {
+                str(t): {**m.calibration.as_dict(), "references": [e.label for e in references if e.config.target == t]}
+                for t, m in targets.items()
+            },
+            "predicted_configurations": len(replayed),
+            "grid": grid,
+            "measured_on": {"prompts": [p.id for p in mix], "max_tokens": settings.max_tokens},
+        },
+    )
     if deadline is not None:
         plan, asked = plan.racing_within(deadline - time.monotonic())
         if plan.race_top < asked:
-            reporter.note(f"the race takes {plan.race_top} finalists of the {asked} asked: {MIN_ROUNDS} complete "
-                          f"rounds of every entrant in the {plan.race_budget.describe()} the budget leaves it")
+            reporter.note(
+                f"the race takes {plan.race_top} finalists of the {asked} asked: {MIN_ROUNDS} complete "
+                f"rounds of every entrant in the {plan.race_budget.describe()} the budget leaves it"
+            )
     with ledger.phase("race"):
-        entrants = _race(study, inputs.mix, plan, engine_args, arbiter_command, reporter, check, preset, new_files,
-                         lease, seed=settings.seed or 0)
+        entrants = _race(
+            study,
+            inputs.mix,
+            plan,
+            engine_args,
+            arbiter_command,
+            reporter,
+            check,
+            preset,
+            new_files,
+            lease,
+            seed=settings.seed or 0,
+        )
     if plan.predicted == plan.raced:  # a refit needs the race's prompts and length
         _refit(study, targets, entrants, inputs.mix)
     store_study(study, cost=ledger.as_dict())
@@ -247,35 +373,55 @@ def _pace(baselines: dict) -> Pace:
     request_s = sum(r.prompt_ms for r in results) / len(results) / 1000 if results else 0.0
     start_s = max((m.startup_ms / 1000 for m in baselines.values()), default=0.0)
     prefill = min((m.prompt_tok_s for m in baselines.values() if m.prompt_tok_s > 0), default=None)
-    return Pace(min(tok_s.values(), default=1.0), start_s, request_s, per_target=tuple(tok_s.items()),
-                prefill_tok_s=prefill)
+    return Pace(
+        min(tok_s.values(), default=1.0), start_s, request_s, per_target=tuple(tok_s.items()), prefill_tok_s=prefill
+    )
 
 
 def _predictable(space: SearchSpace, reporter: SearchReporter) -> SearchSpace:
     """The part of `space` the replay covers; the rest is said in one line (measure it: --strategy measure)."""
     left = sorted(t for t in space.spec_types if not replayable(t))
     if left:
-        reporter.note(f"not predicted: {', '.join(left)} (the replay covers the n-gram types, draft-simple and their "
-                      "combinations, and draft-dflash and draft-dspark alone); --strategy measure measures them")
+        reporter.note(
+            f"not predicted: {', '.join(left)} (the replay covers the n-gram types, draft-simple and their "
+            "combinations, and draft-dflash and draft-dspark alone); --strategy measure measures them"
+        )
     return space.restricted_to({t for t in space.spec_types if replayable(t)})
 
 
-def _add_references(study: optuna.Study, targets: dict, references: list[Entrant], command: ServerCommand,
-                    arbiter: str, build: str, categories: list[str]) -> dict[str, int]:
+def _add_references(
+    study: optuna.Study,
+    targets: dict,
+    references: list[Entrant],
+    command: ServerCommand,
+    arbiter: str,
+    build: str,
+    categories: list[str],
+) -> dict[str, int]:
     """The baselines (their trajectory measurements) and `--spec-default` (its calibration round, its speedup
     over the baseline of that round) as the study's first trials; returns each target's baseline trial number."""
     numbers = {str(target): number for number, target in enumerate(targets)}
     rows = [(BASELINE_ROLE, m.target, m.baseline, 1.0) for m in targets.values()]
-    rows += [(SPEC_DEFAULT_ROLE, e.config, e.rounds[0], speedup_of(e, references, "mix_tok_s", "prompt").ratio)
-             for e in references if e.role == SPEC_DEFAULT_ROLE and as_predicted(e, targets)]
+    rows += [
+        (SPEC_DEFAULT_ROLE, e.config, e.rounds[0], speedup_of(e, references, "mix_tok_s", "prompt").ratio)
+        for e in references
+        if e.role == SPEC_DEFAULT_ROLE and as_predicted(e, targets)
+    ]
     for role, config, measurement, speedup in rows:
         model = targets[config.target]
         attrs = trial_attrs(
-            role=role, target=str(config.target), config=config_attrs(config), argv=command.argv(config),
-            engine=arbiter, llama_cpp_build=build, hardware=hardware_key(),
+            role=role,
+            target=str(config.target),
+            config=config_attrs(config),
+            argv=command.argv(config),
+            engine=arbiter,
+            llama_cpp_build=build,
+            hardware=hardware_key(),
             model_files={p.name: file_sha256(p) for p in {config.target, config.draft} if p},
-            figures=measurement.summary(), per_prompt=[r.figures() for r in measurement.results],
-            per_category=measurement.per_category(), output_tokens=[r.tokens for r in measurement.results],
+            figures=measurement.summary(),
+            per_prompt=[r.figures() for r in measurement.results],
+            per_category=measurement.per_category(),
+            output_tokens=[r.tokens for r in measurement.results],
             speedup=None if role == BASELINE_ROLE else round(speedup, 4),
             speedup_baseline_trial=numbers[str(config.target)],
             predicted=model.prediction(config).as_dict(model.prediction(model.target), categories),
@@ -284,31 +430,58 @@ def _add_references(study: optuna.Study, targets: dict, references: list[Entrant
     return numbers
 
 
-def _race(study: optuna.Study, mix: PromptMix, plan: SearchPlan, engine_args: dict, command: ServerCommand,
-          reporter: SearchReporter, check: CommandCheck, preset: SpecConfig | None, new_files: frozenset[str],
-          lease: Lease, *, seed: int) -> list[Entrant]:
+def _race(
+    study: optuna.Study,
+    mix: PromptMix,
+    plan: SearchPlan,
+    engine_args: dict,
+    command: ServerCommand,
+    reporter: SearchReporter,
+    check: CommandCheck,
+    preset: SpecConfig | None,
+    new_files: frozenset[str],
+    lease: Lease,
+    *,
+    seed: int,
+) -> list[Entrant]:
     """Race the finalists whose command `check`'s llama-server runs with the references (and the preset);
     store the race as the study's confirmation, while `lease` is still ours (a race another worker took over
     is not stored twice); returns the entrants with what they measured."""
-    entrants = [trial_entrant(t, TrialRecord.of(t).role) for t in study.trials
-                if TrialRecord.of(t).role in (BASELINE_ROLE, SPEC_DEFAULT_ROLE)]
+    entrants = [
+        trial_entrant(t, TrialRecord.of(t).role)
+        for t in study.trials
+        if TrialRecord.of(t).role in (BASELINE_ROLE, SPEC_DEFAULT_ROLE)
+    ]
     picked = finalists(study, plan.race_top, check, new_files)
     entrants += [trial_entrant(t) for t, _ in picked]
     if preset is not None:
         entrants.append(Entrant("preset", None, preset, family_of(preset.spec_type)))
-    reporter.note(f"racing {len(picked)} predicted finalists with the references on the {plan.arbiter} engine, up to "
-                  f"{plan.race_budget.describe()}: " + "; ".join(
-                      f"{TrialRecord.of(t).label} ({family_of(TrialRecord.of(t).spec_type)}: {why}, predicted "
-                      f"{t.value:.2f}x)" for t, why in picked))
+    reporter.note(
+        f"racing {len(picked)} predicted finalists with the references on the {plan.arbiter} engine, up to "
+        f"{plan.race_budget.describe()}: "
+        + "; ".join(
+            f"{TrialRecord.of(t).label} ({family_of(TrialRecord.of(t).spec_type)}: {why}, predicted {t.value:.2f}x)"
+            for t, why in picked
+        )
+    )
     try:
         with create_engine(plan.arbiter, **engine_args) as engine:
             confirmation = race(
-                engine, entrants, mix, max_tokens=plan.raced.tokens, budget=plan.race_budget,
-                command=command, on_measured=lambda r, entrant, speedup: reporter.note(round_line(r, entrant, speedup)),
-                on_dropped=lambda e: reporter.note(f"race: {e.label} leaves in round {e.dropped_after + 1}: {e.dropped}"),
+                engine,
+                entrants,
+                mix,
+                max_tokens=plan.raced.tokens,
+                budget=plan.race_budget,
+                command=command,
+                on_measured=lambda r, entrant, speedup: reporter.note(round_line(r, entrant, speedup)),
+                on_dropped=lambda e: reporter.note(
+                    f"race: {e.label} leaves in round {e.dropped_after + 1}: {e.dropped}"
+                ),
                 on_start=lambda pairing: reporter.note(PAIRING_NOTES[pairing]),
-                on_look=lambda status: reporter.race_status(status_line(status)), seed=seed,
-                replicate_on=_first_of_each_category(mix) if plan.work.replicate_per_category else None)
+                on_look=lambda status: reporter.race_status(status_line(status)),
+                seed=seed,
+                replicate_on=_first_of_each_category(mix) if plan.work.replicate_per_category else None,
+            )
     except RaceStopped as stopped:  # the standing result is kept, undecided, and the stop goes on
         lease.check()
         store_study(study, confirmation=stopped.confirmation.as_dict())
@@ -320,8 +493,10 @@ def _race(study: optuna.Study, mix: PromptMix, plan: SearchPlan, engine_args: di
     for row in confirmation.configs:
         predicted = by_number[row.trial].predicted.get("speedup") if row.trial is not None else None
         if row.speedup and predicted and abs(predicted / row.speedup - 1) > SURPRISE:
-            reporter.note(f"{row.label}: predicted {predicted:.2f}x, raced {row.speedup:.2f}x "
-                          f"({predicted / row.speedup - 1:+.0%}): more than {SURPRISE:.0%} off")
+            reporter.note(
+                f"{row.label}: predicted {predicted:.2f}x, raced {row.speedup:.2f}x "
+                f"({predicted / row.speedup - 1:+.0%}): more than {SURPRISE:.0%} off"
+            )
     return entrants
 
 
@@ -335,6 +510,9 @@ def _refit(study: optuna.Study, targets: dict, entrants: list[Entrant], mix: Pro
     """Store each target's calibration refitted with everything the race measured, on the prompts each
     entrant ran (for the next run to compare with; the printed errors stay the out-of-sample ones)."""
     stored = dict(StudyRecord.of(study).prediction)
-    stored["calibration_refit"] = {str(target): model.calibrate(measured).as_dict() for target, model in targets.items()
-                                   if (measured := fit_inputs(entrants, targets, mix, target))}
+    stored["calibration_refit"] = {
+        str(target): model.calibrate(measured).as_dict()
+        for target, model in targets.items()
+        if (measured := fit_inputs(entrants, targets, mix, target))
+    }
     store_study(study, prediction=stored)

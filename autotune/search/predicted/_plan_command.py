@@ -26,29 +26,57 @@ from autotune.settings import default_models_dir
 from autotune.spec.space import load_model_space
 
 
-def plan_search(options: SearchOptions, race_options: RaceOptions, *, server_bin: str | None,
-                note: Callable[[str], None], assume_tok_s: float | None = None,
-                predict_trials: int = 400, budget: SearchBudget | None = None) -> list[str]:
+def plan_search(
+    options: SearchOptions,
+    race_options: RaceOptions,
+    *,
+    server_bin: str | None,
+    note: Callable[[str], None],
+    assume_tok_s: float | None = None,
+    predict_trials: int = 400,
+    budget: SearchBudget | None = None,
+) -> list[str]:
     """The plan's lines (module docstring): the download, the workload, each phase, the total; `budget` is
     --budget's (None: the space's default)."""
     inputs = _inputs(options)
     missing = missing_hub_files(inputs.space, options.models_dir or default_models_dir())
     sizes = download_sizes(missing, offline=options.offline)
-    plan = make_plan(options, inputs, race_options, budget, server_bin=server_bin, note=note, priced=True,
-                     replayed=replays_at_most(inputs.space, inputs, predict_trials), assume_tok_s=assume_tok_s,
-                     missing=missing, sizes={f.filename: s for f, s in sizes.items() if s is not None})
+    plan = make_plan(
+        options,
+        inputs,
+        race_options,
+        budget,
+        server_bin=server_bin,
+        note=note,
+        priced=True,
+        replayed=replays_at_most(inputs.space, inputs, predict_trials),
+        assume_tok_s=assume_tok_s,
+        missing=missing,
+        sizes={f.filename: s for f, s in sizes.items() if s is not None},
+    )
     work = plan.work
-    lines = [download_line(missing, sizes, hub_cache_dir()) if missing else "download: nothing, every file is on disk",
-             f"workload: {len(work.targets)} target(s), {len(inputs.mix)} prompts x {work.max_tokens} tokens; "
-             f"{len(work.draft_models)} draft model(s) (chains), {len(work.block_drafts)} DFlash/DSpark draft(s) "
-             f"({sum(d.block_sizes for d in work.block_drafts)} block sizes); race of {work.race_top} finalists "
-             f"with the references, up to {work.race_budget.describe()}",
-             f"pace: {plan.pace_line}"] + ([budget_line(plan.budget, work)] if plan.budget is not None else [])
+    lines = [
+        download_line(missing, sizes, hub_cache_dir()) if missing else "download: nothing, every file is on disk",
+        f"workload: {len(work.targets)} target(s), {len(inputs.mix)} prompts x {work.max_tokens} tokens; "
+        f"{len(work.draft_models)} draft model(s) (chains), {len(work.block_drafts)} DFlash/DSpark draft(s) "
+        f"({sum(d.block_sizes for d in work.block_drafts)} block sizes); race of {work.race_top} finalists "
+        f"with the references, up to {work.race_budget.describe()}",
+        f"pace: {plan.pace_line}",
+    ] + ([budget_line(plan.budget, work)] if plan.budget is not None else [])
     phases = plan.phases()
-    lines += [f"  {p.name:<12} {p.tokens:>10,} tokens {p.decodes:>10,} decodes {p.server_starts:>4} server starts "
-              f"{'≤' if p.bound else ' '}{p.seconds / 60:7.1f} min" for p in phases]
-    lines.append(plan_line(phases) + (f"; the download ({format_size(sum(sizes.values()))}) comes first"
-                                      if missing and None not in sizes.values() else ""))
+    lines += [
+        f"  {p.name:<12} {p.tokens:>10,} tokens {p.decodes:>10,} decodes {p.server_starts:>4} server starts "
+        f"{'≤' if p.bound else ' '}{p.seconds / 60:7.1f} min"
+        for p in phases
+    ]
+    lines.append(
+        plan_line(phases)
+        + (
+            f"; the download ({format_size(sum(sizes.values()))}) comes first"
+            if missing and None not in sizes.values()
+            else ""
+        )
+    )
     return lines
 
 
@@ -63,5 +91,3 @@ def _inputs(options: SearchOptions) -> SearchInputs:
             raise
     mix = load_prompt_mix(options.prompts_file or default_mix_path(())[0]).take(per_category=options.per_category)
     return SearchInputs(space=space, mix=mix, files=ModelFiles(()), candidates=Candidates(()))
-
-

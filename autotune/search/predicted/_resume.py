@@ -22,9 +22,8 @@ from autotune.measure.measurement import Measurement
 from autotune.measure.prompts import PromptMix
 from autotune.models.files import file_sha256
 from autotune.predict.target import TargetModel
+from autotune.search.inputs import SearchInputs, SearchSettings
 from autotune.search.predicted._answered import space_digest
-from autotune.search.inputs import SearchInputs
-from autotune.search.inputs import SearchSettings
 from autotune.settings import home_dir
 
 FOLDER = "unfinished"
@@ -32,11 +31,24 @@ FOLDER = "unfinished"
 
 def resume_key(inputs: SearchInputs, settings: SearchSettings, target: Path, build: str) -> str:
     """The key of what a search of `inputs` measures of `target` (module docstring)."""
-    drafts = sorted({str(file_sha256(draft)) for pairs in inputs.candidates.pairs.values()
-                     for owner, draft in pairs if owner == target})
-    shaped_by = {"target": file_sha256(target), "drafts": drafts, "space": space_digest(inputs.space),
-                 "prompts": _prompts(inputs.mix), "max_tokens": settings.max_tokens,
-                 "sampling": settings.sampling.as_dict(), "threads": settings.threads, "build": build}
+    drafts = sorted(
+        {
+            str(file_sha256(draft))
+            for pairs in inputs.candidates.pairs.values()
+            for owner, draft in pairs
+            if owner == target
+        }
+    )
+    shaped_by = {
+        "target": file_sha256(target),
+        "drafts": drafts,
+        "space": space_digest(inputs.space),
+        "prompts": _prompts(inputs.mix),
+        "max_tokens": settings.max_tokens,
+        "sampling": settings.sampling.as_dict(),
+        "threads": settings.threads,
+        "build": build,
+    }
     return hashlib.sha256(json.dumps(shaped_by, sort_keys=True).encode()).hexdigest()[:24]
 
 

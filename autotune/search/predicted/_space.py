@@ -20,9 +20,8 @@ from autotune.models.hub import file_revisions
 from autotune.predict.predictor import DraftCharge, Prediction
 from autotune.predict.replay import Replay
 from autotune.search.finalists import band, family_error_sds, floored
-from autotune.search.inputs import SearchInputs
+from autotune.search.inputs import SearchInputs, SearchReporter
 from autotune.search.measured import suggest_config
-from autotune.search.inputs import SearchReporter
 from autotune.spec.command import ServerCommand
 from autotune.spec.config import SpecConfig
 from autotune.spec.space import SearchSpace
@@ -47,8 +46,9 @@ class Replayed:
         return family_of(self.config.spec_type)
 
 
-def replay_space(space: SearchSpace, inputs: SearchInputs, targets: dict, *, trials: int, seed: int | None,
-                 reporter: SearchReporter) -> tuple[list[Replayed], float]:
+def replay_space(
+    space: SearchSpace, inputs: SearchInputs, targets: dict, *, trials: int, seed: int | None, reporter: SearchReporter
+) -> tuple[list[Replayed], float]:
     """Replay the space's configurations (each once): every point of each spec type whose own grid holds
     at most BRUTE_FORCE_LIMIT, and `trials` TPE trials across the other types, sampling by the prediction
     under the targets' current calibration; returns them and the grid's size."""
@@ -74,9 +74,9 @@ def replay_space(space: SearchSpace, inputs: SearchInputs, targets: dict, *, tri
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         for part, sampler, budget in (
-                (small, optuna.samplers.BruteForceSampler(seed=seed), sum(sizes[t] for t in small)),
-                (large, optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True, n_startup_trials=50),
-                 trials)):
+            (small, optuna.samplers.BruteForceSampler(seed=seed), sum(sizes[t] for t in small)),
+            (large, optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True, n_startup_trials=50), trials),
+        ):
             if part:
                 searched = space.restricted_to(part)
                 scratch = optuna.create_study(direction="maximize", sampler=sampler)
@@ -84,8 +84,11 @@ def replay_space(space: SearchSpace, inputs: SearchInputs, targets: dict, *, tri
     if skipped:
         reporter.note(f"{len(skipped)} configurations not predicted, e.g. {next(iter(skipped.values()))}")
     how = [f"every point of {', '.join(sorted(small))}"] if small else []
-    how += [f"{trials} TPE trials over {', '.join(sorted(large))} ({sum(sizes[t] for t in large):.3g} points)"] \
-        if large else []
+    how += (
+        [f"{trials} TPE trials over {', '.join(sorted(large))} ({sum(sizes[t] for t in large):.3g} points)"]
+        if large
+        else []
+    )
     reporter.note(f"replayed {len(seen)} configurations ({'; '.join(how)})")
     return list(seen.values()), sum(sizes.values())
 
@@ -94,8 +97,9 @@ def prediction(replayed: Replayed, targets: dict) -> Prediction:
     return targets[replayed.config.target].predicted(replayed.replay, replayed.charge)
 
 
-def family_references(replayed: list[Replayed], targets: dict, runs: CommandCheck | None,
-                      command: ServerCommand, skip: set[str]) -> list[SpecConfig]:
+def family_references(
+    replayed: list[Replayed], targets: dict, runs: CommandCheck | None, command: ServerCommand, skip: set[str]
+) -> list[SpecConfig]:
     """One configuration per (target, family) to calibrate that family's cost: its best predicted under
     the baseline-only calibration, where the speedup will be decided; `skip`: labels already measured
     (llama.cpp's default, the n-gram family's long-draft reference)."""
@@ -110,8 +114,14 @@ def family_references(replayed: list[Replayed], targets: dict, runs: CommandChec
     return [config for _, config in best.values()]
 
 
-def store_predictions(study: optuna.Study, replayed: list[Replayed], targets: dict, command: ServerCommand,
-                      baselines: dict[str, int], categories: list[str]) -> None:
+def store_predictions(
+    study: optuna.Study,
+    replayed: list[Replayed],
+    targets: dict,
+    command: ServerCommand,
+    baselines: dict[str, int],
+    categories: list[str],
+) -> None:
     """Every replayed configuration as a trial of the stored study, predicted under the final calibration
     (each category's predicted speedup with it), each with its family's error sd and the band it gives
     (autotune.search.prediction_error)."""
@@ -124,30 +134,43 @@ def store_predictions(study: optuna.Study, replayed: list[Replayed], targets: di
         if stored["speedup"]:
             error_sd = floored(sds[item.family], targets[item.config.target].calibration.error)
             stored.update(error_sd=error_sd, speedup_band=band(stored["speedup"], error_sd))
-        figures = {"mix_tok_s": round(predicted.tok_s, 3), "acceptance": predicted.replay.acceptance,
-                   "n_drafted": predicted.replay.drafted, "n_accepted": predicted.replay.accepted}
+        figures = {
+            "mix_tok_s": round(predicted.tok_s, 3),
+            "acceptance": predicted.replay.acceptance,
+            "n_drafted": predicted.replay.drafted,
+            "n_accepted": predicted.replay.accepted,
+        }
         attrs = trial_attrs(
-            config=config_attrs(item.config), argv=command.argv(item.config), engine=PREDICTED_ENGINE,
-            hardware=hardware_key(), predicted=stored,
+            config=config_attrs(item.config),
+            argv=command.argv(item.config),
+            engine=PREDICTED_ENGINE,
+            hardware=hardware_key(),
+            predicted=stored,
             speedup=predicted.as_dict()["speedup"],
-            figures=figures, speedup_baseline_trial=baselines[str(item.config.target)], lossless=None,
+            figures=figures,
+            speedup_baseline_trial=baselines[str(item.config.target)],
+            lossless=None,
             lossless_reason="not measured: predicted along the baseline's output",
-            model_revisions=file_revisions([item.config.target, item.config.draft]))
+            model_revisions=file_revisions([item.config.target, item.config.draft]),
+        )
         trials.append(optuna.trial.create_trial(value=predicted.speedup or 0.0, user_attrs=attrs))
     study.add_trials(trials)
 
 
 def type_grids(space: SearchSpace, inputs: SearchInputs) -> dict[str, float]:
     """Each spec type's own grid size (inf with a continuous parameter), of the types with something to run."""
-    return {t: grid_size(space.restricted_to({t}), inputs)
-            for t in inputs.candidates.spec_types([t for t in space.spec_types if t != BASELINE])}
+    return {
+        t: grid_size(space.restricted_to({t}), inputs)
+        for t in inputs.candidates.spec_types([t for t in space.spec_types if t != BASELINE])
+    }
 
 
 def replays_at_most(space: SearchSpace, inputs: SearchInputs, trials: int) -> int:
     """How many configurations `replay_space` replays at most: the small types' grids, and `trials`."""
     sizes = type_grids(space, inputs).values()
-    return int(sum(s for s in sizes if s <= BRUTE_FORCE_LIMIT)) + (trials if any(s > BRUTE_FORCE_LIMIT for s in sizes)
-                                                                 else 0)
+    return int(sum(s for s in sizes if s <= BRUTE_FORCE_LIMIT)) + (
+        trials if any(s > BRUTE_FORCE_LIMIT for s in sizes) else 0
+    )
 
 
 def grid_size(space: SearchSpace, inputs: SearchInputs) -> float:
@@ -156,8 +179,11 @@ def grid_size(space: SearchSpace, inputs: SearchInputs) -> float:
     for spec_type, ranges in space.spec_types.items():
         if spec_type == "none":
             continue
-        size = max(len(inputs.candidates.pairs.get(spec_type, ())), 1) if spec_type in DRAFT_MODEL_TYPES \
+        size = (
+            max(len(inputs.candidates.pairs.get(spec_type, ())), 1)
+            if spec_type in DRAFT_MODEL_TYPES
             else len(inputs.candidates.targets)
+        )
         for r in ranges:
             if r.is_fixed:
                 continue

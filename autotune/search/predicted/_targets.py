@@ -15,9 +15,8 @@ from autotune.measure.measurement import Measurement
 from autotune.predict.block_drafts import BlockPlan
 from autotune.predict.chains import chain_length
 from autotune.predict.target import TargetModel, measure_target
+from autotune.search.inputs import SearchInputs, SearchSettings
 from autotune.search.predicted import _resume as resume
-from autotune.search.inputs import SearchInputs
-from autotune.search.inputs import SearchSettings
 from autotune.spec.config import SpecConfig
 from autotune.spec.space import SearchSpace
 from autotune.spec.types import DFLASH_TYPES, DRAFT_MODEL_TYPES
@@ -38,14 +37,17 @@ class MeasuredTargets:
         for target in self.inputs.candidates.targets:
             kept = self.kept[target]
             if kept is not None:
-                self.note(f"resuming {target.name}: its baseline{' and recordings' if kept[1] else ''} from the "
-                          "unfinished search of the same files, space, prompts and length")
+                self.note(
+                    f"resuming {target.name}: its baseline{' and recordings' if kept[1] else ''} from the "
+                    "unfinished search of the same files, space, prompts and length"
+                )
                 self._baselines[target] = kept[0]
                 continue
             engine.prepare(SpecConfig(target), self.inputs.mix, max_tokens=self.settings.max_tokens)
             self.note(f"measuring the baseline of {target.name} on the {arbiter} engine: its output is the trajectory")
-            self._baselines[target] = engine.measure(SpecConfig(target), self.inputs.mix,
-                                                     max_tokens=self.settings.max_tokens)
+            self._baselines[target] = engine.measure(
+                SpecConfig(target), self.inputs.mix, max_tokens=self.settings.max_tokens
+            )
             resume.keep(self.keys[target], self._baselines[target])
         return dict(self._baselines)
 
@@ -58,13 +60,25 @@ class MeasuredTargets:
             return {t: found[t] for t in self._baselines}
         drafts_of, blocks_of = _drafts(self.inputs, space)
         model = self.inputs.space.model
-        with WorkerEngine(context_size=model.context_size, threads=self.settings.threads,
-                          base_flags=model.base_flags, sampling=self.settings.sampling) as worker:
+        with WorkerEngine(
+            context_size=model.context_size,
+            threads=self.settings.threads,
+            base_flags=model.base_flags,
+            sampling=self.settings.sampling,
+        ) as worker:
             for target in missing:
                 found[target] = self._in_worker(
-                    worker, measure_target, target, self._baselines[target], self.inputs.mix, arbiter=arbiter,
-                    max_tokens=self.settings.max_tokens, drafts=sorted(drafts_of.get(target, ())),
-                    chain_length=chain_length(space), block_drafts=blocks_of.get(target, []))
+                    worker,
+                    measure_target,
+                    target,
+                    self._baselines[target],
+                    self.inputs.mix,
+                    arbiter=arbiter,
+                    max_tokens=self.settings.max_tokens,
+                    drafts=sorted(drafts_of.get(target, ())),
+                    chain_length=chain_length(space),
+                    block_drafts=blocks_of.get(target, []),
+                )
                 ledger.add(found[target].ledger)
                 resume.keep(self.keys[target], self._baselines[target], found[target])
         return {t: found[t] for t in self._baselines}
