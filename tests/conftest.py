@@ -140,7 +140,7 @@ def fresh_postgres(postgres_url):
 
 @pytest.fixture
 def confirmed_pick():
-    """The race's rule for what `best` prints, written out independently of Confirmation.winner: among
+    """The race's rule for what `best` prints, written out independently of RaceVerdict.winner: among
     the entrants the race proved faster than its baseline (`significant`, which it marks only when it
     ends with a winner, each above 1 + the minimum effect), the one with the highest speedup; None (the
     plain command) when none is."""

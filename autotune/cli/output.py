@@ -17,8 +17,8 @@ from autotune.study.verdict import (
     RACE_BUDGET_CAP,
     SEARCH_BUDGET_CAP,
     SPACE_BUDGET_CAP,
-    Confirmation,
-    ConfirmedConfig,
+    RacedConfig,
+    RaceVerdict,
     coverage,
 )
 
@@ -102,7 +102,7 @@ def category_table(result: BestResult) -> str:
     return "\n".join(lines)
 
 
-def race_lines(confirmation: Confirmation, pick: ConfirmedConfig) -> list[str]:
+def race_lines(confirmation: RaceVerdict, pick: RacedConfig) -> list[str]:
     """What the race says of its pick: its speedup over the plain command (or, where the plain command is
     the pick, the fastest entrant and why it was not picked), then llama.cpp's --spec-default, then the
     control (the plain command against itself) and what it says of the machine."""
@@ -166,7 +166,7 @@ def race_lines(confirmation: Confirmation, pick: ConfirmedConfig) -> list[str]:
     return lines
 
 
-def _winner_lines(confirmation: Confirmation, pick: ConfirmedConfig, engine: str, size: str) -> list[str]:
+def _winner_lines(confirmation: RaceVerdict, pick: RacedConfig, engine: str, size: str) -> list[str]:
     """A winner's verdict: the interval of the test that decided, at its level, with that test's point at the
     decision; then the round after the decision, printed apart as a replication; then any rival the budget
     left within reach. A record from before the deciding test was stored prints its one interval."""
@@ -209,7 +209,7 @@ def _winner_lines(confirmation: Confirmation, pick: ConfirmedConfig, engine: str
     return lines
 
 
-def _control_lines(confirmation: Confirmation) -> list[str]:
+def _control_lines(confirmation: RaceVerdict) -> list[str]:
     """The control's figure, and a word where it says the machine was noisy (its interval wider than
     NOISY_WIDTH either side of 1)."""
     control = confirmation.control
@@ -234,12 +234,12 @@ RACES_LONGER = {
 }
 
 
-def races_longer(confirmation: Confirmation) -> str:
+def races_longer(confirmation: RaceVerdict) -> str:
     """The advice where the race's budget ended before a verdict: the option that races longer."""
     return RACES_LONGER.get(confirmation.budget_cap, RACES_LONGER[RACE_BUDGET_CAP])
 
 
-def _not_picked(fastest: ConfirmedConfig, confirmation: Confirmation) -> str:
+def _not_picked(fastest: RacedConfig, confirmation: RaceVerdict) -> str:
     """Why the race's fastest entrant is not the pick, and whether racing longer could change that."""
     threshold = 1 + confirmation.min_effect
     low, high = fastest.speedup_ci or (0.0, float("inf"))
@@ -250,7 +250,7 @@ def _not_picked(fastest: ConfirmedConfig, confirmation: Confirmation) -> str:
     return f"not significant once shared among the entrants; {races_longer(confirmation)}"
 
 
-def _speedup_text(row: ConfirmedConfig, of: str = "") -> str:
+def _speedup_text(row: RacedConfig, of: str = "") -> str:
     """`1.24x [98.3% CI 1.15-1.34]`, or with `of`: `1.24x the plain command's speed [98.3% CI 1.15-1.34]`; the
     interval is the anytime-valid one at the level the race judged the row at."""
     text = f"{row.speedup:.2f}x" + (f" {of}" if of else "")
@@ -259,7 +259,7 @@ def _speedup_text(row: ConfirmedConfig, of: str = "") -> str:
     return text
 
 
-def _p(row: ConfirmedConfig) -> str:
+def _p(row: RacedConfig) -> str:
     """The one-sided p-value of `row`'s speedup against the minimum effect (the race's null)."""
     return "-" if row.p_value is None else f"{row.p_value:.2g} against {1 + MIN_EFFECT:.2f}x"
 
@@ -314,7 +314,7 @@ def set_aside_line(set_aside: SetAside) -> str:
     )
 
 
-def confirmation_table(result: Confirmation) -> str:
+def race_table(result: RaceVerdict) -> str:
     """What `autotune confirm` prints: each entrant's paired speedup over its baseline with its interval,
     p-value and whether the race proved it, its rounds and mean tok/s; then the pick."""
     lines = []

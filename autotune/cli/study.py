@@ -25,7 +25,7 @@ from autotune.cli.options import (
     study_options,
     with_options,
 )
-from autotune.cli.output import best_text, category_table, confirmation_table, trials_table
+from autotune.cli.output import best_text, category_table, race_table, trials_table
 from autotune.race.race import DEFAULT_BUDGET
 
 #: the flags only the predicted strategy reads
@@ -419,4 +419,4 @@ def confirm(
             on_measured=on_measured,
             concurrency=level,
         )
-        click.echo(confirmation_table(result))
+        click.echo(race_table(result))

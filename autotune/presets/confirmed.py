@@ -9,12 +9,12 @@ from dataclasses import dataclass
 import optuna
 
 from autotune.hardware import hardware_key
-from autotune.race.confirm import confirm_study
+from autotune.race.confirm import race_study
 from autotune.race.race import OnMeasured, RaceBudget
 from autotune.spec.command import ServerCommand
 from autotune.study.catalog import open_study_of
 from autotune.study.records import StudyRecord, TrialRecord
-from autotune.study.verdict import Confirmation, ConfirmedConfig, trial_of
+from autotune.study.verdict import RacedConfig, RaceVerdict, trial_of
 from storage import resolve_storage_url
 from storage.presets import Preset, PresetStore
 
@@ -31,13 +31,13 @@ def run_confirm(
     sampling: dict,
     on_measured: OnMeasured,
     concurrency: int | None = None,
-) -> Confirmation:
+) -> RaceVerdict:
     """Re-measure the top configurations of this machine's study of `model` (at `concurrency` streams) on
     llama-server, and make the confirmed winner this machine's preset for that load. `sampling` holds
     the settings given on the command line (None: the study's own)."""
     url = resolve_storage_url(storage_url)
     study = open_study_of(model, engine=engine_name, storage_url=url, objective=objective, concurrency=concurrency)
-    confirmation = confirm_study(
+    confirmation = race_study(
         study,
         top=top,
         budget=budget,
@@ -52,7 +52,7 @@ def run_confirm(
     return confirmation
 
 
-def preset_from(model: str, study: optuna.Study, *, confirmation: Confirmation, row: ConfirmedConfig) -> Preset:
+def preset_from(model: str, study: optuna.Study, *, confirmation: RaceVerdict, row: RacedConfig) -> Preset:
     """The preset a confirmed configuration of `study` makes on this machine."""
     record = TrialRecord.of(trial_of(study, row))
     return Preset(

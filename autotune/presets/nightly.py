@@ -27,7 +27,7 @@ from autotune.hardware import hardware_key
 from autotune.measure.prompts import load_prompt_mix
 from autotune.models.releases import follow_releases
 from autotune.presets.confirmed import preset_from
-from autotune.race.confirm import confirm_study, top_trials
+from autotune.race.confirm import race_study, top_trials
 from autotune.race.race import RaceBudget, round_line
 from autotune.search.fleet import search_lease
 from autotune.search.inputs import RaceOptions, SearchInputs, SearchOptions, SearchReporter, check_inputs, model_space
@@ -44,7 +44,7 @@ from autotune.spec.space import SearchSpace, load_model_space
 from autotune.study.catalog import study_name, study_names
 from autotune.study.records import PREDICTED_ENGINE, StudyRecord, config_from_attrs
 from autotune.study.runs import newest_answer
-from autotune.study.verdict import Confirmation, ConfirmedConfig, stored_confirmation
+from autotune.study.verdict import RacedConfig, RaceVerdict, stored_verdict
 from storage import open_storage, resolve_storage_url
 from storage.leases import Lease
 from storage.presets import Preset, PresetStore
@@ -56,7 +56,7 @@ EXIT_CODES = {"improved": 0, "unchanged": 3, "regressed": 4}
 class NightlyOutcome:
     status: str  # "improved", "unchanged" or "regressed"
     summary: str
-    new_winner: ConfirmedConfig | None = None  # set when the preset should be replaced
+    new_winner: RacedConfig | None = None  # set when the preset should be replaced
 
     @property
     def exit_code(self) -> int:
@@ -77,7 +77,7 @@ def unchanged_files(model: str) -> NightlyOutcome:
     return NightlyOutcome("unchanged", f"{model}: no new or changed model files; preset kept")
 
 
-def decide(model: str, confirmation: Confirmation, preset: Preset | None) -> NightlyOutcome:
+def decide(model: str, confirmation: RaceVerdict, preset: Preset | None) -> NightlyOutcome:
     """Compare the confirmed new pick (the winner, or the plain command where nothing was significantly
     faster than the baseline) with the preset's configuration measured in the same run."""
     if confirmation.machine_moved:  # the race's own clock is not believed: neither a new pick nor a regression
@@ -122,7 +122,7 @@ def decide(model: str, confirmation: Confirmation, preset: Preset | None) -> Nig
     )
 
 
-def _unless_regressed(model: str, current: ConfirmedConfig, preset: Preset, summary: str) -> NightlyOutcome:
+def _unless_regressed(model: str, current: RacedConfig, preset: Preset, summary: str) -> NightlyOutcome:
     """`unchanged`, unless the preset's configuration now measures below its recorded 95% interval."""
     if preset.ci95_low is not None and current.ci95[1] < preset.ci95_low:
         return NightlyOutcome(
@@ -264,7 +264,7 @@ def retune(
             study_attrs={"file_hashes": hashes},
             new_files=changed_files(previous, hashes),
         )
-        confirmation = stored_confirmation(study)
+        confirmation = stored_verdict(study)
     else:
         study = run_study(
             inputs,
@@ -284,7 +284,7 @@ def retune(
                 f"{model}: no speculative configuration completed (all pruned or "
                 f"failed, see `autotune trials --model {model}`); preset kept",
             ), None
-        confirmation = confirm_study(
+        confirmation = race_study(
             study,
             top=top,
             budget=budget,

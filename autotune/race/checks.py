@@ -1,4 +1,4 @@
-"""What a confirmation or a race requires of a measurement besides its speed.
+"""What a race requires of a measurement besides its speed.
 
 A configuration that drafts must have drafted: llama-server only logs a draft it cannot use (an
 incompatible vocabulary, a missing tensor) and then runs at baseline speed, where noise can make it
@@ -20,7 +20,7 @@ from autotune.spec.config import SpecConfig
 
 
 class MeasurementCheck:
-    """Checks each measurement of a confirmation against the baseline of its target measured in it."""
+    """Checks each measurement of a race against the baseline of its target measured in it."""
 
     def __init__(self, engine: Engine, mix: PromptMix, *, compare_output: bool):
         self.engine = engine

@@ -25,7 +25,7 @@ from autotune.spec.types import family_of
 from autotune.study.objectives import DEFAULT_OBJECTIVE, OBJECTIVES
 from autotune.study.records import PREDICTED_ENGINE, SPEC_DEFAULT_ROLE, StudyRecord, TrialRecord, store_study
 from autotune.study.trials import baselines_of, drift_corrected, is_reference
-from autotune.study.verdict import Confirmation, stored_confirmation
+from autotune.study.verdict import RaceVerdict, stored_verdict
 
 
 def top_trials(study: optuna.Study, top: int, check: CommandCheck | None = None) -> list[optuna.trial.FrozenTrial]:
@@ -65,7 +65,7 @@ def study_prompt_mix(study: optuna.Study) -> tuple[PromptMix, int]:
 def finalists(study: optuna.Study, top: int, check: CommandCheck | None = None) -> list[optuna.trial.FrozenTrial]:
     """What a confirmation races: a predicted study's race finalists again (its prediction chose them and
     the race measured them; choosing anew would rank by prediction), else the `top` best trials."""
-    stored = stored_confirmation(study)
+    stored = stored_verdict(study)
     if StudyRecord.of(study).engine == PREDICTED_ENGINE and stored is not None:
         numbers = [
             row.trial
@@ -112,7 +112,7 @@ def confirm(
     figure: str = "mix_tok_s",
     check: CommandCheck | None = None,
     before_storing: Callable[[], None] = lambda: None,
-) -> Confirmation:
+) -> RaceVerdict:
     """Race the study's finalists (`finalists`) with the references and `preset` within `budget`, and store
     the race with the study (after `before_storing`, which may refuse: a lease lost). `command` spells each
     one's printed argv; with `check` only configurations whose command that llama-server runs race."""
@@ -139,7 +139,7 @@ def confirm(
     return confirmation
 
 
-def confirm_study(
+def race_study(
     study: optuna.Study,
     *,
     top: int,
@@ -150,7 +150,7 @@ def confirm_study(
     preset: SpecConfig | None = None,
     sampling: dict | None = None,
     before_storing: Callable[[], None] = lambda: None,
-) -> Confirmation:
+) -> RaceVerdict:
     """Confirm `study` on `engine_name` with the study's threads, flags and sampling (`sampling`
     overrides the latter field by field); the printed argv names the binary that confirmed it."""
     stored = StudyRecord.of(study)

@@ -54,7 +54,7 @@ from autotune.measure.stratified import MAX_VOID
 from autotune.race.entrants import Entrant, candidates, speedup_of
 from autotune.race.guards import artefact, baseline_slowed, machine_moved
 from autotune.race.looks import RaceLook, look_at, round_is_void
-from autotune.race.record import Outcome, confirmation_of
+from autotune.race.record import Outcome, verdict_of
 from autotune.race.rounds import RaceStatus, Rounds
 from autotune.spec.command import ServerCommand
 from autotune.study.records import CONTROL_ROLE
@@ -65,7 +65,7 @@ from autotune.study.verdict import (
     RACE_BUDGET_CAP,
     STOPPED,
     WINNER,
-    Confirmation,
+    RaceVerdict,
     coverage,
 )
 
@@ -138,7 +138,7 @@ def race(
     on_dropped: Callable[[Entrant], None] = lambda entrant: None,
     on_start: Callable[[str], None] = lambda pairing: None,
     on_look: OnLook = lambda status: None,
-) -> Confirmation:
+) -> RaceVerdict:
     """Run the race (see the module docstring); a control is added for each baseline. `on_measured` hears
     each entrant after each round with its speedup so far (None for a baseline), `on_dropped` each
     entrant that leaves, `on_start` the pairing chosen ("prompt", "block" or "round"), `on_look` where the race
@@ -159,15 +159,15 @@ def race(
             _replicate(rounds, mix, figure, outcome, replicate_on)
     except KeyboardInterrupt as stop:  # the replication included: a winner not yet replicated is no verdict
         outcome.ended, outcome.winner, outcome.within_reach = STOPPED, None, ()
-        raise RaceStopped(confirmation_of(engine, rounds, mix, command, figure, outcome), stop) from stop
-    return confirmation_of(engine, rounds, mix, command, figure, outcome)
+        raise RaceStopped(verdict_of(engine, rounds, mix, command, figure, outcome), stop) from stop
+    return verdict_of(engine, rounds, mix, command, figure, outcome)
 
 
 class RaceStopped(Interrupted):
     """A stop signal arrived once the race had begun: `confirmation` is where it stood, undecided (STOPPED).
     It is the stop itself to every other handler: the command still exits with 128 + the signal's number."""
 
-    def __init__(self, confirmation: Confirmation, stop: KeyboardInterrupt):
+    def __init__(self, confirmation: RaceVerdict, stop: KeyboardInterrupt):
         super().__init__(getattr(stop, "signum", signal.SIGINT))
         self.confirmation = confirmation
 
@@ -345,7 +345,7 @@ def status_line(status: RaceStatus, levels_alpha: float = ALPHA) -> str:
     )
 
 
-def standing_line(confirmation: Confirmation, run: str) -> str:
+def standing_line(confirmation: RaceVerdict, run: str) -> str:
     """What a stopped race says before the command exits: where it stood, undecided, and where it is kept."""
     leader = confirmation.fastest
     standing = (

@@ -26,7 +26,7 @@ from autotune.race.looks import family_of, p_value, printed, replication_interva
 from autotune.race.rounds import Rounds
 from autotune.spec.command import ServerCommand
 from autotune.study.records import CONTROL_ROLE, SPEC_DEFAULT_ROLE
-from autotune.study.verdict import RACE_BUDGET_CAP, Confirmation, ConfirmedConfig
+from autotune.study.verdict import RACE_BUDGET_CAP, RacedConfig, RaceVerdict
 
 SERVING_FIGURES = ("mix_tok_s", "aggregate_tok_s", "per_stream_tok_s", "per_stream_p10_tok_s")
 
@@ -46,14 +46,14 @@ class Outcome:
     budget_cap: str = RACE_BUDGET_CAP  # what set the race's budget (RaceBudget.cap)
 
 
-def confirmation_of(
+def verdict_of(
     engine: Engine, rounds: Rounds, mix: PromptMix, command: ServerCommand, figure: str, outcome: Outcome
-) -> Confirmation:
+) -> RaceVerdict:
     """The stored race (module docstring)."""
     entrants, pairing = rounds.entrants, rounds.pairing
     family = family_of(entrants)
 
-    def row(entrant: Entrant) -> ConfirmedConfig:
+    def row(entrant: Entrant) -> RacedConfig:
         measured_rounds = [m for m in entrant.rounds if m.results]
         samples = [round(getattr(m, figure), 3) for m in measured_rounds]
         measured = bool(measured_rounds) and entrant.failure is None
@@ -62,7 +62,7 @@ def confirmation_of(
         figures = dict(speedup=None, speedup_ci=None, speedup_ci_level=round(1 - ALPHA / family, 6), p_value=None)
         if measured and not entrant.is_baseline:
             figures.update(_figures(entrant, entrants, mix, figure, pairing, outcome, family))
-        return ConfirmedConfig(
+        return RacedConfig(
             label=entrant.label,
             role=entrant.role,
             trial=entrant.trial,
@@ -85,7 +85,7 @@ def confirmation_of(
             **figures,
         )
 
-    return Confirmation(
+    return RaceVerdict(
         engine=engine.name,
         build=engine.build_info,
         repeats=len(rounds.orders),

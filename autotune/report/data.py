@@ -21,7 +21,7 @@ from autotune.study.best import best_result
 from autotune.study.objectives import DEFAULT_OBJECTIVE
 from autotune.study.records import StudyRecord, TrialRecord
 from autotune.study.trials import is_baseline
-from autotune.study.verdict import Confirmation, ConfirmedConfig, stored_confirmation
+from autotune.study.verdict import RacedConfig, RaceVerdict, stored_verdict
 
 TrialState = optuna.trial.TrialState
 
@@ -89,7 +89,7 @@ class TopConfig:
     rank: int | None  # None for a baseline row
     trial: optuna.trial.FrozenTrial
     speedup: float | None
-    confirmed: ConfirmedConfig | None
+    confirmed: RacedConfig | None
     picked: bool
 
     @property
@@ -112,7 +112,7 @@ class StudyView:
 
     study: optuna.Study
     trials: list[optuna.trial.FrozenTrial] = field(init=False)
-    confirmation: Confirmation | None = field(init=False)
+    confirmation: RaceVerdict | None = field(init=False)
 
     def __post_init__(self) -> None:
         self.trials = self.study.get_trials(deepcopy=False)
@@ -120,7 +120,7 @@ class StudyView:
             raise StudyNotFoundError(
                 f"study {self.study.study_name!r} has no completed trial to report: run `autotune search` first"
             )
-        self.confirmation = stored_confirmation(self.study)
+        self.confirmation = stored_verdict(self.study)
 
     # --- what the study is -------------------------------------------------------------------
     @property

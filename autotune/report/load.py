@@ -3,7 +3,7 @@
 A report of one study also draws its sibling studies, the same model, hardware, engine family and
 objective at other levels, when there are any: per spec type the best trial's aggregate and
 per-stream tok/s at each level, the baseline's, and for the best configuration of each level its
-figures (confirmed on llama-server where a confirmation ran). Where the best speculative
+figures (raced on llama-server where a race ran). Where the best speculative
 configuration's aggregate tok/s stops beating the baseline's, speculation stops paying.
 """
 
@@ -16,7 +16,7 @@ import optuna
 from autotune.study.catalog import parse_kind, study_name
 from autotune.study.records import BASELINE_ROLE, WARM_START_ROLE, StudyRecord, TrialRecord
 from autotune.study.runs import newest_answer
-from autotune.study.verdict import stored_confirmation
+from autotune.study.verdict import stored_verdict
 
 COMPLETE = optuna.trial.TrialState.COMPLETE
 
@@ -129,8 +129,8 @@ def _point(level: int, trial: optuna.trial.FrozenTrial) -> LevelPoint:
 
 
 def _confirmed_points(study: optuna.Study, level: int) -> tuple[LevelPoint, LevelPoint] | None:
-    """The confirmed winner of `study` and its baseline, from the confirmation's serving figures."""
-    confirmation = stored_confirmation(study)
+    """The confirmed winner of `study` and its baseline, from its race's serving figures."""
+    confirmation = stored_verdict(study)
     if confirmation is None or confirmation.winner is None or not confirmation.winner.figures:
         return None
     winner = confirmation.winner

@@ -14,7 +14,7 @@ from autotune.spec.types import family_of
 from autotune.study.objectives import DEFAULT_OBJECTIVE, OBJECTIVES
 from autotune.study.records import StudyRecord, TrialRecord
 from autotune.study.trials import baseline_trial, decode_tok_s, drift_corrected, is_baseline, spec_default_near
-from autotune.study.verdict import Confirmation, ConfirmedConfig, stored_confirmation, trial_of
+from autotune.study.verdict import RacedConfig, RaceVerdict, stored_verdict, trial_of
 
 COMPLETE = optuna.trial.TrialState.COMPLETE
 
@@ -52,7 +52,7 @@ class BestResult:
     study: str
     trial: optuna.trial.FrozenTrial
     baseline: optuna.trial.FrozenTrial | None
-    confirmation: Confirmation | None = None
+    confirmation: RaceVerdict | None = None
     front: tuple[optuna.trial.FrozenTrial, ...] = ()  # a pareto study's front (lossless members)
     spec_default: optuna.trial.FrozenTrial | None = None  # `--spec-default` measured nearest the trial
     objective: str = DEFAULT_OBJECTIVE  # what the study maximized (autotune.study.objectives)
@@ -68,7 +68,7 @@ class BestResult:
         return TrialRecord.of(self.trial)
 
     @property
-    def confirmed(self) -> ConfirmedConfig | None:
+    def confirmed(self) -> RacedConfig | None:
         """The re-measured figures of this trial's configuration, when `autotune confirm` ran (the
         baseline's row where the baseline is the answer: nothing was significantly faster)."""
         if self.confirmation is None:
@@ -259,7 +259,7 @@ def best_result(study: optuna.Study, *, check: CommandCheck | None = None) -> Be
             f"study {study.study_name!r}: no configuration meets its --min-stream-tok-s bound (see `autotune trials`)"
         )
     objective = StudyRecord.of(study).objective or DEFAULT_OBJECTIVE
-    confirmation = stored_confirmation(study)
+    confirmation = stored_verdict(study)
     best, front = _choose(study, complete, feasible, confirmation, objective)
     set_aside = None
     if check is not None:
@@ -300,7 +300,7 @@ def _choose(
     study: optuna.Study,
     complete: list[optuna.trial.FrozenTrial],
     eligible: list[optuna.trial.FrozenTrial],
-    confirmation: Confirmation | None,
+    confirmation: RaceVerdict | None,
     objective: str,
 ) -> tuple[optuna.trial.FrozenTrial, tuple[optuna.trial.FrozenTrial, ...]]:
     """The winner among `eligible` (and the pareto front it was picked on)."""
@@ -335,7 +335,7 @@ def trial_rows(study: optuna.Study) -> list[dict]:
     """One JSON-ready row per trial, in trial order; a prediction with the band its family's error gives
     it (autotune.search.prediction_error), so a reader sees how far apart two predictions must be to differ."""
     rows = []
-    confirmation = stored_confirmation(study)
+    confirmation = stored_verdict(study)
     raced = {c.trial: c for c in (confirmation.configs if confirmation else []) if c.failure is None}
     for trial in study.get_trials(deepcopy=False):
         record = TrialRecord.of(trial)

@@ -122,7 +122,7 @@ class StudyRecord:
     files: dict = field(default_factory=dict)  # the candidate files' fingerprint
     llama_server: dict = field(default_factory=dict)  # ServerCommand.as_dict(): what every argv carries
     file_hashes: dict = field(default_factory=dict)  # a nightly version's files
-    confirmation: dict | None = None  # Confirmation.as_dict() of the last confirmation (or race)
+    confirmation: dict | None = None  # RaceVerdict.as_dict() of the last race (stored under its first name)
     prediction: dict = field(default_factory=dict)  # a predicted study's trajectories, costs and calibration
     cost: dict = field(
         default_factory=dict

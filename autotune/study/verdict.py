@@ -35,7 +35,7 @@ _OPTION_CAPS = {"--race-budget": RACE_BUDGET_CAP, "--repeats": CONFIRM_ROUNDS_CA
 
 
 @dataclass(frozen=True)
-class ConfirmedConfig:
+class RacedConfig:
     """One entrant of a race and what it measured there."""
 
     label: str
@@ -110,21 +110,21 @@ class ConfirmedConfig:
 
 
 @dataclass(frozen=True)
-class Confirmation:
+class RaceVerdict:
     """A race: its entrants, how they were paired, and why it ended."""
 
     engine: str
     build: str
     repeats: int  # rounds played
     date: str
-    baselines: list[ConfirmedConfig]
-    configs: list[ConfirmedConfig]
-    spec_defaults: list[ConfirmedConfig] = field(default_factory=list)  # empty: the study has no such reference
+    baselines: list[RacedConfig]
+    configs: list[RacedConfig]
+    spec_defaults: list[RacedConfig] = field(default_factory=list)  # empty: the study has no such reference
     prompt_ids: list[str] = field(default_factory=list)
     categories: list[str] = field(default_factory=list)  # each prompt's category, in prompt order
     pairing: str = "round"  # "prompt": each prompt's entrants ran back to back; "round": whole rounds apart
     ended: str = BUDGET_SPENT  # WINNER, NONE_CAN_WIN, BUDGET_SPENT or MACHINE_MOVED
-    controls: list[ConfirmedConfig] = field(default_factory=list)  # the plain command again, per target
+    controls: list[RacedConfig] = field(default_factory=list)  # the plain command again, per target
     orders: list[list[int]] = field(default_factory=list)  # each round's prompt order (indices of prompt_ids)
     looks: int = 0  # looks the race took (one per prompt, or per round)
     decided_round: int | None = None  # the round the winner was decided in
@@ -142,12 +142,12 @@ class Confirmation:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict) -> "Confirmation":
-        def config(row: dict) -> ConfirmedConfig:
+    def from_dict(cls, data: dict) -> "RaceVerdict":
+        def config(row: dict) -> RacedConfig:
             row = dict(row)
             interval = row.pop("speedup_ci95", None) or row.get("speedup_ci")  # speedup_ci95: before anytime bounds
             replication = row.get("replication_ci")
-            return ConfirmedConfig(
+            return RacedConfig(
                 **{
                     **row,
                     "ci95": tuple(row["ci95"]),
@@ -171,17 +171,17 @@ class Confirmation:
         )
 
     @property
-    def rows(self) -> list[ConfirmedConfig]:
+    def rows(self) -> list[RacedConfig]:
         return [*self.baselines, *self.spec_defaults, *self.configs]
 
-    def baseline_of(self, row: ConfirmedConfig) -> ConfirmedConfig:
+    def baseline_of(self, row: RacedConfig) -> RacedConfig:
         return next(b for b in self.baselines if b.target == row.target)
 
-    def spec_default_of(self, row: ConfirmedConfig) -> ConfirmedConfig | None:
+    def spec_default_of(self, row: RacedConfig) -> RacedConfig | None:
         """llama.cpp's default on `row`'s target, as measured in the same rounds (None: not measured)."""
         return next((d for d in self.spec_defaults if d.target == row.target and d.failure is None), None)
 
-    def units(self, row: ConfirmedConfig) -> Units:
+    def units(self, row: RacedConfig) -> Units:
         """`row`'s units, each with the prompt of the mix it ran."""
         return Units.of(
             row.decode_ms,
@@ -189,20 +189,20 @@ class Confirmation:
             [self.orders[k][: len(r)] if k < len(self.orders) else range(len(r)) for k, r in enumerate(row.decode_ms)],
         )
 
-    def versus(self, row: ConfirmedConfig, reference: ConfirmedConfig) -> Speedup:
+    def versus(self, row: RacedConfig, reference: RacedConfig) -> Speedup:
         """`row`'s paired speedup over `reference` on the units both ran."""
         return paired_speedup(self.units(reference), self.units(row), pair_by_unit=self.pairing == "prompt")
 
     @property
-    def control(self) -> ConfirmedConfig | None:
+    def control(self) -> RacedConfig | None:
         """The plain command against itself (the first target's), where the race ran one."""
         return next((c for c in self.controls if c.failure is None and c.speedup is not None), None)
 
-    def beats(self, row: ConfirmedConfig, reference: ConfirmedConfig) -> bool:
+    def beats(self, row: RacedConfig, reference: RacedConfig) -> bool:
         """Whether `row` is faster than `reference` by more than the minimum effect, at the race's alpha."""
         return self.versus(row, reference).p_faster(1 + self.min_effect) < self.alpha
 
-    def by_category(self, row: ConfirmedConfig) -> dict[str, Speedup]:
+    def by_category(self, row: RacedConfig) -> dict[str, Speedup]:
         """`row`'s paired speedup over its baseline on the prompts of each category of the mix (none where
         the race did not time prompts one by one: several streams at once)."""
         if (
@@ -227,33 +227,33 @@ class Confirmation:
         }
         return {category: s for category, s in speedups.items() if s.ratio > 0}
 
-    def speedup_vs_spec_default(self, row: ConfirmedConfig) -> float | None:
+    def speedup_vs_spec_default(self, row: RacedConfig) -> float | None:
         reference = self.spec_default_of(row)
         if reference is None or not row.decode_ms or not reference.decode_ms or row is reference:
             return None
         return round(self.versus(row, reference).ratio, 4)
 
     @property
-    def fastest(self) -> ConfirmedConfig | None:
+    def fastest(self) -> RacedConfig | None:
         """The entrant (llama.cpp's default included) with the highest speedup over its own target's
         baseline, significant or not, dropped or not."""
         return _by_speedup([c for c in self._measured() if c.role != "preset"])
 
     @property
-    def winner(self) -> ConfirmedConfig | None:
+    def winner(self) -> RacedConfig | None:
         """The entrant the race proved faster than its baseline by the minimum effect (the highest such
         speedup); None where none was: no speculative configuration earned its flags in these rounds."""
         return _by_speedup([c for c in self._measured() if c.significant and c.role != "preset"])
 
     @property
-    def pick(self) -> ConfirmedConfig | None:
+    def pick(self) -> RacedConfig | None:
         """What to run: the winner, else the baseline row of the fastest entrant's target (the plain command)."""
         if self.winner is not None:
             return self.winner
         target = self.fastest.target if self.fastest is not None else None
         return next((b for b in self.baselines if target in (None, b.target)), None)
 
-    def runnable_by(self, check: CommandCheck) -> "Confirmation":
+    def runnable_by(self, check: CommandCheck) -> "RaceVerdict":
         """This confirmation without the rows whose command `check`'s llama-server cannot run."""
         return replace(
             self,
@@ -261,11 +261,11 @@ class Confirmation:
             spec_defaults=[c for c in self.spec_defaults if check.runs(c.argv)],
         )
 
-    def _measured(self) -> list[ConfirmedConfig]:
+    def _measured(self) -> list[RacedConfig]:
         return [c for c in self.configs + self.spec_defaults if c.failure is None and c.speedup is not None]
 
     @property
-    def preset(self) -> ConfirmedConfig | None:
+    def preset(self) -> RacedConfig | None:
         return next((c for c in self.configs if c.role == "preset" and c.failure is None), None)
 
 
@@ -274,11 +274,11 @@ def coverage(one_sided: float) -> str:
     return f"{1 - 2 * one_sided:.1%} CI".replace(".0%", "%")
 
 
-def _by_speedup(rows: list[ConfirmedConfig]) -> ConfirmedConfig | None:
+def _by_speedup(rows: list[RacedConfig]) -> RacedConfig | None:
     return max(rows, key=lambda c: c.speedup) if rows else None
 
 
-def trial_of(study: optuna.Study, row: ConfirmedConfig) -> optuna.trial.FrozenTrial | None:
+def trial_of(study: optuna.Study, row: RacedConfig) -> optuna.trial.FrozenTrial | None:
     """The study trial a raced row measured again (a baseline row: its target's first baseline)."""
     if row.role == BASELINE_ROLE and row.trial is None:
         found = baselines_of(study, Path(row.target))
@@ -286,8 +286,8 @@ def trial_of(study: optuna.Study, row: ConfirmedConfig) -> optuna.trial.FrozenTr
     return next((t for t in study.get_trials(deepcopy=False) if t.number == row.trial), None)
 
 
-def stored_confirmation(study: optuna.Study) -> Confirmation | None:
+def stored_verdict(study: optuna.Study) -> RaceVerdict | None:
     data = StudyRecord.of(study).confirmation
     if data is None or "baselines" not in data:
         return None
-    return Confirmation.from_dict(data)
+    return RaceVerdict.from_dict(data)

@@ -7,7 +7,7 @@ import numpy as np
 
 from autotune.measure.paired import MIN_EFFECT, Units, paired_speedup
 from autotune.measure.stats import ci95
-from autotune.study.verdict import ConfirmedConfig
+from autotune.study.verdict import RacedConfig
 
 TOKENS = 47  # decode tokens of every prompt
 
@@ -22,7 +22,7 @@ def raced_row(
     target: str = "t.gguf",
     argv: list[str] | None = None,
     significant: bool = False,
-) -> ConfirmedConfig:
+) -> RacedConfig:
     """A row whose units are `decode_ms` (per round, per prompt; TOKENS tokens each), paired prompt by
     prompt with `baseline_ms` for its speedup, interval and p-value (none for a baseline)."""
     tokens = [[TOKENS] * len(r) for r in decode_ms]
@@ -35,7 +35,7 @@ def raced_row(
             pair_by_unit=True,
         )
     mean = float(np.mean(samples))
-    return ConfirmedConfig(
+    return RacedConfig(
         label=label,
         role=role,
         trial=trial,

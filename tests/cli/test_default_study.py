@@ -24,7 +24,7 @@ from click.testing import CliRunner, Result
 from autotune.cli.main import cli
 from autotune.hardware import hardware_key
 from autotune.study.catalog import study_name
-from autotune.study.verdict import BUDGET_SPENT, NONE_CAN_WIN, WINNER, Confirmation, ConfirmedConfig
+from autotune.study.verdict import BUDGET_SPENT, NONE_CAN_WIN, WINNER, RacedConfig, RaceVerdict
 from autotune.testing.races import raced_row, scaled
 from autotune.testing.tiny_gguf import TINY_SPACE
 
@@ -104,12 +104,12 @@ MODELS = {WINNER: "tiny-winner", NONE_CAN_WIN: "tiny-plain", BUDGET_SPENT: "tiny
 def _derive(real: optuna.Study, storage: str, ended: str) -> None:
     """A study holding `real`'s trials and a race of the chosen outcome between its finalists: the first
     at the chosen speed, any other at 0.9x."""
-    race = Confirmation.from_dict(real.user_attrs["confirmation"])
+    race = RaceVerdict.from_dict(real.user_attrs["confirmation"])
     first, *others = race.configs
     (baseline,) = race.baselines
     speed, jitter = {WINNER: (1.30, 0.0), NONE_CAN_WIN: (0.95, 0.0), BUDGET_SPENT: (1.30, 0.3)}[ended]
 
-    def row(entrant: ConfirmedConfig, decode_ms: list[list[float]], significant: bool = False) -> ConfirmedConfig:
+    def row(entrant: RacedConfig, decode_ms: list[list[float]], significant: bool = False) -> RacedConfig:
         made = raced_row(
             entrant.label,
             entrant.role,
@@ -150,9 +150,9 @@ def _derive(real: optuna.Study, storage: str, ended: str) -> None:
     study.add_trials(real.trials)
 
 
-def race_rows(studies: Studies) -> tuple[ConfirmedConfig, ConfirmedConfig]:
+def race_rows(studies: Studies) -> tuple[RacedConfig, RacedConfig]:
     """The real race's baseline and first finalist: what every chosen race raced."""
-    race = Confirmation.from_dict(studies.real.user_attrs["confirmation"])
+    race = RaceVerdict.from_dict(studies.real.user_attrs["confirmation"])
     return race.baselines[0], race.configs[0]
 
 

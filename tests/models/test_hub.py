@@ -28,7 +28,7 @@ from autotune.models.releases import follow_releases
 from autotune.presets.confirmed import preset_from
 from autotune.presets.export import export_presets
 from autotune.spec.space import HubSource, load_space
-from autotune.study.verdict import Confirmation, ConfirmedConfig
+from autotune.study.verdict import RacedConfig, RaceVerdict
 from autotune.testing import tiny_gguf
 from autotune.testing.hub_fixtures import HubRepo, LocalHubEndpoint, repo_folder, write_hub_cache
 from storage import resolve_storage_url
@@ -411,12 +411,12 @@ def test_the_revision_is_recorded_with_trials_presets_and_exports(
 
     trial = next(t for t in speculative if t.state == optuna.trial.TrialState.COMPLETE)
     target = trial.user_attrs["config"]["target"]
-    baseline = ConfirmedConfig("none", "baseline", 0, target, ["none"], [10.0, 10.0], 10.0, (9.0, 11.0), None, 1.0)
-    row = ConfirmedConfig(
+    baseline = RacedConfig("none", "baseline", 0, target, ["none"], [10.0, 10.0], 10.0, (9.0, 11.0), None, 1.0)
+    row = RacedConfig(
         "draft", "trial", trial.number, target, trial.user_attrs["argv"], [12.0, 12.0], 12.0, (11.0, 13.0), 0.01, 1.2
     )
     preset = preset_from(
-        "tiny", study, confirmation=Confirmation("server", "b1", 2, "2026-12-03", [baseline], [row]), row=row
+        "tiny", study, confirmation=RaceVerdict("server", "b1", 2, "2026-12-03", [baseline], [row]), row=row
     )
     assert preset.file_revisions == {"draft-A.gguf": revision}
     with PresetStore(url) as store:

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from autotune.cli.main import cli
 from autotune.hardware import hardware_key
 from autotune.presets.nightly import decide
-from autotune.study.verdict import Confirmation
+from autotune.study.verdict import RaceVerdict
 from autotune.testing import tiny_gguf
 from autotune.testing.races import raced_row, scaled
 from storage.presets import Preset
@@ -36,7 +36,7 @@ def confirmation(winner_speed, preset_speed, jitter=0.01):
         ),
         raced_row("old", "preset", scaled(BASELINE_MS, preset_speed, jitter, seed=2), baseline_ms=BASELINE_MS),
     ]
-    return Confirmation(
+    return RaceVerdict(
         "server", "b1", 3, "2026-12-02", [raced_row("none", "baseline", BASELINE_MS)], rows, pairing="prompt"
     )
 
@@ -103,7 +103,7 @@ def test_a_preset_whose_row_failed_is_kept_where_it_is_the_picks_command_and_is_
         ),
         failure="a timing artefact",
     )
-    race = Confirmation("server", "b1", 3, "2026-12-07", [baseline], [failed], pairing="prompt")
+    race = RaceVerdict("server", "b1", 3, "2026-12-07", [baseline], [failed], pairing="prompt")
     kept = decide("m", race, preset(ci_low=None))
     assert kept.status == "unchanged" and kept.new_winner is None and kept.summary.endswith("; kept")
     other = replace(race, configs=[replace(failed, argv=["llama-server", "-m", "t.gguf", "--spec-type", "ngram-mod"])])

@@ -34,7 +34,7 @@ from click.testing import CliRunner
 from autotune.cli.main import cli
 from autotune.engines.orphans import start_time
 from autotune.measure.paired import Units, paired_speedup
-from autotune.study.verdict import Confirmation
+from autotune.study.verdict import RaceVerdict
 from autotune.testing.processes import start_autotune
 from storage import resolve_storage_url
 
@@ -161,7 +161,7 @@ def test_a_night_whose_baseline_server_is_loaded_says_the_machine_moved_and_stor
         for s in optuna.get_all_study_summaries(url, include_best_trial=False)
         if "confirmation" in optuna.load_study(study_name=s.study_name, storage=url).user_attrs
     ]
-    confirmation = Confirmation.from_dict(
+    confirmation = RaceVerdict.from_dict(
         optuna.load_study(study_name=raced.study_name, storage=url).user_attrs["confirmation"]
     )
     assert confirmation.ended == "the machine's speed moved" and confirmation.winner is None

@@ -10,21 +10,21 @@ from dataclasses import replace
 
 import pytest
 
-from autotune.cli.output import confirmation_table, race_lines
+from autotune.cli.output import race_lines, race_table
 from autotune.study.verdict import (
     BUDGET_SPENT,
     CONFIRM_ROUNDS_CAP,
     RACE_BUDGET_CAP,
     SEARCH_BUDGET_CAP,
     SPACE_BUDGET_CAP,
-    Confirmation,
+    RaceVerdict,
 )
 from autotune.testing.races import raced_row, scaled
 
 BASELINE_MS = [[400.0, 650.0, 300.0, 520.0]] * 3
 
 
-def verdict(**winner_fields) -> Confirmation:
+def verdict(**winner_fields) -> RaceVerdict:
     winner = raced_row(
         "ngram-simple n=3",
         "trial",
@@ -44,7 +44,7 @@ def verdict(**winner_fields) -> Confirmation:
         **winner_fields,
     )
     baseline = raced_row("none", "baseline", BASELINE_MS)
-    return Confirmation(
+    return RaceVerdict(
         "server", "b1", 3, "2026-12-07", [baseline], [winner], pairing="prompt", decided_round=1, after_decision_round=2
     )
 
@@ -86,10 +86,10 @@ def test_a_race_the_searchs_budget_cut_short_names_that_budget_as_what_races_lon
     plain = race_lines(race, race.baselines[0])  # where the plain command is the pick: why the fastest is not
     assert any("ngram-simple n=3" in line and line.endswith("; a longer `--budget` races longer") for line in plain)
     assert not any("--race-budget" in line for line in plain)
-    assert Confirmation.from_dict(race.as_dict()).budget_cap == SEARCH_BUDGET_CAP
+    assert RaceVerdict.from_dict(race.as_dict()).budget_cap == SEARCH_BUDGET_CAP
     stored_before_the_kinds = {k: v for k, v in race.as_dict().items() if k != "budget_cap"}
     assert (
-        Confirmation.from_dict({**stored_before_the_kinds, "budget_option": "--budget"}).budget_cap == SEARCH_BUDGET_CAP
+        RaceVerdict.from_dict({**stored_before_the_kinds, "budget_option": "--budget"}).budget_cap == SEARCH_BUDGET_CAP
     )
 
 
@@ -109,19 +109,19 @@ def test_the_verdict_stores_what_capped_the_race_and_the_cli_names_the_option(ca
 
 def test_the_table_prints_the_decisions_point_and_each_rows_coverage_and_a_stored_race_reads_back():
     race = verdict()
-    table = confirmation_table(race).splitlines()
+    table = race_table(race).splitlines()
     row = next(line for line in table if "ngram-simple n=3" in line)
     assert row.split()[:3] == ["1.31x", "97.5%", "1.12-1.52"] and row.endswith(
         "[at the decision; replicated 1.26x after it]"
     )
-    restored = Confirmation.from_dict(race.as_dict())
+    restored = RaceVerdict.from_dict(race.as_dict())
     assert restored.configs[0].replication_ci == (1.2, 1.33) and restored.configs[0].decided_by == "stratified rounds"
     older = race.as_dict()
     for key in ("void_rounds", "within_reach"):
         older.pop(key)
     for row in older["configs"] + older["baselines"]:
         row.pop("decided_by"), row.pop("replication_ci")
-    old = Confirmation.from_dict(older)  # a race stored before issue 50 prints its one interval, as it did
+    old = RaceVerdict.from_dict(older)  # a race stored before issue 50 prints its one interval, as it did
     assert race_lines(old, old.configs[0])[0].startswith(
         "# 1.26x the plain command's speed on fresh servers after the decision [97.5% CI 1.12-1.52]"
     )

@@ -22,7 +22,7 @@ from autotune.race.entrants import Entrant
 from autotune.race.race import RaceBudget, race
 from autotune.spec.command import ServerCommand
 from autotune.spec.config import SpecConfig
-from autotune.study.verdict import BUDGET_SPENT, MACHINE_MOVED, NONE_CAN_WIN, WINNER, Confirmation
+from autotune.study.verdict import BUDGET_SPENT, MACHINE_MOVED, NONE_CAN_WIN, WINNER, RaceVerdict
 
 
 def test_a_budget_is_rounds_or_time():
@@ -36,10 +36,10 @@ def test_a_budget_is_rounds_or_time():
             RaceBudget.parse(bad)
 
 
-def stored_ratio(confirmation: Confirmation, label: str, rounds: slice = slice(None)) -> float:
+def stored_ratio(confirmation: RaceVerdict, label: str, rounds: slice = slice(None)) -> float:
     """A row's speedup summed from its stored per-prompt times, apart from `paired_speedup`: the baseline's
     time over the row's on the prompts both ran in each round."""
-    restored = Confirmation.from_dict(confirmation.as_dict())
+    restored = RaceVerdict.from_dict(confirmation.as_dict())
     row = next(r for r in restored.configs if r.label == label)
     base = restored.baseline_of(row)
     a = b = 0.0
@@ -49,7 +49,7 @@ def stored_ratio(confirmation: Confirmation, label: str, rounds: slice = slice(N
     return a / b
 
 
-def ratio_at_decision(confirmation: Confirmation, label: str, decided_by: str) -> float:
+def ratio_at_decision(confirmation: RaceVerdict, label: str, decided_by: str) -> float:
     """A winner's point at its decision, from the stored units of the rounds before the one after it, as the
     test that decided computes it: the per-prompt sequence's is their summed ratio (`stored_ratio`), the
     stratified test's the geometric mean of the complete rounds' ratios."""
@@ -100,7 +100,7 @@ def test_an_aa_race_names_no_winner(gemma_copy, demo_mix):
     assert confirmation.pick.role == "baseline"
     low, high = confirmation.configs[0].speedup_ci
     assert low < 1.02  # the same command is never proven faster, however loaded the box
-    restored = Confirmation.from_dict(confirmation.as_dict())
+    restored = RaceVerdict.from_dict(confirmation.as_dict())
     (control,) = restored.controls
     base = restored.baseline_of(control)
     assert control.role == "control" and control.failure is None

@@ -35,7 +35,7 @@ from autotune.search.plan._phases import after_decision_s, race_round_s
 from autotune.search.predicted import predict_and_race
 from autotune.spec.space import load_model_space, load_space
 from autotune.study.records import StudyRecord, TrialRecord
-from autotune.study.verdict import RACE_BUDGET_CAP, SEARCH_BUDGET_CAP, Confirmation
+from autotune.study.verdict import RACE_BUDGET_CAP, SEARCH_BUDGET_CAP, RaceVerdict
 from autotune.testing.reporter import KeptNotes
 
 GB = 1_000_000_000
@@ -223,7 +223,7 @@ def test_a_shortened_prediction_predicts_on_fewer_prompts_and_tokens_and_races_t
     assert len(record.prediction["measured_on"]["prompts"]) == categories
     baseline = next(t for t in study.trials if TrialRecord.of(t).role == "baseline")
     assert len(baseline.user_attrs["per_prompt"]) == categories  # the prediction's baseline
-    race = Confirmation.from_dict(record.confirmation)
+    race = RaceVerdict.from_dict(record.confirmation)
     assert all(len(r) == raced for r in race.baselines[0].decode_ms[:1])  # the race's first round: every prompt
     assert max(t for r in race.baselines[0].tokens[:1] for t in r) > 8  # at the user's length
     if race.after_decision_round is not None:

@@ -15,7 +15,7 @@ from autotune.spec.command import ServerCommand
 from autotune.spec.config import SpecConfig
 from autotune.study.best import trial_rows
 from autotune.study.records import config_attrs, trial_attrs
-from autotune.study.verdict import Confirmation, ConfirmedConfig
+from autotune.study.verdict import RacedConfig, RaceVerdict
 
 TARGET = Path("/m/target.gguf")
 BASE = "tiny@cpu:predicted"
@@ -34,8 +34,8 @@ def predicted_trial(config: SpecConfig, speedup: float, **predicted) -> optuna.t
     )
 
 
-def raced(trial: int, family: str, speedup: float, failure: str | None = None) -> ConfirmedConfig:
-    return ConfirmedConfig(
+def raced(trial: int, family: str, speedup: float, failure: str | None = None) -> RacedConfig:
+    return RacedConfig(
         label=f"#{trial}",
         role="trial",
         trial=trial,
@@ -64,7 +64,7 @@ def test_a_first_run_takes_each_familys_prior(storage):
 def test_an_earlier_races_finalists_move_the_sd_toward_what_they_measured(storage):
     earlier = optuna.create_study(storage=storage, study_name=BASE)
     earlier.add_trials([predicted_trial(NGRAM, 1.80), predicted_trial(DRAFT, 1.20), predicted_trial(DRAFT, 1.10)])
-    confirmation = Confirmation(
+    confirmation = RaceVerdict(
         "server",
         "b1",
         2,

@@ -16,7 +16,7 @@ from autotune.hardware import hardware_key
 from autotune.search.inputs import SearchOptions, SearchSettings, check_inputs, runnable_space
 from autotune.search.measured import Tuner
 from autotune.study.best import best_result
-from autotune.study.verdict import Confirmation, ConfirmedConfig
+from autotune.study.verdict import RacedConfig, RaceVerdict
 from autotune.testing.races import raced_row, scaled
 from autotune.testing.reporter import KeptNotes
 from storage import open_storage, resolve_storage_url
@@ -183,7 +183,7 @@ def test_the_confirmation_measures_spec_default_in_the_same_rounds(tiny_space, m
 BASELINE_MS = [[900.0, 1100.0, 1000.0, 950.0]] * 2  # 2 rounds x 4 prompts, 47 tokens each: 47 tok/s
 
 
-def _row(role: str, trial: int | None, speed: float, *, proven: bool, jitter: float = 0.0) -> ConfirmedConfig:
+def _row(role: str, trial: int | None, speed: float, *, proven: bool, jitter: float = 0.0) -> RacedConfig:
     """A race row `speed` times as fast as the baseline, `proven` by the race's rule or not."""
     if role == "baseline":
         return raced_row(role, role, BASELINE_MS, trial=trial, target="/m/t.gguf", argv=["llama-server"])
@@ -200,7 +200,7 @@ def _row(role: str, trial: int | None, speed: float, *, proven: bool, jitter: fl
 
 
 def test_spec_default_is_the_winner_when_it_is_proven_fastest():
-    confirmation = Confirmation(
+    confirmation = RaceVerdict(
         "server",
         "b1",
         2,
@@ -212,19 +212,19 @@ def test_spec_default_is_the_winner_when_it_is_proven_fastest():
     )
     assert confirmation.winner.role == "spec-default" and confirmation.pick is confirmation.winner
     assert confirmation.speedup_vs_spec_default(confirmation.configs[0]) == pytest.approx(1.2 / 1.4, rel=1e-3)
-    restored = Confirmation.from_dict(confirmation.as_dict())
+    restored = RaceVerdict.from_dict(confirmation.as_dict())
     assert restored == confirmation
     older = {k: v for k, v in confirmation.as_dict().items() if k != "spec_defaults"}  # stored before this reference
-    assert Confirmation.from_dict(older).spec_defaults == []
+    assert RaceVerdict.from_dict(older).spec_defaults == []
 
 
 def test_a_faster_row_the_race_did_not_prove_never_wins_and_with_none_the_plain_command_does():
     baseline = _row("baseline", None, 1.0, proven=False)
     noisy = _row("trial", 5, 1.4, proven=False, jitter=0.4)
     steady = _row("trial", 6, 1.2, proven=True)
-    confirmation = Confirmation("server", "b1", 3, "2026-12-03", [baseline], [noisy, steady])
+    confirmation = RaceVerdict("server", "b1", 3, "2026-12-03", [baseline], [noisy, steady])
     assert confirmation.fastest is noisy and confirmation.winner is steady
-    alone = Confirmation("server", "b1", 3, "2026-12-03", [baseline], [noisy])
+    alone = RaceVerdict("server", "b1", 3, "2026-12-03", [baseline], [noisy])
     assert alone.winner is None and alone.pick is baseline
 
 
@@ -290,7 +290,7 @@ def test_a_winning_spec_default_is_named_as_such_with_the_best_searched_configur
         _stored_trial(None, "ngram-map-k", 63.0, 1.26),
     ):
         study.add_trial(trial)
-    confirmation = Confirmation(
+    confirmation = RaceVerdict(
         "server",
         "b1",
         2,

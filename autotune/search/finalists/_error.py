@@ -23,7 +23,7 @@ import optuna
 from autotune.spec.types import BLOCK_FAMILY, DRAFT_MODEL_FAMILY, NGRAM_FAMILY
 from autotune.study.records import TrialRecord
 from autotune.study.runs import base_name, runs_of
-from autotune.study.verdict import Confirmation
+from autotune.study.verdict import RaceVerdict
 
 #: the error sd of log(predicted / raced) a family has before any run of this key has raced (module docstring)
 PRIOR_ERROR_SD = {NGRAM_FAMILY: 0.10, DRAFT_MODEL_FAMILY: 0.20, BLOCK_FAMILY: 0.20}
@@ -64,7 +64,7 @@ def past_errors(study: optuna.Study, runs: int = PAST_RUNS) -> dict[str, list[fl
         data = storage.get_study_user_attrs(study_id).get("confirmation") or {}
         if "baselines" not in data:  # a measured study's confirm, or a record from before races
             continue
-        for row in Confirmation.from_dict(data).configs:
+        for row in RaceVerdict.from_dict(data).configs:
             if row.trial is None or row.failure is not None or not row.speedup or row.family is None:
                 continue
             trial = storage.get_trial(storage.get_trial_id_from_study_id_trial_number(study_id, row.trial))

@@ -16,7 +16,7 @@ from autotune.hardware import hardware_key
 from autotune.llamacpp.runnable import command_check
 from autotune.llamacpp.server_binary import command_binary
 from autotune.measure.ledger import Ledger
-from autotune.race.confirm import confirm_study, top_trials
+from autotune.race.confirm import race_study, top_trials
 from autotune.race.race import round_line
 from autotune.search.fleet import free_lease, lease_key
 from autotune.search.inputs import (
@@ -36,7 +36,7 @@ from autotune.study.best import BestResult, best_result
 from autotune.study.catalog import latest_version, study_name, study_names
 from autotune.study.records import TrialRecord, store_study
 from autotune.study.trials import is_spec_default
-from autotune.study.verdict import stored_confirmation
+from autotune.study.verdict import stored_verdict
 from storage import open_storage, resolve_storage_url
 from storage.leases import Lease, held_line
 
@@ -96,7 +96,7 @@ def _raced(study: optuna.Study, finalists: list[optuna.trial.FrozenTrial]) -> bo
     """Whether the study's stored race (reloaded: another worker may have raced since) ended after each of
     `finalists` began: a worker that finishes its share of the trials while another races leaves the race
     to that one, and a resumed study, whose new trials begin after the race, races again."""
-    stored = stored_confirmation(optuna.load_study(study_name=study.study_name, storage=study._storage))
+    stored = stored_verdict(optuna.load_study(study_name=study.study_name, storage=study._storage))
     if stored is None:
         return False
     ended = datetime.fromisoformat(stored.date)
@@ -118,7 +118,7 @@ def _race_finalists(
         f"racing the top {len(finalists)} with {references} on the {arbiter} engine, "
         f"up to {race_options.budget.describe()}"
     )
-    confirm_study(
+    race_study(
         study,
         top=race_options.top,
         budget=race_options.budget,
