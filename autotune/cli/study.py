@@ -85,7 +85,7 @@ PREDICTED_ONLY_FLAGS = {
     "--budget",
     default=None,
     help="[predict] The most the whole search may take, its downloads aside (15m, 1h, 900s; none: no cap): "
-    "the prediction runs on fewer prompts and tokens where it would take over half of it, the race "
+    "the prediction runs on fewer prompts and tokens where that leaves the race more time, the race "
     "gets the rest, and a budget too small for a verdict is refused with the smallest that works. "
     "Default: the search space's budget_per_target a target (none stated: no cap).",
 )

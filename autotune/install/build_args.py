@@ -22,6 +22,8 @@ from autotune.install.cpu_isa import portable_cmake_args
 OFFLINE_ARGS = ("-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_USE_PREBUILT_UI=OFF")
 GPU_BACKENDS = ("GGML_CUDA", "GGML_HIP", "GGML_VULKAN", "GGML_METAL", "GGML_SYCL", "GGML_MUSA")
 BACKENDS = ("auto", "cpu", "cuda")
+#: Where the CUDA toolkit's installers put nvcc, a folder they leave off PATH
+TOOLKIT_NVCC = "/usr/local/cuda/bin/nvcc"
 
 
 def defined(args: list[str]) -> set[str]:
@@ -35,7 +37,7 @@ def defined(args: list[str]) -> set[str]:
 
 def cuda_compiler() -> str | None:
     """nvcc on PATH, in CUDACXX or in the toolkit's usual place."""
-    for candidate in (os.environ.get("CUDACXX"), shutil.which("nvcc"), "/usr/local/cuda/bin/nvcc"):
+    for candidate in (os.environ.get("CUDACXX"), shutil.which("nvcc"), TOOLKIT_NVCC):
         if candidate and Path(candidate).is_file():
             return candidate
     return None

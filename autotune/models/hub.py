@@ -5,7 +5,9 @@ A target or draft table may say where its files come from (`hf = "org/repo"`, it
 `huggingface_hub` into its cache (`HF_HUB_CACHE`, else `HF_HOME/hub`, else ~/.cache/huggingface/hub),
 where an unfinished download is a `blobs/*.incomplete` file (huggingface_hub 2.x removes it when the
 transfer breaks off) and a finished one is renamed into place: the models dir is never written, so
-it never holds a partial file. The token is the library's own (`HF_TOKEN`, or `hf auth login`); autotune
+it never holds a partial file. Every file is asked about before anything downloads: a target the hub
+does not have is bad input, a draft it does not have is left out of the search (a space's draft names
+may be a guess at what a conversion pipeline publishes). The token is the library's own (`HF_TOKEN`, or `hf auth login`); autotune
 neither reads, prints nor stores it.
 
 A file's revision is read from where it lies: `models--org--repo/snapshots/<commit>/<file>`.
@@ -15,7 +17,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from autotune.errors import AutotuneError, HubSourceError
@@ -147,7 +149,7 @@ def pull(
     if not wanted:
         return PullResult([(f, cached_file(f.source, f.filename, cache_dir), False) for f in files])
     try:
-        commits, sizes = _check_sources(wanted, offline=offline)
+        commits, sizes, _ = _check_sources(wanted, offline=offline)
     except HubUnreachable as exc:
         if not latest:
             raise AutotuneError(f"cannot download {wanted[0].label}: {exc}") from None
@@ -172,38 +174,96 @@ def pull(
     return PullResult(done)
 
 
+@dataclass(frozen=True)
+class HubAnswer:
+    """What the hub said of the files a search would download: each one it has, with its size (None each
+    where it could not be asked), and the drafts it does not have, which the search leaves out."""
+
+    sizes: dict[HubFile, int | None]
+    absent: tuple[HubFile, ...] = ()
+    unreachable: str | None = None  # why the hub could not be asked: nothing was downloaded
+
+    @property
+    def files(self) -> list[HubFile]:
+        """The files to download, in the order the space names them."""
+        return list(self.sizes)
+
+    @property
+    def left_out(self) -> list[str]:
+        """A line for each draft file the hub does not have."""
+        return [
+            f"the hub has no {f.filename} in {f.source.repo}"
+            + (f" at revision {f.source.revision}" if f.source.revision else "")
+            + f": {f.role.removeprefix('drafts.')}'s {f.quant or 'draft'} left out of this run"
+            for f in self.absent
+        ]
+
+    @property
+    def notes(self) -> list[str]:
+        """What a search says of it: the files not downloaded where the hub was out of reach, else the drafts
+        left out."""
+        if self.unreachable:
+            names = ", ".join(f.label for f in self.files)
+            return [f"not downloaded ({self.unreachable}): {names}; going on with the files on disk"]
+        return self.left_out
+
+
+def ask_hub(missing: list[HubFile], *, offline: bool = False) -> HubAnswer:
+    """What the hub has of `missing` and how large each is. A draft it does not have is only named
+    (`absent`): the space's draft names can be a guess at what a conversion pipeline publishes, and the
+    search goes on without it. A target it does not have, or a repo or revision that does not exist,
+    raises HubSourceError (bad input). Where the hub cannot be asked (`offline`, HF_HUB_OFFLINE, no
+    route) every file is kept, its size unknown."""
+    try:
+        _, sizes, absent = _check_sources(missing, offline=offline, drafts_optional=True)
+    except HubUnreachable as exc:
+        return HubAnswer({f: None for f in missing}, unreachable=str(exc))
+    return HubAnswer(sizes, tuple(absent))
+
+
 def fetch_missing(
     missing: list[HubFile],
     *,
     offline: bool = False,
     cache_dir: Path | None = None,
     on_start: Callable[[str], None] = lambda line: None,
-) -> str | None:
+) -> HubAnswer:
     """Download `missing` (hub files a search needs that are on neither the hub cache nor the models dir)
-    before the first trial: `on_start` hears one line naming them and their sizes (from the hub's
-    metadata), then each shows huggingface_hub's progress bar. Offline (`offline`, or HF_HUB_OFFLINE) or
-    with the hub out of reach nothing is downloaded and the line that says so is returned: the search
-    goes on with the files on disk. A source that does not exist raises HubSourceError first."""
-    if not missing:
-        return None
-    names = ", ".join(f.label for f in missing)
-    try:
-        _, sizes = _check_sources(missing, offline=offline)
-    except HubUnreachable as exc:
-        return f"not downloaded ({exc}): {names}; going on with the files on disk"
+    before the first trial: the hub is asked about every file first (`ask_hub`: a target it lacks raises
+    HubSourceError before anything downloads, a draft it lacks is not downloaded), then `on_start` hears
+    one line naming the files and their sizes, then each shows huggingface_hub's progress bar. Offline
+    (`offline`, or HF_HUB_OFFLINE) or with the hub out of reach nothing is downloaded. The answer's
+    `notes` say what was not downloaded and which drafts the search leaves out."""
+    answer = ask_hub(missing, offline=offline)
+    if answer.unreachable or not answer.files:
+        return answer
     cache_dir = cache_dir or hub_cache_dir()
-    on_start(download_line(missing, sizes, cache_dir))
-    for hub_file in missing:
+    on_start(download_line(answer.files, answer.sizes, cache_dir))
+    for hub_file in answer.files:
         _download(hub_file, cache_dir)
-    return None
+    return answer
 
 
-def download_sizes(missing: list[HubFile], *, offline: bool = False) -> dict[HubFile, int | None]:
-    """Each of `missing`'s size from the hub's metadata (None each where the hub cannot be asked)."""
-    try:
-        return _check_sources(missing, offline=offline)[1]
-    except HubUnreachable:
-        return {f: None for f in missing}
+def without_hub_files(space: SearchSpace, dropped: Iterable[HubFile]) -> SearchSpace:
+    """`space` without the draft files `dropped`: each leaves its table's quants, and a table left with none
+    goes (a draft type left with no table then has no draft files, and the search leaves it out)."""
+    dropped = set(dropped)
+    if not dropped:
+        return space
+    drafts = {}
+    for spec_type, patterns in space.drafts.items():
+        kept = []
+        for pattern in patterns:
+            named = [
+                (quant, HubFile(f"drafts.{spec_type}", pattern.source, name, quant))
+                for quant, name in pattern.patterns()
+            ]
+            if not any(f in dropped for _, f in named):
+                kept.append(pattern)
+            elif not all(f in dropped for _, f in named):  # some of its quants: only a `{quant}` table has several
+                kept.append(replace(pattern, quants=tuple(quant for quant, f in named if f not in dropped)))
+        drafts[spec_type] = tuple(kept)
+    return replace(space, drafts=drafts)
 
 
 def download_line(missing: list[HubFile], sizes: dict[HubFile, int | None], cache_dir: Path) -> str:
@@ -239,25 +299,31 @@ def format_size(size: int | None) -> str:
     return f"{size} B"
 
 
-def _check_sources(files: list[HubFile], *, offline: bool) -> tuple[dict[HubSource, str], dict[HubFile, int | None]]:
-    """The current commit of each source and the size of each file, after checking that its repo,
-    revision and files exist."""
-    commits: dict[HubSource, str] = {}
+def _check_sources(
+    files: list[HubFile], *, offline: bool, drafts_optional: bool = False
+) -> tuple[dict[HubSource, str], dict[HubFile, int | None], list[HubFile]]:
+    """The current commit of each source, the size of each file the hub has (in the order of `files`) and,
+    with `drafts_optional`, the drafts it does not have. A repo or revision that does not exist, or any other
+    file the hub does not have, raises HubSourceError: its one line lists the GGUF files the repo has, so that
+    the space can be fixed."""
+    infos = {source: repo_info(source, offline=offline) for source in dict.fromkeys(f.source for f in files)}
+    listings = {source: {s.rfilename: s for s in info.siblings or ()} for source, info in infos.items()}
     sizes: dict[HubFile, int | None] = {}
-    for source in dict.fromkeys(f.source for f in files):
-        info = repo_info(source, offline=offline)
-        siblings = {s.rfilename: s for s in info.siblings or ()}
-        for hub_file in files:
-            if hub_file.source != source:
-                continue
-            if hub_file.filename not in siblings:
-                raise HubSourceError(
-                    f"{source.repo} has no file {hub_file.filename} at revision {source.revision or 'main'} "
-                    f"(named by {hub_file.role} of the search space)"
-                )
-            sizes[hub_file] = getattr(siblings[hub_file.filename], "size", None)
-        commits[source] = info.sha
-    return commits, sizes
+    absent: list[HubFile] = []
+    for hub_file in files:
+        listing = listings[hub_file.source]
+        if hub_file.filename in listing:
+            sizes[hub_file] = getattr(listing[hub_file.filename], "size", None)
+        elif drafts_optional and hub_file.role != "model":
+            absent.append(hub_file)
+        else:
+            ggufs = sorted(name for name in listing if name.lower().endswith(".gguf"))
+            raise HubSourceError(
+                f"{hub_file.source.repo} has no file {hub_file.filename} at revision "
+                f"{hub_file.source.revision or 'main'} (named by {hub_file.role} of the search space); "
+                + (f"its GGUF files: {', '.join(ggufs)}" if ggufs else "it has no GGUF file")
+            )
+    return {source: info.sha for source, info in infos.items()}, sizes, absent
 
 
 def repo_info(source: HubSource, *, offline: bool):

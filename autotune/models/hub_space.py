@@ -34,9 +34,8 @@ def hub_space(
     files = _hub_files(model, helper)
     missing = [f for f in files if cached_file(f.source, f.filename) is None]
     note(found_line(model, helper, missing={f.filename for f in missing}))
-    not_fetched = fetch_missing(missing, offline=offline, on_start=note)
-    if not_fetched:
-        note(not_fetched)
+    for line in fetch_missing(missing, offline=offline, on_start=note).notes:
+        note(line)
     paths = {f: path for f in files if (path := cached_file(f.source, f.filename)) is not None}
     targets = [f for f in files if f.role == "model" and f in paths]
     if not targets:

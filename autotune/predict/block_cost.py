@@ -15,7 +15,6 @@ builds each tree in Python (`tree_builds`); where it is the arbiter, that is cha
 
 from __future__ import annotations
 
-import time
 from typing import Callable, Sequence
 
 import numpy as np
@@ -23,7 +22,7 @@ import numpy as np
 from autotune.engines.dflash.contexts import DFlashPair
 from autotune.engines.dflash.pctree import MarkovHead, Tree, build_tree
 from autotune.predict.blocks import layer_inputs
-from autotune.predict.cost import Curve, grid_sizes, timed_curve
+from autotune.predict.cost import Curve, grid_sizes, timed_curve, timed_ms
 
 
 def _draft_after(pair: DFlashPair, features: np.ndarray) -> Callable[[int], None]:
@@ -44,10 +43,11 @@ def measure_block_curve(
     draft = pair.draft
 
     def step(size: int, depth: int) -> float:
-        started = time.perf_counter()
-        logits, _ = draft.block([fill[depth]] + [pair.mask_token] * (size - 1), depth, confidence=False)
-        logits.argmax(axis=1)
-        elapsed = (time.perf_counter() - started) * 1000
+        def draft_chain() -> None:
+            logits, _ = draft.block([fill[depth]] + [pair.mask_token] * (size - 1), depth, confidence=False)
+            logits.argmax(axis=1)
+
+        elapsed = timed_ms(draft_chain, draft)
         draft.truncate(depth)
         return elapsed
 
@@ -59,9 +59,7 @@ def measure_inject_curve(pair: DFlashPair, features: np.ndarray, *, max_rows: in
     draft = pair.draft
 
     def step(rows: int, depth: int) -> float:
-        started = time.perf_counter()
-        draft.inject(features[depth : depth + rows], depth)
-        elapsed = (time.perf_counter() - started) * 1000
+        elapsed = timed_ms(lambda: draft.inject(features[depth : depth + rows], depth), draft)
         draft.truncate(depth)
         return elapsed
 
@@ -81,12 +79,14 @@ def measure_tree_curve(pair: DFlashPair, fill: Sequence[int], trees: Sequence[Tr
     def step(size: int, depth: int) -> float:
         tree = by_size[size]
         seqs = tree.sequences()
-        started = time.perf_counter()
-        for s in range(1, len(seqs[0])):
-            target.seq_cp(0, s)
-        target.decode_tree(tree.tokens, [depth + d for d in tree.depths], seqs)
-        target.keep_path(seqs[-1][0], depth + 1 + tree.depths[-1])
-        elapsed = (time.perf_counter() - started) * 1000
+
+        def verify() -> None:
+            for s in range(1, len(seqs[0])):
+                target.seq_cp(0, s)
+            target.decode_tree(tree.tokens, [depth + d for d in tree.depths], seqs)
+            target.keep_path(seqs[-1][0], depth + 1 + tree.depths[-1])
+
+        elapsed = timed_ms(verify, target)
         target.truncate(depth)
         return elapsed
 
@@ -136,9 +136,7 @@ def measure_tree_builds(
     budgets = {len(tree): len(tree) - 1 for tree in trees}
 
     def step(size: int, _depth: int) -> float:
-        started = time.perf_counter()
-        build_tree(last, chain, rows, markov, k=k, n=budgets[size], max_leaves=max_leaves)
-        return (time.perf_counter() - started) * 1000
+        return timed_ms(lambda: build_tree(last, chain, rows, markov, k=k, n=budgets[size], max_leaves=max_leaves))
 
     return timed_curve(sorted(budgets), [depth], lambda _depth: None, step, repeats=repeats)
 

@@ -2,6 +2,7 @@
 a batch of b tokens with b output rows at a context depth, llama-server's sampler chain per emitted
 position, and a draft model's decode per token and per mirrored verify batch.
 
+Every step is timed by `timed_ms`, which waits for the llama.cpp work it queued before the clock stops.
 A step's time is interpolated linearly in the batch size between the measured sizes, and linearly in
 the depth between the two measured depths. What this leaves out, measured against llama-server by
 `calibrate`: the server's own work per step (slot bookkeeping, its sampler clones, HTTP), which the
@@ -16,6 +17,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
+import llama_cpp
 import numpy as np
 
 from autotune.engines.sampler import SamplerChain
@@ -112,13 +114,28 @@ def measure_curve(
         context.decode(list(fill[:depth]), 0)
 
     def step(size: int, depth: int) -> float:
-        started = time.perf_counter()
-        context.decode(list(fill[depth : depth + size]), depth, n_outputs=size)
-        elapsed = (time.perf_counter() - started) * 1000
+        elapsed = timed_ms(lambda: context.decode(list(fill[depth : depth + size]), depth, n_outputs=size), context)
         context.truncate(depth)
         return elapsed
 
     return timed_curve(sizes, depths, prepare, step, repeats=repeats, seed=seed)
+
+
+def timed_ms(call: Callable[[], object], *contexts) -> float:
+    """The ms `call()` takes, its llama.cpp work included: each of `contexts` (what it runs on, anything with
+    the llama_context pointer `ptr`) is synchronized before the clock starts and before it stops.
+
+    On a GPU backend llama_decode and llama_process return once the graph is queued, so a clock stopped
+    there measures the launch, and the next step's clock the tail of this one. llama_synchronize waits for
+    a context's queued work (a no-op where there is none, and on the CPU, whose calls return when done).
+    A read-back of logits synchronizes too, but not every step reads any: an injection reads nothing."""
+    for context in contexts:
+        llama_cpp.llama_synchronize(context.ptr)
+    started = time.perf_counter()
+    call()
+    for context in contexts:
+        llama_cpp.llama_synchronize(context.ptr)
+    return (time.perf_counter() - started) * 1000
 
 
 def grid_sizes(max_size: int) -> tuple[int, ...]:
@@ -159,11 +176,7 @@ def measure_sampler(context: Context, sampler: SamplerChain, token: int, *, coun
     """Median ms of one sampler-chain pass over a full vocabulary row."""
     context.clear()
     context.decode([token], 0)
-    times = []
-    for _ in range(count):
-        started = time.perf_counter()
-        sampler.sample(context, -1)
-        times.append((time.perf_counter() - started) * 1000)
+    times = [timed_ms(lambda: sampler.sample(context, -1), context) for _ in range(count)]
     context.clear()
     return statistics.median(times)
 

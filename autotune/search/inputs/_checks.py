@@ -16,7 +16,7 @@ from autotune.measure.prompts import default_mix_path, load_prompt_mix
 from autotune.models.adhoc import adhoc_space
 from autotune.models.candidates import Candidates, find_candidates
 from autotune.models.files import PULL_HINT, missing_hub_files, resolve_model_files
-from autotune.models.hub import fetch_missing, offline_mode
+from autotune.models.hub import fetch_missing, offline_mode, without_hub_files
 from autotune.models.hub_names import HubRef
 from autotune.models.hub_space import hub_space
 from autotune.search.inputs._options import SearchInputs, SearchOptions, SearchReporter
@@ -29,9 +29,10 @@ from autotune.spec.types import DRAFT_SAMPLING, is_combination
 def check_inputs(options: SearchOptions, note: Callable[[str], None]) -> SearchInputs:
     """Load and check everything the user named; a draft type none of whose pairs can run is an error.
     Hub files the space names that are not on disk are downloaded first (`note` hears the line before
-    the download starts). What is only left out (a missing quant, one refused pair among good ones, a
-    file not downloaded offline) becomes a note, said once the storage has opened (run_study): bad input
-    found later is then the one line a user sees."""
+    the download starts); a draft file the hub does not have leaves the space. What is only left out (a
+    missing quant, a draft the hub lacks, one refused pair among good ones, a file not downloaded offline)
+    becomes a note, said once the storage has opened (run_study): bad input found later is then the one
+    line a user sees."""
     threads = options.settings.threads
     offline = options.offline or offline_mode()
     space = model_space(options, note, offline=offline)
@@ -41,7 +42,8 @@ def check_inputs(options: SearchOptions, note: Callable[[str], None]) -> SearchI
         )
     mix = load_prompt_mix(options.prompts_file) if options.prompts_file else None
     models_dir = options.models_dir or default_models_dir()
-    not_fetched = fetch_missing(missing_hub_files(space, models_dir), offline=offline, on_start=note)
+    fetched = fetch_missing(missing_hub_files(space, models_dir), offline=offline, on_start=note)
+    space = without_hub_files(space, fetched.absent)
     files = resolve_model_files(space, models_dir, offline=offline)
     candidates = find_candidates(files)
     for spec_type in space.spec_types:
@@ -50,7 +52,7 @@ def check_inputs(options: SearchOptions, note: Callable[[str], None]) -> SearchI
             raise ModelFileError(
                 f"{refused[0].describe()}; fix the drafts of {spec_type} in {space.path} or remove [spec_types.{spec_type}]"
             )
-    notes = [not_fetched] if not_fetched else []
+    notes = fetched.notes
     for pattern in files.missing:
         hint = "" if pattern.endswith(f"({PULL_HINT})") else " (`autotune quantize` writes a missing quant)"
         notes.append(f"no file matches {pattern}: left out{hint}")

@@ -1,14 +1,16 @@
 """A search within a budget (`--budget`, or the search space's `model.budget_per_target` a target), sized on
 the plan's arithmetic (autotune.search.plan).
 
-The budget caps the whole search, its downloads aside. `fit_budget` sizes the phases to it: the prediction
-runs as long as the race where that takes at most PREDICTION_SHARE of the budget, else on fewer prompts
-(one a category) and then fewer tokens a prompt (halved, down to PREDICT_MIN_TOKENS); the race always runs
-the user's mix and --max-tokens, and gets what the prediction leaves, less the round after the decision.
-Where the round after the decision over the whole mix leaves no room for the race's first bound
-(PROMPT_MIN_UNITS prompts of every entrant, where a large effect can already decide), it runs one prompt
-a category (`Workload.replicate_per_category`). A budget too small for that first bound after the shortest
-prediction is refused, naming the smallest that would do; a space's default is raised to it instead.
+The budget caps the whole search, its downloads aside. `fit_budget` sizes the phases to it: of the
+predictions it may run (as long as the race, then on fewer prompts, one a category, then on fewer tokens a
+prompt, halved down to PREDICT_MIN_TOKENS), each with the round after the decision over the whole mix or
+over one prompt a category (`Workload.replicate_per_category`), it takes the one that leaves the race the
+most time, and among those the longest prediction, then the round after the decision over the whole mix. So
+a faster machine, or a larger budget, never races less, and never predicts on fewer tokens. The race always
+runs the user's mix and --max-tokens, and gets what the prediction leaves (its own budget where that fits),
+less the round after the decision. A budget too small for the race's first bound (PROMPT_MIN_UNITS prompts
+of every entrant, where a large effect can already decide) after the shortest prediction is refused, naming
+the smallest that would do; a space's default is raised to it instead.
 """
 
 from __future__ import annotations
@@ -33,9 +35,7 @@ from autotune.spec.duration import duration_s
 from autotune.spec.space import SearchSpace
 from autotune.study.verdict import SEARCH_BUDGET_CAP, SPACE_BUDGET_CAP
 
-#: the most of a budget the prediction takes before it is shortened, and the fewest tokens a prompt it is
-#: shortened to (the race always runs the user's --max-tokens)
-PREDICTION_SHARE = 0.5
+#: the fewest tokens a prompt a prediction is shortened to (the race always runs the user's --max-tokens)
 PREDICT_MIN_TOKENS = 64
 #: the fewest finalists a budget leaves a race (`finalists_within`)
 MIN_FINALISTS = 2
@@ -105,12 +105,12 @@ def prediction_shapes(work: Workload) -> list[Shape]:
 
 
 def fit_budget(work: Workload, pace: Pace, budget: SearchBudget) -> tuple[Workload, SearchBudget]:
-    """`work` sized to `budget`, and the budget it is sized to (module docstring). Of the predictions that leave
-    the race its first bound (with the round after the decision over the mix, else over one prompt a
-    category), the first that takes at most PREDICTION_SHARE of the budget, else the one that leaves the race
-    the most; then a race of its own budget where that fits what the prediction leaves, else of those seconds
-    less the round after the decision. Where none fits, a user's budget is refused (UsageError, naming the
-    smallest that would do) and a default one raised to that smallest."""
+    """`work` sized to `budget`, and the budget it is sized to (module docstring): of the predictions that leave
+    the race its first bound, the one that leaves the race the most time (to the second), then the longest,
+    then the one whose round after the decision runs the whole mix; its race of its own budget where that fits
+    what the prediction leaves, else of those seconds less the round after the decision. Where none fits, a
+    user's budget is refused (UsageError, naming the smallest that would do) and a default one raised to that
+    smallest."""
     fitted = [work.predicting(shape) for shape in prediction_shapes(work)]
     if 0 < work.categories < work.prompts:  # then the same with the round after the decision on a category's prompt
         fitted += [replace(w, replicate_per_category=True) for w in fitted]
@@ -133,14 +133,26 @@ def fit_budget(work: Workload, pace: Pace, budget: SearchBudget) -> tuple[Worklo
             f"{minutes(least[-1])} for its first bound; give at least --budget {smallest}m (or fewer "
             "prompts or tokens: --per-category, --max-tokens)"
         )
-    chosen = next(
-        (i for i in fits if before[i] <= PREDICTION_SHARE * budget.seconds), min(fits, key=lambda i: before[i])
+    chosen = max(
+        fits,
+        key=lambda i: (
+            round(racing_s(fitted[i], pace, budget.seconds - before[i])),
+            fitted[i].predicted.mix_tokens,
+            not fitted[i].replicate_per_category,
+        ),
     )
     work, before_s = fitted[chosen], before[chosen]
     if before_s + race_phase(work, pace).seconds <= budget.seconds:
         return work, budget
     left = budget.seconds - before_s - after_decision_s(work, pace)
     return replace(work, race_budget=RaceBudget(seconds=left, cap=budget.race_cap)), budget
+
+
+def racing_s(work: Workload, pace: Pace, left_s: float) -> float:
+    """The seconds `work`'s race rounds get where `left_s` of the budget is left for the race: its own budget
+    where that fits, else what is left less the round after the decision."""
+    after = after_decision_s(work, pace)
+    return min(race_phase(work, pace).seconds - after, left_s - after)
 
 
 def first_bound_s(work: Workload, pace: Pace) -> float:

@@ -2,11 +2,13 @@
 record and race, with the minutes each phase will take on this machine (autotune.search.plan), and stop.
 
 Nothing is downloaded and nothing is stored: the inputs are checked as a search checks them, offline,
-the files the search would download are priced from the hub's metadata (when the hub answers), and
-the storage is never opened. The pace is the baseline's on the arbiter (llama-server when one resolves)
-on the mix's first prompt, with that server's start-up; where no target is on disk yet, the pace the
-search space states (`model.plan_tok_s`), or `--plan-tok-s`'s. A search with `--budget` measures the
-same pace first (`measure_pace`), so that it can refuse a budget too small before it measures anything else.
+the files the search would download are priced from the hub's metadata (when the hub answers: offline
+or out of reach their sizes are unknown; a draft the hub does not have is left out, as the search leaves
+it out), and the storage is never opened. The pace is the baseline's on the arbiter (llama-server when
+one resolves) on the mix's first prompt, with that server's start-up; where no target is on disk yet, the
+pace the search space states (`model.plan_tok_s`), or `--plan-tok-s`'s. A search with `--budget` measures
+the same pace first (`measure_pace`), so that it can refuse a budget too small before it measures anything
+else.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from autotune.errors import ModelFileError
 from autotune.measure.prompts import default_mix_path, load_prompt_mix
 from autotune.models.candidates import Candidates
 from autotune.models.files import ModelFiles, missing_hub_files
-from autotune.models.hub import download_line, download_sizes, format_size, hub_cache_dir
+from autotune.models.hub import ask_hub, download_line, format_size, hub_cache_dir, without_hub_files
 from autotune.search.inputs import RaceOptions, SearchInputs, SearchOptions, check_inputs
 from autotune.search.plan import SearchBudget, budget_line, make_plan, plan_line
 from autotune.search.predicted._space import replays_at_most
@@ -39,8 +41,13 @@ def plan_search(
     """The plan's lines (module docstring): the download, the workload, each phase, the total; `budget` is
     --budget's (None: the space's default)."""
     inputs = _inputs(options)
-    missing = missing_hub_files(inputs.space, options.models_dir or default_models_dir())
-    sizes = download_sizes(missing, offline=options.offline)
+    answer = ask_hub(
+        missing_hub_files(inputs.space, options.models_dir or default_models_dir()), offline=options.offline
+    )
+    for line in answer.left_out:  # as the search leaves them out: not downloaded, not planned
+        note(line)
+    inputs = replace(inputs, space=without_hub_files(inputs.space, answer.absent))
+    missing, sizes = answer.files, answer.sizes
     plan = make_plan(
         options,
         inputs,
