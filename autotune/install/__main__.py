@@ -20,6 +20,7 @@ from pathlib import Path
 
 from autotune.install.build_args import BACKENDS, choose_backend, cmake_args
 from autotune.install.cpu_isa import enabled_extensions
+from autotune.install.cuda_env import cuda_environment
 from autotune.install.wheelhouse import (
     LLAMA_CPP_PACKAGES,
     InstallError,
@@ -48,12 +49,16 @@ def install(extras: list[str], backend_requested: str, rebuild: bool) -> None:
     args = cmake_args(backend)
     cpu = " ".join(name.removeprefix("GGML_") for name in enabled_extensions()) or "llama.cpp's defaults"
     say(f"llama.cpp for this machine: backend {backend}, CPU {cpu}, never AMX")
+    cuda_env, cuda_note = cuda_environment(args)
+    if cuda_note:
+        say(cuda_note)
+    env = {**os.environ, **cuda_env}
     root = wheelhouse_root()
     wheels = []
     for package in LLAMA_CPP_PACKAGES:
         started = time.monotonic()
         say(f"{package}: looking for a build with these flags in {root} (compiling takes 4-8 min on 2 cores)")
-        build = build_wheel(package, args, root, rebuild=rebuild)
+        build = build_wheel(package, args, root, rebuild=rebuild, env=env)
         took = f"compiled in {time.monotonic() - started:.0f} s" if build.built_now else "built before"
         say(f"{package}: {build.wheel.name} ({took})")
         wheels.append(build.wheel)

@@ -22,6 +22,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Mapping
 
 #: The two llama.cpp packages autotune drives, with the requirement pyproject.toml gives each
 #: (tests/install/test_wheelhouse.py checks that the two agree).
@@ -96,12 +97,15 @@ def build_key(sdist: Path, cmake_args: list[str], env: dict[str, str]) -> str:
     return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:20]
 
 
-def build_wheel(package: str, cmake_args: list[str], root: Path, rebuild: bool = False) -> Build:
-    """The wheel of `package` for `cmake_args`: found in the wheelhouse, or compiled once into it."""
+def build_wheel(
+    package: str, cmake_args: list[str], root: Path, rebuild: bool = False, env: Mapping[str, str] | None = None
+) -> Build:
+    """The wheel of `package` for `cmake_args`: found in the wheelhouse, or compiled once into it. `env`: the
+    build's environment (this process's by default; a CUDA build's adds `cuda_env.cuda_environment`)."""
     sdists = root / "sdists"
     sdists.mkdir(parents=True, exist_ok=True)
     sdist = fetch_sdist(LLAMA_CPP_PACKAGES[package], sdists)
-    env = dict(os.environ)
+    env = dict(os.environ if env is None else env)
     folder = root / package / build_key(sdist, cmake_args, env)
     wheels = sorted(folder.glob("*.whl"))
     if wheels and not rebuild:
