@@ -82,6 +82,11 @@ class Engine(ABC):
     #: race's entrants, the race rotates them over small blocks of prompts instead (autotune.race.rounds)
     fresh_each_measure = False
 
+    #: The line the last `holds_at_once` leaves where it could not read the free memory and so said no (nvidia-smi
+    #: lists GPUs but prints [N/A] as their free memory: one configuration at a time), for the race to say once;
+    #: None where the memory was known.
+    memory_note: str | None = None
+
     def holds_at_once(self, configs: Sequence[SpecConfig], mix: PromptMix, *, max_tokens: int) -> bool:
         """Whether `live` can keep all of `configs` loaded at once for `mix` (the server engine, memory allowing)."""
         return False

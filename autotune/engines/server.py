@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 from autotune.engines.base import WARMUP_TOKENS, Engine, ProgressCallback
-from autotune.engines.live import fits_at_once
+from autotune.engines.live import fits_at_once, free_memory
 from autotune.engines.orphans import stop_orphaned_servers
 from autotune.engines.prompt_tokens import PromptTokens
 from autotune.engines.server_process import ServerProcess
@@ -176,8 +176,12 @@ class ServerEngine(Engine):
 
     def holds_at_once(self, configs: Sequence[SpecConfig], mix: PromptMix, *, max_tokens: int) -> bool:
         """Whether one server per configuration fits the machine's memory at once (autotune.engines.live), each
-        with the context `live` gives it."""
-        return self.concurrency == 1 and fits_at_once(configs, context_size=self.live_context(configs, mix, max_tokens))
+        with the context `live` gives it; `memory_note` says why not where the free memory is not known."""
+        if self.concurrency != 1:
+            return False
+        free = free_memory()
+        self.memory_note = free.note
+        return fits_at_once(configs, free, context_size=self.live_context(configs, mix, max_tokens))
 
     def live_context(self, configs: Sequence[SpecConfig], mix: PromptMix, max_tokens: int) -> int:
         """The context of `live`'s servers: the mix's longest prompt, its output and a draft's overshoot, rounded

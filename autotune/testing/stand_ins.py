@@ -15,6 +15,7 @@ import signal
 from pathlib import Path
 from typing import Sequence
 
+from autotune.engines.live import FREE_MEMORY_ARGS
 from autotune.hardware import NVIDIA_SMI_ARGS
 
 #: what the real binary answers by itself, without loading a model
@@ -43,16 +44,19 @@ def stand_in_llama_server(
     return path
 
 
-def stand_in_nvidia_smi(folder: Path, gpus: Sequence[tuple[str, int]]) -> Path:
+def stand_in_nvidia_smi(
+    folder: Path, gpus: Sequence[tuple[str, int]], *, free_mib: Sequence[int | str] | None = None
+) -> Path:
     """Write `folder/nvidia-smi` answering autotune's GPU query with these (name, memory in MiB) GPUs,
-    numbered from 0 (put `folder` first on PATH); any other query fails."""
-    rows = "".join(
-        f"{i}, GPU-{i}f00d-{name.replace(' ', '-')}, {name}, {mib}, 570.124.06\n" for i, (name, mib) in enumerate(gpus)
-    )
-    query = shlex.quote(" ".join(NVIDIA_SMI_ARGS))
+    numbered from 0 (put `folder` first on PATH), and, given `free_mib` (a GPU's free MiB, or what nvidia-smi
+    prints instead: `[N/A]` under MIG), the free-memory query of autotune.engines.live; any other query fails."""
+    uuids = [f"GPU-{i}f00d-{name.replace(' ', '-')}" for i, (name, _) in enumerate(gpus)]
+    rows = "".join(f"{i}, {uuids[i]}, {name}, {mib}, 570.124.06\n" for i, (name, mib) in enumerate(gpus))
+    answers = [(NVIDIA_SMI_ARGS, rows)]
+    if free_mib is not None:
+        answers.append((FREE_MEMORY_ARGS, "".join(f"{i}, {uuids[i]}, {free}\n" for i, free in enumerate(free_mib))))
+    cases = "".join(f"{shlex.quote(' '.join(args))}) cat <<'EOF'\n{out}EOF\n;;\n" for args, out in answers)
     path = folder / "nvidia-smi"
-    path.write_text(
-        f'#!/bin/sh\n[ "$*" = {query} ] || {{ echo "unexpected query: $*" >&2; exit 6; }}\ncat <<\'EOF\'\n{rows}EOF\n'
-    )
+    path.write_text(f'#!/bin/sh\ncase "$*" in\n{cases}*) echo "unexpected query: $*" >&2; exit 6 ;;\nesac\n')
     path.chmod(0o755)
     return path
