@@ -55,7 +55,7 @@ from autotune.race.entrants import Entrant, candidates, speedup_of
 from autotune.race.guards import artefact, baseline_slowed, machine_moved
 from autotune.race.looks import RaceLook, look_at, round_is_void
 from autotune.race.record import Outcome, verdict_of
-from autotune.race.rounds import RaceStatus, Rounds
+from autotune.race.rounds import TARGET_BLOCK, RaceStatus, Rounds
 from autotune.spec.command import ServerCommand
 from autotune.study.records import CONTROL_ROLE
 from autotune.study.verdict import (
@@ -119,6 +119,20 @@ class RaceBudget:
         return f"{self.rounds} rounds" if self.rounds is not None else f"{self.seconds / 60:.3g} min"
 
 
+def start_line(rounds: Rounds, memory_note: str | None) -> str:
+    """What the race says as it starts: the pairing it chose (the targets alternating, where they do), and, where
+    free memory was not known, that note instead of a guess."""
+    if memory_note:
+        return memory_note
+    if rounds.alternating:
+        return (
+            f"race: the targets' servers do not fit in memory together, so each target's load in turn, the targets "
+            f"alternating every {TARGET_BLOCK} prompts; each prompt runs on a target's servers back to back, and the "
+            "race looks after every prompt and stops for its budget only where every target ran the same prompts"
+        )
+    return PAIRING_NOTES[rounds.pairing]
+
+
 OnMeasured = Callable[[int, "Entrant", "Speedup | None"], None]
 OnLook = Callable[[RaceStatus], None]
 
@@ -136,19 +150,19 @@ def race(
     replicate_on: Sequence[int] | None = None,
     on_measured: OnMeasured = lambda round_, entrant, speedup: None,
     on_dropped: Callable[[Entrant], None] = lambda entrant: None,
-    on_start: Callable[[str], None] = lambda pairing: None,
+    on_start: Callable[[str], None] = lambda line: None,
     on_look: OnLook = lambda status: None,
 ) -> RaceVerdict:
     """Run the race (see the module docstring); a control is added for each baseline. `on_measured` hears
     each entrant after each round with its speedup so far (None for a baseline), `on_dropped` each
-    entrant that leaves, `on_start` the pairing chosen ("prompt", "block" or "round"), `on_look` where the race
+    entrant that leaves, `on_start` the line that says the pairing chosen (start_line), `on_look` where the race
     stands after each look. `replicate_on`: the mix's prompts the round after the decision runs (None: all of
     them; a budget may ask for one a category)."""
     entrants = entrants + [Entrant(CONTROL_ROLE, None, e.config) for e in entrants if e.is_baseline]
     rounds = Rounds(engine, entrants, mix, max_tokens, command, figure, on_dropped, seed=seed)
     outcome = Outcome(BUDGET_SPENT, {}, budget_cap=budget.cap)
     try:
-        on_start(rounds.pairing)
+        on_start(start_line(rounds, engine.memory_note))
         _run(rounds, mix, figure, budget, outcome, on_measured, on_look)
         for entrant in rounds.entrants:
             if entrant.in_race and (inactive := rounds.inactive(entrant)) is not None:
@@ -219,7 +233,7 @@ def _run(
                 outcome.ended = NONE_CAN_WIN
                 break
             valid = rounds.passes - len(outcome.voided)
-            if budget.spent(valid, elapsed) and (rounds.between_rounds or budget.seconds is not None):
+            if budget.spent(valid, elapsed) and (rounds.between_rounds or (budget.seconds is not None and rounds.even)):
                 _leader_at_the_end(last, outcome, rounds.current)
                 break
 

@@ -13,6 +13,7 @@ from autotune.measure.device_lock import device_lock
 from autotune.measure.measurement import Measurement
 from autotune.measure.paired import Speedup
 from autotune.measure.prompts import PromptMix
+from autotune.measure.stratified import PROMPT_MIN_UNITS
 from autotune.race.checks import MeasurementCheck
 from autotune.race.entrants import Entrant, candidates, speedup_of
 from autotune.spec.command import ServerCommand
@@ -21,6 +22,15 @@ from autotune.study.records import BASELINE_ROLE, CONTROL_ROLE
 #: the blocks of a pass over the mix where a race rotates its entrants over blocks (`Rounds`): the paired
 #: test's first bound (its third unit) comes within a pass
 BLOCKS_A_PASS = 4
+#: where the targets' servers load in turn, a round alternates the targets every TARGET_BLOCK prompts (`Rounds`):
+#: the per-prompt sequence's first bound comes after the first block of every target
+TARGET_BLOCK = PROMPT_MIN_UNITS
+
+
+def target_blocks(prompts: int, targets: int) -> int:
+    """The blocks a round of `prompts` prompts plays where `targets` targets' servers load in turn (one block
+    where they load together, or there is one)."""
+    return -(-prompts // TARGET_BLOCK) if targets > 1 else 1
 
 
 @dataclass(frozen=True)
@@ -43,9 +53,11 @@ class Rounds:
 
     Where every entrant's server does not fit in memory at once but each target's do (each llama-server
     holds its own weights: two 8B targets' references and finalists overflow an 80 GB card), a round runs
-    one target's entrants at a time, each on the round's prompts in the same order: every entrant is
-    compared with its own target's baseline, which ran each prompt seconds apart from it, so the pairing
-    is still by prompt.
+    one target's entrants at a time, in blocks of TARGET_BLOCK of the round's prompts: each target's servers
+    run the block, then the next target's (the first target rotated per block), then the next block on
+    servers started afresh. Every entrant is compared with its own target's baseline, which ran each prompt
+    seconds apart from it, so the pairing is still by prompt; and wherever a time budget stops the race
+    (`even`: only at a block's end), every target's entrants hold paired evidence on the same prompts.
 
     Where even one target's do not (a 24 GB card and an 8B target's race), a round is a block of the mix
     (pairing "block"): BLOCKS_A_PASS blocks a pass, each block's prompts spread over the categories, each
@@ -79,6 +91,7 @@ class Rounds:
         self.orders: list[list[int]] = []  # each round's prompt order (mix indices)
         self.complete = 0  # rounds played to their end
         self.between_rounds = True
+        self.even = True  # every target's entrants have run the same prompts of the round (a budget may stop here)
         self._random = random.Random(seed)
         self._pass: list[int] = []  # the block pairing's prompts of this pass not yet run
 
@@ -96,6 +109,11 @@ class Rounds:
             for group in groups
         )
         return groups if fits else None
+
+    @property
+    def alternating(self) -> bool:
+        """Whether the targets' servers load in turn, alternating in blocks of TARGET_BLOCK prompts."""
+        return self._groups is not None and len(self._groups) > 1
 
     @property
     def current(self) -> int:
@@ -159,18 +177,25 @@ class Rounds:
             groups = [
                 g for g in ([e for e in alive if str(e.config.target) in targets] for targets in self._groups) if g
             ]
+            size = -(-len(order) // target_blocks(len(order), len(groups)))
+            blocks = [order[start : start + size] for start in range(0, len(order), size)]
             errors: dict[int, tuple[str, ...]] = {}
-            for number, group in enumerate(groups, start=1):
-                with self.engine.live([e.config for e in group], self.mix, max_tokens=self.max_tokens) as servers:
-                    for position, prompt_index in enumerate(order):
-                        self._prompt(servers, group, round_, position, prompt_index)
-                        last = number == len(groups) and position == len(order) - 1
-                        if position == len(order) - 1:
-                            errors.update({id(e): servers.error_lines(i) for i, e in enumerate(group)})
-                        if last:
-                            self._end_round(alive, errors)
-                        if per_prompt or last:
-                            yield
+            for number, block in enumerate(blocks):
+                turns = groups[number % len(groups) :] + groups[: number % len(groups)]
+                for turn, group in enumerate(turns, start=1):
+                    with self.engine.live([e.config for e in group], self.mix, max_tokens=self.max_tokens) as servers:
+                        for offset, prompt_index in enumerate(block):
+                            self._prompt(servers, group, round_, number * size + offset, prompt_index)
+                            block_done = turn == len(turns) and offset == len(block) - 1
+                            if offset == len(block) - 1:
+                                for i, e in enumerate(group):
+                                    errors[id(e)] = errors.get(id(e), ()) + tuple(servers.error_lines(i))
+                            self.even = block_done or len(groups) == 1
+                            last = block_done and number == len(blocks) - 1
+                            if last:
+                                self._end_round(alive, errors)
+                            if per_prompt or last:
+                                yield
         else:
             self._in_turn(alive, round_, PromptMix(self.mix.source, tuple(self.mix.prompts[i] for i in order)))
             self._end_round(alive, {})

@@ -115,3 +115,47 @@ def test_entrants_rotate_over_blocks_of_prompts_where_one_targets_servers_do_not
     assert len(alive) == len(blocks) and set(alive) == {0}  # a look after each block, its servers stopped
     for row in confirmation.baselines + confirmation.controls:
         assert [len(times) for times in row.decode_ms] == [1] * len(blocks)
+
+
+LONG_MIX = PromptMix(
+    "groups-long",
+    tuple(
+        Prompt(f"p{i}", ("code", "chat")[i % 2], f"Count from {i} to {i + 5}, one number a line.") for i in range(10)
+    ),
+)
+
+
+def test_targets_alternate_in_blocks_so_a_time_budget_stops_with_every_target_raced(tiny_dir, tmp_path):
+    """Room for one target's servers at a time and a time budget spent at the first look: the race stops at the
+    end of the first block of prompts that every target's entrants ran (two blocks of five: TARGET_BLOCK is 6),
+    not inside the first target's turn, so the second target is raced on the same prompts as the first."""
+    first = tiny_dir / "tiny-target.gguf"
+    second = Path(shutil.copy(first, tmp_path / "tiny-target-b.gguf"))
+    entrants = [
+        Entrant("baseline", None, SpecConfig(first)),
+        Entrant("baseline", None, SpecConfig(second)),
+        Entrant("trial", 1, SpecConfig(first, "draft-simple", tiny_dir / "tiny-draft.gguf", {"draft_n_max": 2})),
+        Entrant("trial", 2, SpecConfig(second, "draft-simple", tiny_dir / "tiny-draft.gguf", {"draft_n_max": 3})),
+    ]
+    loaded: list[str] = []  # at each look, the target whose servers are running
+
+    def look(status) -> None:
+        argvs = [_argv(pid) for pid in our_llama_servers()]
+        targets = {argv[argv.index("-m") + 1] for argv in argvs}
+        assert len(targets) == 1
+        loaded.extend(targets)
+
+    with RoomFor(3, context_size=CONTEXT) as engine:
+        verdict = race(
+            engine,
+            entrants,
+            LONG_MIX,
+            max_tokens=8,
+            budget=RaceBudget(seconds=0.001),
+            command=ServerCommand(CONTEXT),
+            on_look=look,
+        )
+    assert verdict.pairing == "prompt" and len(verdict.orders) == 1  # stopped inside the first round
+    assert loaded == [str(first)] * 5 + [str(second)] * 5  # one block of five prompts, each target's turn in full
+    ran = {str(row.target): row.decode_ms[0] for row in verdict.baselines + verdict.controls}
+    assert {len(times) for times in ran.values()} == {5}  # every target's references: the same five prompts

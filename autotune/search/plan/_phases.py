@@ -52,6 +52,7 @@ from autotune.predict.chains import chain_length
 from autotune.predict.cost import REPEATS, grid_sizes
 from autotune.predict.target import MAX_BATCH
 from autotune.race.race import RaceBudget
+from autotune.race.rounds import target_blocks
 from autotune.spec.space import SearchSpace
 from autotune.spec.types import DFLASH_TYPES, DRAFT_MODEL_TYPES, family_of
 
@@ -346,7 +347,7 @@ def race_phase(work: Workload, pace: Pace, budget: RaceBudget | None = None) -> 
     if budget.rounds is None:
         return PlannedPhase("race", seconds=budget.seconds + after, bound=True)
     entrants = _race_entrants(work)
-    starts_per_round = entrants * int(work.server_arbiter)
+    starts_per_round = entrants * int(work.server_arbiter) * _blocks(work, work.raced)
     runs = budget.rounds * entrants + _AFTER_DECISION_ENTRANTS
     return PlannedPhase(
         "race",
@@ -363,14 +364,22 @@ def _race_entrants(work: Workload) -> int:
     return (2 + int(work.server_arbiter)) * max(1, len(work.targets)) + work.race_top
 
 
+def _blocks(work: Workload, shape: Shape) -> int:
+    """The blocks a race round over `shape` plays, each on servers started afresh: with two targets or more the
+    plan takes their servers to load in turn, the targets alternating in blocks (autotune.race.rounds), which
+    starts the most servers (where they load together, the race starts fewer)."""
+    return target_blocks(shape.prompts, len(work.targets))
+
+
 def race_round_s(work: Workload, pace: Pace, shape: Shape) -> float:
-    """A race round of every entrant over `shape` on fresh servers, the finalists at the slowest target's pace."""
+    """A race round of every entrant over `shape` on fresh servers (afresh each block where the targets
+    alternate), the finalists at the slowest target's pace."""
     steps = [pace.step_s(t, work.targets) for t in work.targets] or [1.0 / pace.decode_tok_s]
     per_target = 2 + int(work.server_arbiter)
     return (
         sum(per_target * shape.run_s(pace, s) for s in steps)
         + work.race_top * shape.run_s(pace, max(steps))
-        + _race_entrants(work) * work.server_arbiter * pace.server_start_s
+        + _race_entrants(work) * work.server_arbiter * _blocks(work, shape) * pace.server_start_s
     )
 
 

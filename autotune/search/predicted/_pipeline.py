@@ -51,7 +51,7 @@ from autotune.measure.stratified import MIN_ROUNDS
 from autotune.models.files import file_sha256
 from autotune.race.confirm import trial_entrant
 from autotune.race.entrants import Entrant, speedup_of
-from autotune.race.race import PAIRING_NOTES, RaceStopped, race, round_line, standing_line, status_line
+from autotune.race.race import RaceStopped, race, round_line, standing_line, status_line
 from autotune.search.finalists import finalists
 from autotune.search.fleet import search_lease
 from autotune.search.inputs import (
@@ -477,7 +477,7 @@ def _race(
                 on_dropped=lambda e: reporter.note(
                     f"race: {e.label} leaves in round {e.dropped_after + 1}: {e.dropped}"
                 ),
-                on_start=lambda pairing: reporter.note(PAIRING_NOTES[pairing]),
+                on_start=reporter.note,
                 on_look=lambda status: reporter.race_status(status_line(status)),
                 seed=seed,
                 replicate_on=_first_of_each_category(mix) if plan.work.replicate_per_category else None,
