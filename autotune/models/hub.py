@@ -7,8 +7,8 @@ where an unfinished download is a `blobs/*.incomplete` file (huggingface_hub 2.x
 transfer breaks off) and a finished one is renamed into place: the models dir is never written, so
 it never holds a partial file. Every file is asked about before anything downloads: a target the hub
 does not have is bad input, a draft it does not have is left out of the search (a space's draft names
-may be a guess at what a conversion pipeline publishes). The token is the library's own (`HF_TOKEN`, or `hf auth login`); autotune
-neither reads, prints nor stores it.
+may be a guess at what a conversion pipeline publishes). The token is the library's own (`HF_TOKEN`, or
+`hf auth login`); autotune neither reads, prints nor stores it.
 
 A file's revision is read from where it lies: `models--org--repo/snapshots/<commit>/<file>`.
 """

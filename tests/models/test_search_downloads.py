@@ -1,7 +1,9 @@
 """`autotune search --model qwen3-8b` on a machine with nothing placed by hand: the bundled space's hub
 files — targets and draft-simple drafts from Qwen's repos, DSpark and DFlash drafts from ggml-org's — are
 downloaded before the first trial (after one line saying what and how large), and `--offline` downloads
-nothing.
+nothing. A draft the hub does not have (the DSpark and DFlash names are a guess at what ggml-org publishes)
+is one line and left out, the rest downloads; a target it does not have is one line listing the repo's GGUF
+files, exit 2; `--plan` prices the rest without needing the hub.
 
 huggingface.co cannot be reached from here: `LocalHubEndpoint` (an HTTP server on 127.0.0.1 that answers
 the hub's API, files' sizes included) serves tiny GGUF files under the exact repo and file names the
@@ -19,12 +21,14 @@ from click.testing import CliRunner
 
 from autotune.cli.main import cli
 from autotune.models.hub import format_size, hub_files
+from autotune.search.inputs import SearchOptions, SearchSettings, check_inputs
 from autotune.spec.space import load_model_space
 from autotune.testing import tiny_gguf
 from autotune.testing.hub_fixtures import HubRepo, LocalHubEndpoint
 from storage import resolve_storage_url
 
 COMMIT = "3" * 40
+DRAFT_TYPES = ("draft-dspark", "draft-dflash", "draft-simple")  # the draft types of search_spaces/qwen3-8b.toml
 
 
 @pytest.fixture(scope="module")
@@ -186,17 +190,123 @@ def test_offline_with_nothing_cached_is_one_line_exit_2_and_writes_nothing(
     assert not Path(os.environ["HF_HUB_CACHE"]).exists() or not any(Path(os.environ["HF_HUB_CACHE"]).rglob("*.gguf"))
 
 
-def test_a_file_the_repo_does_not_publish_is_bad_input_before_anything_downloads(tmp_path, qwen3_8b_repos, monkeypatch):
-    repos = dict(qwen3_8b_repos)
-    repos["Qwen/Qwen3-1.7B-GGUF"] = HubRepo(COMMIT, {})  # the 1.7B draft withdrawn
+def without(repos: dict[str, HubRepo], repo: str, *names: str) -> dict[str, HubRepo]:
+    """`repos` with `names` taken out of `repo`'s listing (as if the hub never had them)."""
+    kept = {name: content for name, content in repos[repo].files.items() if name not in names}
+    return {**repos, repo: HubRepo(repos[repo].commit, kept)}
+
+
+def search_options(models: Path) -> SearchOptions:
+    return SearchOptions(SearchSettings(model="qwen3-8b", trials=3, max_tokens=8), models_dir=models)
+
+
+@pytest.mark.parametrize(
+    ("repo", "names", "left_out", "drafts"),
+    [
+        (  # the DSpark names are our guess at ggml-org's: the hub may call them otherwise
+            "ggml-org/Qwen3-8B-GGUF",
+            ("dspark-Qwen3-8B-Q8_0.gguf", "dspark-Qwen3-8B-BF16.gguf"),
+            [
+                "the hub has no dspark-Qwen3-8B-Q8_0.gguf in ggml-org/Qwen3-8B-GGUF: draft-dspark's Q8_0 left out "
+                "of this run",
+                "the hub has no dspark-Qwen3-8B-BF16.gguf in ggml-org/Qwen3-8B-GGUF: draft-dspark's BF16 left out "
+                "of this run",
+            ],
+            {
+                "draft-dflash": ["dflash-Qwen3-8B-Q8_0.gguf", "dflash-Qwen3-8B-BF16.gguf"],
+                "draft-simple": ["Qwen3-0.6B-Q8_0.gguf", "Qwen3-1.7B-Q8_0.gguf"],
+            },
+        ),
+        (  # one quant of a draft: the other stays
+            "ggml-org/Qwen3-8B-GGUF",
+            ("dflash-Qwen3-8B-BF16.gguf",),
+            [
+                "the hub has no dflash-Qwen3-8B-BF16.gguf in ggml-org/Qwen3-8B-GGUF: draft-dflash's BF16 left out "
+                "of this run"
+            ],
+            {
+                "draft-dspark": ["dspark-Qwen3-8B-Q8_0.gguf", "dspark-Qwen3-8B-BF16.gguf"],
+                "draft-dflash": ["dflash-Qwen3-8B-Q8_0.gguf"],
+                "draft-simple": ["Qwen3-0.6B-Q8_0.gguf", "Qwen3-1.7B-Q8_0.gguf"],
+            },
+        ),
+        (  # a draft size withdrawn from its own repo
+            "Qwen/Qwen3-1.7B-GGUF",
+            ("Qwen3-1.7B-Q8_0.gguf",),
+            ["the hub has no Qwen3-1.7B-Q8_0.gguf in Qwen/Qwen3-1.7B-GGUF: draft-simple's Q8_0 left out of this run"],
+            {
+                "draft-dspark": ["dspark-Qwen3-8B-Q8_0.gguf", "dspark-Qwen3-8B-BF16.gguf"],
+                "draft-dflash": ["dflash-Qwen3-8B-Q8_0.gguf", "dflash-Qwen3-8B-BF16.gguf"],
+                "draft-simple": ["Qwen3-0.6B-Q8_0.gguf"],
+            },
+        ),
+    ],
+)
+def test_a_draft_the_hub_does_not_have_is_a_note_and_the_rest_downloads(
+    tmp_path, qwen3_8b_repos, monkeypatch, repo, names, left_out, drafts
+):
     models = tmp_path / "empty-models"
     models.mkdir()
+    said = []
+    with LocalHubEndpoint(without(qwen3_8b_repos, repo, *names)) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        inputs = check_inputs(search_options(models), said.append)
+        gets = file_gets(hub)
+    (line,) = said
+    assert line.startswith(f"downloading {8 - len(names)} files from the hub ("), line
+    assert not [name for name in names if name in line] and not [g for g in gets if g.endswith(names)]
+    assert [p.name for p in inputs.files.targets] == ["Qwen3-8B-Q4_K_M.gguf", "Qwen3-8B-Q8_0.gguf"]
+    found = {t: [p.name for p in inputs.files.drafts.get(t, ())] for t in DRAFT_TYPES}
+    assert {t: files for t, files in found.items() if files} == drafts
+    assert [n for n in inputs.notes if "left out" in n or "no file" in n] == left_out  # nothing else is missing
+    assert {t for t in DRAFT_TYPES if inputs.candidates.pairs.get(t)} == set(drafts)  # each pairs with the targets
+    assert not set(names) & {f.filename for f in hub_files(inputs.space)}  # out of this run's space
+
+
+def test_a_target_the_hub_does_not_have_is_one_line_listing_the_repos_gguf_files_exit_2(
+    tmp_path, qwen3_8b_repos, monkeypatch, autotune_home
+):
+    models = tmp_path / "empty-models"
+    models.mkdir()
+    repos = without(qwen3_8b_repos, "Qwen/Qwen3-8B-GGUF", "Qwen3-8B-Q4_K_M.gguf")
+    repos["Qwen/Qwen3-8B-GGUF"].files["Qwen3-8B-Q4_K_M-00001-of-00002.gguf"] = b"split otherwise"
     with LocalHubEndpoint(repos) as hub:
         monkeypatch.setenv("HF_ENDPOINT", hub.url)
         result = invoke("search", "--model", "qwen3-8b", "--models-dir", str(models))
-        assert file_gets(hub) == []
+        assert file_gets(hub) == []  # nothing downloaded: not the drafts, not the other target
     assert result.exit_code == 2
     assert result.stderr.splitlines() == [
-        "autotune: error: Qwen/Qwen3-1.7B-GGUF has no file Qwen3-1.7B-Q8_0.gguf at revision main "
-        "(named by drafts.draft-simple of the search space)"
+        "autotune: error: Qwen/Qwen3-8B-GGUF has no file Qwen3-8B-Q4_K_M.gguf at revision main "
+        "(named by model of the search space); its GGUF files: Qwen3-8B-Q4_K_M-00001-of-00002.gguf, "
+        "Qwen3-8B-Q8_0.gguf"
     ]
+    assert not (autotune_home.exists() and any(autotune_home.rglob("*.db")))
+
+
+def test_plan_with_a_hub_that_lacks_a_draft_or_no_hub_at_all_still_prints_a_plan(
+    tmp_path, qwen3_8b_repos, monkeypatch, autotune_home
+):
+    models = tmp_path / "empty-models"
+    models.mkdir()
+    args = ["search", "--model", "qwen3-8b", "--models-dir", str(models), "--plan", "--budget", "none"]
+    repos = without(qwen3_8b_repos, "ggml-org/Qwen3-8B-GGUF", "dspark-Qwen3-8B-Q8_0.gguf")
+    with LocalHubEndpoint(repos) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        online = invoke(*args)
+        assert online.exit_code == 0, online.output
+        assert file_gets(hub) == []  # a plan downloads nothing
+        asked = len(hub.requests)
+        offline = invoke(*args, "--offline")
+        assert offline.exit_code == 0, offline.output
+        assert len(hub.requests) == asked  # offline: the hub is not asked
+    lines = online.stdout.splitlines()
+    assert lines[0].startswith("downloading 7 files from the hub (") and "size unknown" not in lines[0], lines[0]
+    assert "dspark-Qwen3-8B-Q8_0.gguf" not in lines[0]
+    assert "3 DFlash/DSpark draft(s)" in lines[1], lines[1]
+    assert lines[-1].startswith("plan: up to "), lines[-1]
+    assert (
+        "autotune: the hub has no dspark-Qwen3-8B-Q8_0.gguf in ggml-org/Qwen3-8B-GGUF: draft-dspark's Q8_0 "
+        "left out of this run" in online.stderr.splitlines()
+    )
+    assert offline.stdout.splitlines()[0].startswith("downloading 8 files from the hub (size unknown")
+    assert not (autotune_home.exists() and any(autotune_home.rglob("*.db")))
