@@ -31,6 +31,7 @@ from autotune.search.plan import (
     search_budget,
 )
 from autotune.search.plan._budget import MIN_FINALISTS, first_bound_s, prediction_shapes, racing_s
+from autotune.search.plan._pace import GPU_DRAFT_STEP_FLOOR_S
 from autotune.search.plan._phases import after_decision_s, race_round_s
 from autotune.search.predicted import predict_and_race
 from autotune.spec.space import load_model_space, load_space
@@ -281,3 +282,13 @@ def test_a_race_short_of_time_takes_the_finalists_that_play_two_complete_rounds(
     assert race_budget_left(work, PACE, rounds_of[2]) == RaceBudget(
         seconds=rounds_of[2] - after_decision_s(work, PACE), cap=SEARCH_BUDGET_CAP
     )
+
+
+def test_a_draft_models_step_is_priced_at_least_at_the_gpus_launch_floor(qwen3_8b):
+    """By file size a 0.6B draft of an 8B target steps in 0.7 ms at 95 tok/s; on a GPU kernel launches set its
+    step (GPU_DRAFT_STEP_FLOOR_S), so the chains are priced at least that a decode."""
+    _, work = qwen3_8b
+    by_size = {p.name: p for p in plan_phases(work, PACE)}["chains"]
+    floored = {p.name: p for p in plan_phases(work, replace(PACE, draft_floor_s=GPU_DRAFT_STEP_FLOOR_S))}["chains"]
+    assert floored.decodes == by_size.decodes and by_size.seconds < floored.seconds
+    assert floored.seconds >= floored.decodes * GPU_DRAFT_STEP_FLOOR_S - 1e-6

@@ -108,7 +108,9 @@ def test_plan_with_nothing_on_disk_prices_with_this_machines_prices_and_says_whi
     assert priced[2].startswith("pace: 95 tok/s for Qwen3-8B-Q4_K_M.gguf, the pace qwen3-8b's search space states"), (
         priced[2]
     )
-    assert assumed[2].endswith("10 s a server start and 0.2 s a prompt's processing (assumed)"), assumed[2]
+    assert assumed[2].endswith(
+        "10 s a server start, 0.2 s a prompt's processing and 1.3 ms at least a draft model's step (assumed)"
+    ), assumed[2]
     # 544 bytes a prompt: 136 tokens at 0.02 of a 10.5 ms step, then one step
     assert priced[2].endswith(
         "server start 3.2 s, a prompt's processing 0.04 s (~136 tokens at 0.020 of a step, then "

@@ -14,7 +14,7 @@ from autotune.search.plan._budget import (
     race_budget_left,
     search_budget,
 )
-from autotune.search.plan._pace import search_workload
+from autotune.search.plan._pace import draft_step_floor_s, search_workload
 from autotune.search.plan._phases import (
     MAX_FIT_PROMPTS,
     Pace,
@@ -40,6 +40,7 @@ __all__ = [
     "Shape",
     "Workload",
     "budget_line",
+    "draft_step_floor_s",
     "eta_line",
     "files_by_role",
     "finalists_within",

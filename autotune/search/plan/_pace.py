@@ -21,6 +21,7 @@ from typing import Callable
 
 from autotune.engines import create_engine
 from autotune.errors import UsageError
+from autotune.hardware import listed_gpus
 from autotune.measure.device_lock import device_lock
 from autotune.measure.prompts import PromptMix
 from autotune.models.files import missing_hub_files
@@ -36,6 +37,11 @@ from autotune.spec.space import SearchSpace, load_model_space
 #: target's llama-server start from a warm page cache, and a prompt's processing and first token on a GPU
 ASSUMED_SERVER_START_S = 10.0
 ASSUMED_REQUEST_S = 0.2
+#: the least a small draft model's decode step costs on a GPU, where kernel launches, not the weights, set it:
+#: llama-bench's tg128 of a 1.1B Q4_K_M on an RTX 4090 ran 762 tok/s, 1.3 ms a token (geerlingguy/ai-benchmarks
+#: issue 43, llama.cpp build 7340); a file-size ratio would price a 0.6B draft of an 8B target at 0.7 ms. Used where
+#: a GPU is listed and gpu_prices measured no draft step here (Prices.draft_simple_token_ms)
+GPU_DRAFT_STEP_FLOOR_S = 1.3e-3
 #: what a prompt's token is taken to be where the plan has no tokenizer: about 4 bytes of English text a token
 #: in a BPE vocabulary such as Qwen3's (the bundled mix: 544 bytes a prompt)
 PROMPT_BYTES_PER_TOKEN = 4
@@ -125,13 +131,26 @@ def measure_pace(
             measured.ttft_ms / 1000,
             measured_on=target.name,
             prefill_tok_s=measured.prompt_tok_s or None,
+            draft_floor_s=draft_step_floor_s(),
         ),
         f"{measured.mix_tok_s:.1f} tok/s, the baseline of {target.name} on one prompt on the {arbiter} engine"
         + (f", {start_s:.1f} s a server start" if arbiter == "server" else ""),
     )
 
 
-_ASSUMED = f"{ASSUMED_SERVER_START_S:g} s a server start and {ASSUMED_REQUEST_S:g} s a prompt's processing (assumed)"
+_ASSUMED = (
+    f"{ASSUMED_SERVER_START_S:g} s a server start, {ASSUMED_REQUEST_S:g} s a prompt's processing and "
+    f"{GPU_DRAFT_STEP_FLOOR_S * 1000:g} ms at least a draft model's step (assumed)"
+)
+
+
+def draft_step_floor_s() -> float | None:
+    """The least a draft model's decode step costs on this machine: gpu_prices' measured draft step where it
+    measured one, else GPU_DRAFT_STEP_FLOOR_S where a GPU is listed; None on a CPU (a step there is its weights')."""
+    prices = load_prices(prices_path())
+    if prices is not None:
+        return prices.draft_simple_token_ms / 1000
+    return GPU_DRAFT_STEP_FLOOR_S if listed_gpus() else None
 
 
 def stated_pace(tok_s: float, first: str | None, mix: PromptMix) -> tuple[Pace, str]:
@@ -139,8 +158,17 @@ def stated_pace(tok_s: float, first: str | None, mix: PromptMix) -> tuple[Pace, 
     file exists, else the assumed start and request (module docstring)."""
     path = prices_path()
     prices = load_prices(path)
-    if prices is None:
-        return Pace(tok_s, ASSUMED_SERVER_START_S, ASSUMED_REQUEST_S, measured_on=first), _ASSUMED
+    if prices is None:  # a stated pace is a GPU's (the space's plan_tok_s, or --plan-tok-s): its draft steps' floor
+        return (
+            Pace(
+                tok_s,
+                ASSUMED_SERVER_START_S,
+                ASSUMED_REQUEST_S,
+                measured_on=first,
+                draft_floor_s=GPU_DRAFT_STEP_FLOOR_S,
+            ),
+            _ASSUMED,
+        )
     step_s = 1.0 / tok_s
     tokens = math.ceil(sum(len(p.text.encode()) for p in mix) / max(1, len(mix)) / PROMPT_BYTES_PER_TOKEN)
     prefill_s = step_s * prices.prefill_share  # a prompt's token
@@ -153,6 +181,7 @@ def stated_pace(tok_s: float, first: str | None, mix: PromptMix) -> tuple[Pace, 
             measured_on=first,
             prefill_tok_s=1.0 / prefill_s,
             block_s=prices.block_s,
+            draft_floor_s=prices.draft_simple_token_ms / 1000,
         ),
         f"server start {prices.server_start_s:.1f} s, a prompt's processing {request_s:.2f} s (~{tokens} tokens "
         f"at {prices.prefill_share:.3f} of a step, then one), a DFlash/DSpark block {prices.block_s * 1000:.1f} ms: "

@@ -235,6 +235,7 @@ class Pace:
     per_target: tuple[tuple[str, float], ...] = ()  # (target file, decode tok/s) where each was measured
     prefill_tok_s: float | None = None  # the baseline's prompt processing, tokens a second (None: not measured)
     block_s: float | None = None  # a DFlash/DSpark block or injection at its most rows, as priced (None: by size)
+    draft_floor_s: float | None = None  # the least a draft model's decode step costs (a GPU's launches; None: none)
 
     def step_s(self, target: PlannedFile, targets: tuple[PlannedFile, ...]) -> float:
         """The seconds of one decode step of `target` (module docstring)."""
@@ -267,9 +268,10 @@ def plan_phases(work: Workload, pace: Pace) -> list[PlannedPhase]:
     sizes = {t.name: t.size_bytes for t in work.targets}
     largest = max((s or 0 for s in sizes.values()), default=0)
 
-    def ratio(draft: PlannedFile, target: str) -> float:  # a draft's step against its target's
+    def ratio(draft: PlannedFile, target: str) -> float:  # a draft's step against its target's, at least its floor
         size = sizes.get(target) or largest
-        return min(1.0, (draft.size_bytes or size) / size) if size else 1.0
+        by_size = min(1.0, (draft.size_bytes or size) / size) if size else 1.0
+        return max(by_size, (pace.draft_floor_s or 0.0) / steps[target])
 
     def block_ratio(draft: PlannedFile, target: str) -> float:  # a DFlash/DSpark block's, its price where known
         return pace.block_s / steps[target] if pace.block_s else ratio(draft, target)

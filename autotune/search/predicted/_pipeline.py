@@ -64,7 +64,16 @@ from autotune.search.inputs import (
     runnable_space,
 )
 from autotune.search.measured import measures_spec_default, run_search
-from autotune.search.plan import Pace, SearchBudget, SearchPlan, budget_line, eta_line, make_plan, plan_line
+from autotune.search.plan import (
+    Pace,
+    SearchBudget,
+    SearchPlan,
+    budget_line,
+    draft_step_floor_s,
+    eta_line,
+    make_plan,
+    plan_line,
+)
 from autotune.search.predicted._answered import finished_since, space_digest
 from autotune.search.predicted._calibration import as_predicted, calibrate, fit_inputs
 from autotune.search.predicted._space import replay_space, replays_at_most, store_predictions
@@ -374,7 +383,12 @@ def _pace(baselines: dict) -> Pace:
     start_s = max((m.startup_ms / 1000 for m in baselines.values()), default=0.0)
     prefill = min((m.prompt_tok_s for m in baselines.values() if m.prompt_tok_s > 0), default=None)
     return Pace(
-        min(tok_s.values(), default=1.0), start_s, request_s, per_target=tuple(tok_s.items()), prefill_tok_s=prefill
+        min(tok_s.values(), default=1.0),
+        start_s,
+        request_s,
+        per_target=tuple(tok_s.items()),
+        prefill_tok_s=prefill,
+        draft_floor_s=draft_step_floor_s(),
     )
 
 
