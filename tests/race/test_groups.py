@@ -46,15 +46,32 @@ def _argv(pid: int) -> list[str]:
     return Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
 
 
-def test_one_target_at_a_time_where_the_race_does_not_fit_and_each_server_sized_to_the_mix(tiny_dir, tmp_path):
+def _two_targets(tiny_dir: Path, tmp_path: Path) -> tuple[Path, Path, list[Entrant]]:
+    """Two targets (the second a copy of the first: its own references) and a draft-simple finalist of each."""
     first = tiny_dir / "tiny-target.gguf"
-    second = Path(shutil.copy(first, tmp_path / "tiny-target-b.gguf"))  # a second target: its own references
-    entrants = [
-        Entrant("baseline", None, SpecConfig(first)),
-        Entrant("baseline", None, SpecConfig(second)),
-        Entrant("trial", 1, SpecConfig(first, "draft-simple", tiny_dir / "tiny-draft.gguf", {"draft_n_max": 2})),
-        Entrant("trial", 2, SpecConfig(second, "draft-simple", tiny_dir / "tiny-draft.gguf", {"draft_n_max": 3})),
-    ]
+    second = Path(shutil.copy(first, tmp_path / "tiny-target-b.gguf"))
+    return (
+        first,
+        second,
+        [
+            Entrant("baseline", None, SpecConfig(first)),
+            Entrant("baseline", None, SpecConfig(second)),
+            Entrant("trial", 1, SpecConfig(first, "draft-simple", tiny_dir / "tiny-draft.gguf", {"draft_n_max": 2})),
+            Entrant("trial", 2, SpecConfig(second, "draft-simple", tiny_dir / "tiny-draft.gguf", {"draft_n_max": 3})),
+        ],
+    )
+
+
+def _race_with_room(room: int, entrants: list[Entrant], mix: PromptMix, budget: RaceBudget, look, max_tokens=16):
+    """The race of `entrants` over `mix` on llama-server with room for `room` servers, `look` hearing each look."""
+    with RoomFor(room, context_size=CONTEXT) as engine:
+        return race(
+            engine, entrants, mix, max_tokens=max_tokens, budget=budget, command=ServerCommand(CONTEXT), on_look=look
+        )
+
+
+def test_one_target_at_a_time_where_the_race_does_not_fit_and_each_server_sized_to_the_mix(tiny_dir, tmp_path):
+    first, second, entrants = _two_targets(tiny_dir, tmp_path)
     loaded: list[set[str]] = []  # at each look, the targets of the servers running
     contexts: set[int] = set()
 
@@ -64,16 +81,8 @@ def test_one_target_at_a_time_where_the_race_does_not_fit_and_each_server_sized_
         contexts.update(int(argv[argv.index("-c") + 1]) for argv in argvs)
         assert len(argvs) <= 3
 
-    with RoomFor(3, context_size=CONTEXT) as engine:  # a target's baseline, control and finalist: 3, not 6
-        confirmation = race(
-            engine,
-            entrants,
-            MIX,
-            max_tokens=16,
-            budget=RaceBudget(rounds=1),
-            command=ServerCommand(CONTEXT),
-            on_look=look,
-        )
+    # room for a target's baseline, control and finalist: 3, not 6
+    confirmation = _race_with_room(3, entrants, MIX, RaceBudget(rounds=1), look)
     assert confirmation.pairing == "prompt"  # not whole mixes one configuration at a time
     assert all(len(targets) == 1 for targets in loaded)  # one target's servers at a time ...
     assert {t for targets in loaded for t in targets} == {str(first), str(second)}  # ... and each in turn
@@ -96,16 +105,7 @@ def test_entrants_rotate_over_blocks_of_prompts_where_one_targets_servers_do_not
     def look(status) -> None:
         alive.append(len(our_llama_servers()))
 
-    with RoomFor(1, context_size=CONTEXT) as engine:
-        confirmation = race(
-            engine,
-            entrants,
-            MIX,
-            max_tokens=16,
-            budget=RaceBudget(rounds=1),
-            command=ServerCommand(CONTEXT),
-            on_look=look,
-        )
+    confirmation = _race_with_room(1, entrants, MIX, RaceBudget(rounds=1), look)
     assert confirmation.pairing == "block"
     # a block of ceil(3 / 4) = 1 prompt, three blocks a pass, no prompt twice in it; the trial (a draft as costly
     # as its target, about 0.2x) may leave after two blocks, proven unable to reach the goal
@@ -129,14 +129,7 @@ def test_targets_alternate_in_blocks_so_a_time_budget_stops_with_every_target_ra
     """Room for one target's servers at a time and a time budget spent at the first look: the race stops at the
     end of the first block of prompts that every target's entrants ran (two blocks of five: TARGET_BLOCK is 6),
     not inside the first target's turn, so the second target is raced on the same prompts as the first."""
-    first = tiny_dir / "tiny-target.gguf"
-    second = Path(shutil.copy(first, tmp_path / "tiny-target-b.gguf"))
-    entrants = [
-        Entrant("baseline", None, SpecConfig(first)),
-        Entrant("baseline", None, SpecConfig(second)),
-        Entrant("trial", 1, SpecConfig(first, "draft-simple", tiny_dir / "tiny-draft.gguf", {"draft_n_max": 2})),
-        Entrant("trial", 2, SpecConfig(second, "draft-simple", tiny_dir / "tiny-draft.gguf", {"draft_n_max": 3})),
-    ]
+    first, second, entrants = _two_targets(tiny_dir, tmp_path)
     loaded: list[str] = []  # at each look, the target whose servers are running
 
     def look(status) -> None:
@@ -145,16 +138,7 @@ def test_targets_alternate_in_blocks_so_a_time_budget_stops_with_every_target_ra
         assert len(targets) == 1
         loaded.extend(targets)
 
-    with RoomFor(3, context_size=CONTEXT) as engine:
-        verdict = race(
-            engine,
-            entrants,
-            LONG_MIX,
-            max_tokens=8,
-            budget=RaceBudget(seconds=0.001),
-            command=ServerCommand(CONTEXT),
-            on_look=look,
-        )
+    verdict = _race_with_room(3, entrants, LONG_MIX, RaceBudget(seconds=0.001), look, max_tokens=8)
     assert verdict.pairing == "prompt" and len(verdict.orders) == 1  # stopped inside the first round
     assert loaded == [str(first)] * 5 + [str(second)] * 5  # one block of five prompts, each target's turn in full
     ran = {str(row.target): row.decode_ms[0] for row in verdict.baselines + verdict.controls}
