@@ -31,7 +31,16 @@ from autotune.race.race import DEFAULT_BUDGET
     "--race-budget",
     default=DEFAULT_BUDGET,
     show_default=True,
-    help="The most the race may take: rounds (6) or time (5m, 300s).",
+    help="The most the race may take: rounds (6) or time (5m, 300s), within --budget.",
+)
+@click.option(
+    "--budget",
+    default=None,
+    help="The most a night's re-tuning may take, its downloads aside (15m, 1h, 900s; none: no cap), as search's "
+    "--budget: a predicted re-tune fits its prediction and race to it (a budget too small for a verdict is "
+    "refused with the smallest that works); a measured one runs its --trials uncapped and races within it "
+    "(in place of --race-budget, unless that is a shorter time). With --all, each preset's night. Default: the "
+    "search space's budget_per_target a target (none stated: no cap).",
 )
 @server_bin_option
 @click.option(
@@ -41,7 +50,7 @@ from autotune.race.race import DEFAULT_BUDGET
     help="Instead of one model: re-tune each preset of this machine whose hub source moved (a new "
     "revision of a repo its files came from, with other files: `.src_sha`).",
 )
-def nightly(options, top, race_budget, server_bin, all_presets):
+def nightly(options, top, race_budget, budget, server_bin, all_presets):
     """Re-tune MODEL when its files are new or changed; replace the preset only on a proven win.
 
     With --all, every preset of this machine whose files came from a hub repo that has since moved is
@@ -51,23 +60,35 @@ def nightly(options, top, race_budget, server_bin, all_presets):
     the hub's current revision (offline: one line, and the files on disk are used). Prints one summary line. Exit codes: 0 improved (preset replaced), 3 unchanged (preset kept),
     4 regressed (the preset's configuration now runs slower than recorded), 1 failed, 2 bad input.
 
+    A night keeps to --budget as `search` does (default: the search space's budget_per_target a target), its
+    downloads aside; the `budget:` line says how it is spent.
+
     \b
     Example:
         autotune nightly --model gemma3-270m
+        autotune nightly --model qwen3-8b --max-tokens 512 --per-category 4 --budget 1h
         autotune nightly --all
     """
     from autotune.cli.progress import TerminalReporter
     from autotune.engines import choose_engine
     from autotune.presets.nightly import combined_exit_code, run_nightly
     from autotune.race.race import RaceBudget
+    from autotune.search.plan import SearchBudget
 
+    budget = None if budget is None else SearchBudget.parse(budget)  # a bad --budget is refused before anything runs
+    race_budget = RaceBudget.parse(race_budget)
     for level in options.levels:  # bad input (no llama-server for N > 1) before anything is measured
         choose_engine(options.engine_name, concurrency=level, server_bin=server_bin)
     if all_presets:
         from autotune.presets.nightly_all import run_nightly_all
 
         done = run_nightly_all(
-            options, top=top, budget=RaceBudget.parse(race_budget), server_bin=server_bin, reporter=TerminalReporter()
+            options,
+            top=top,
+            race_budget=race_budget,
+            budget=budget,
+            server_bin=server_bin,
+            reporter=TerminalReporter(),
         )
         for entry, outcome in done:
             click.echo(f"{entry.label}: {outcome.status}: {outcome.summary}")
@@ -79,7 +100,8 @@ def nightly(options, top, race_budget, server_bin, all_presets):
         outcome = run_nightly(
             options.at_level(level),
             top=top,
-            budget=RaceBudget.parse(race_budget),
+            race_budget=race_budget,
+            budget=budget,
             server_bin=server_bin,
             reporter=TerminalReporter(),
         )

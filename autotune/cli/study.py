@@ -366,9 +366,17 @@ def prune(model, hardware, keep, storage):
 @click.option(
     "--repeats",
     type=click.IntRange(min=1),
-    default=int(DEFAULT_BUDGET),
-    show_default=True,
-    help="The most rounds the race may take; it stops earlier once a winner is proven or none can win.",
+    default=None,
+    help="The most rounds the race may take, instead of a time: give --repeats or --budget, not both (a race "
+    f"holds one cap) [default: --budget's time; {DEFAULT_BUDGET} rounds where none applies].",
+)
+@click.option(
+    "--budget",
+    default=None,
+    help="The most time the race may take (15m, 1h, 900s), instead of rounds: give --budget or --repeats, not "
+    f"both (a race holds one cap); none: at most {DEFAULT_BUDGET} rounds. Default: MODEL's search space's "
+    f"budget_per_target for each target the race runs (none stated, or no bundled space: {DEFAULT_BUDGET} "
+    "rounds). Either way the race stops earlier once a winner is proven or none can win.",
 )
 @study_engine_option
 @study_objective_option
@@ -384,23 +392,41 @@ def prune(model, hardware, keep, storage):
 @with_options(sampling_options(defaults=False))
 @click.option("--seed", type=click.IntRange(min=0), help="Seed of token sampling [default: the study's].")
 def confirm(
-    model, top, repeats, engine, objective, concurrency, storage, server_bin, temperature, top_k, top_p, min_p, seed
+    model,
+    top,
+    repeats,
+    budget,
+    engine,
+    objective,
+    concurrency,
+    storage,
+    server_bin,
+    temperature,
+    top_k,
+    top_p,
+    min_p,
+    seed,
 ):
     """Race the study's best configurations against the baseline on a real llama-server.
 
     The same race as `search`'s: round after round, each prompt paired with the baseline's, until one
     configuration is proven faster than the plain command by the minimum effect or none can be, at
-    most REPEATS rounds. Each gets its speedup with a 95% interval and p-value, stored with the study,
-    and the pick becomes this machine's preset. A predicted study's race finalists race again.
-    Sampling follows the study unless given here.
+    most --budget's time (by default the search space's budget_per_target a target) or --repeats'
+    rounds. Each gets its speedup with a 95% interval and p-value, stored with the study, and the pick
+    becomes this machine's preset. A predicted study's race finalists race again. Sampling follows the
+    study unless given here.
 
     \b
     Example:
         autotune confirm --model gemma3-270m --top 3 --repeats 3
+        autotune confirm --model qwen3-8b --budget 20m
     """
+    from autotune.cli.progress import TerminalReporter
     from autotune.presets.confirmed import run_confirm
-    from autotune.race.race import RaceBudget, round_line
-    from autotune.study.verdict import CONFIRM_ROUNDS_CAP
+    from autotune.race.race import round_line
+    from autotune.search.plan import SearchBudget
+
+    budget = None if budget is None else SearchBudget.parse(budget)  # a bad --budget is refused before anything runs
 
     def on_measured(round_: int, entrant, speedup) -> None:
         click.echo(f"autotune: {round_line(round_, entrant, speedup)}", err=True)
@@ -412,11 +438,13 @@ def confirm(
             engine_name=engine,
             objective=objective,
             top=top,
-            budget=RaceBudget(rounds=repeats, cap=CONFIRM_ROUNDS_CAP),
+            repeats=repeats,
+            budget=budget,
             storage_url=storage,
             server_bin=server_bin,
             sampling=sampling,
             on_measured=on_measured,
+            note=TerminalReporter().note,
             concurrency=level,
         )
         click.echo(race_table(result))

@@ -1,20 +1,30 @@
 """A confirmed winner becomes this machine's preset: `autotune confirm` re-measures a study's best
 configurations on llama-server and stores the winner per (model, hardware, concurrency); `best`
-shows a stored preset where no study of that hardware is at hand."""
+shows a stored preset where no study of that hardware is at hand.
+
+Confirm's race keeps to a time (`--budget`, by default the model's search space's `budget_per_target` for
+each target it runs, as a search's budget) or to rounds (`--repeats`): a race holds one cap (RaceBudget), so
+the two are one or the other (`confirm_budget`).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import optuna
 
+from autotune.errors import UsageError
 from autotune.hardware import hardware_key
-from autotune.race.confirm import race_study
-from autotune.race.race import OnMeasured, RaceBudget
+from autotune.llamacpp.runnable import command_check
+from autotune.race.confirm import finalists, race_study, trial_entrant
+from autotune.race.race import DEFAULT_BUDGET, OnMeasured, RaceBudget
+from autotune.search.plan import SearchBudget
 from autotune.spec.command import ServerCommand
+from autotune.spec.space import known_models, load_model_space
 from autotune.study.catalog import open_study_of
 from autotune.study.records import StudyRecord, TrialRecord
-from autotune.study.verdict import RacedConfig, RaceVerdict, trial_of
+from autotune.study.verdict import CONFIRM_ROUNDS_CAP, RacedConfig, RaceVerdict, trial_of
 from storage import resolve_storage_url
 from storage.presets import Preset, PresetStore
 
@@ -25,22 +35,33 @@ def run_confirm(
     engine_name: str | None,
     objective: str | None,
     top: int,
-    budget: RaceBudget,
+    repeats: int | None,
+    budget: SearchBudget | None,
     storage_url: str | None,
     server_bin: str | None,
     sampling: dict,
     on_measured: OnMeasured,
+    note: Callable[[str], None] = lambda line: None,
     concurrency: int | None = None,
 ) -> RaceVerdict:
     """Re-measure the top configurations of this machine's study of `model` (at `concurrency` streams) on
-    llama-server, and make the confirmed winner this machine's preset for that load. `sampling` holds
-    the settings given on the command line (None: the study's own)."""
+    llama-server within `repeats` rounds or `budget`'s time (`confirm_budget`, said to `note`), and make the
+    confirmed winner this machine's preset for that load. `sampling` holds the settings given on the command
+    line (None: the study's own)."""
+    if repeats is not None and budget is not None and budget.seconds is not None:
+        raise UsageError(
+            "--repeats and --budget both cap confirm's race, which keeps to one cap: give --repeats (rounds) "
+            "or --budget (time)"
+        )
     url = resolve_storage_url(storage_url)
     study = open_study_of(model, engine=engine_name, storage_url=url, objective=objective, concurrency=concurrency)
+    targets = {trial_entrant(t).config.target for t in finalists(study, top, command_check(server_bin))}
+    race_budget, why = confirm_budget(model, len(targets), repeats=repeats, budget=budget)
+    note(f"race budget: {race_budget.describe()} ({why})")
     confirmation = race_study(
         study,
         top=top,
-        budget=budget,
+        budget=race_budget,
         engine_name="server",
         server_bin=server_bin,
         on_measured=on_measured,
@@ -50,6 +71,24 @@ def run_confirm(
         with PresetStore(url) as store:
             store.save(preset_from(model, study, confirmation=confirmation, row=confirmation.pick))
     return confirmation
+
+
+def confirm_budget(
+    model: str, targets: int, *, repeats: int | None, budget: SearchBudget | None
+) -> tuple[RaceBudget, str]:
+    """What caps confirm's race of `model`'s study on `targets` targets, and where it came from: `repeats` rounds
+    (--repeats), else `budget`'s time (--budget), else where neither is given the time `model`'s bundled search
+    space states, its `budget_per_target` for each target (what its search's budget gives a target, here all
+    the race's); where no time applies (--budget none, a space that states none, a model with no bundled
+    space: a `--hf` study) DEFAULT_BUDGET's rounds."""
+    if repeats is not None:
+        return RaceBudget(rounds=repeats, cap=CONFIRM_ROUNDS_CAP), "--repeats"
+    if budget is None and model in known_models():
+        budget = SearchBudget.default(load_model_space(model), targets)
+    if budget is None or budget.seconds is None:
+        why = "--budget none" if budget is not None else f"no search space of {model} states a budget_per_target"
+        return RaceBudget(rounds=int(DEFAULT_BUDGET), cap=CONFIRM_ROUNDS_CAP), f"{why}: --repeats' default"
+    return RaceBudget(seconds=budget.seconds, cap=budget.race_cap), budget.how
 
 
 def preset_from(model: str, study: optuna.Study, *, confirmation: RaceVerdict, row: RacedConfig) -> Preset:

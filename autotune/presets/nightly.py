@@ -10,6 +10,10 @@ converted repo (`new draft release: dspark from deepseek-ai/dspark_qwen3_8b_bloc
 9f8e7d6)`, read from its `.src_sha`), or a revision that changed no file the space uses (a README
 update), whose files then hash as before: nothing is measured. `retune` is the one step that measures.
 
+A night keeps to a budget as `search` does (`--budget`, else the search space's `budget_per_target` a target:
+autotune.search.plan.search_budget): a predicted re-tune fits its prediction and race to it (make_plan); a
+measured one runs its --trials and races within it (`measured_race_budget`).
+
 Exit codes for cron and systemd (README, "Nightly re-tuning"): 0 improved (preset replaced),
 3 unchanged (preset kept), 4 regressed (the preset's own configuration now measures slower than when
 it was recorded), 1 failed, 2 bad input.
@@ -32,7 +36,7 @@ from autotune.race.race import RaceBudget, round_line
 from autotune.search.fleet import search_lease
 from autotune.search.inputs import RaceOptions, SearchInputs, SearchOptions, SearchReporter, check_inputs, model_space
 from autotune.search.measured import run_study
-from autotune.search.plan import NO_BUDGET, make_plan
+from autotune.search.plan import SearchBudget, budget_line, make_plan, search_budget
 from autotune.search.predicted import (
     PREDICT_TRIALS,
     cannot_predict,
@@ -134,10 +138,17 @@ def _unless_regressed(model: str, current: RacedConfig, preset: Preset, summary:
 
 
 def run_nightly(
-    options: SearchOptions, *, top: int, budget: RaceBudget, server_bin: str | None, reporter: SearchReporter
+    options: SearchOptions,
+    *,
+    top: int,
+    race_budget: RaceBudget,
+    server_bin: str | None,
+    reporter: SearchReporter,
+    budget: SearchBudget | None = None,
 ) -> NightlyOutcome:
     """Re-tune `options.model` (at `options.settings.concurrency` streams) if its files changed since the
-    last study version. Files the search space names on the hub are brought up to the hub's current
+    last study version, within `budget` (--budget's; None: the space's default, module docstring), the race
+    within `race_budget` too. Files the search space names on the hub are brought up to the hub's current
     revision first."""
     model, settings = options.model, options.settings
     if options.prompts_file:
@@ -184,6 +195,7 @@ def run_nightly(
                 preset=preset,
                 hashes=hashes,
                 top=top,
+                race_budget=race_budget,
                 budget=budget,
                 server_bin=server_bin,
                 reporter=reporter,
@@ -228,15 +240,17 @@ def retune(
     preset: Preset | None,
     hashes: dict[str, str],
     top: int,
-    budget: RaceBudget,
+    race_budget: RaceBudget,
+    budget: SearchBudget | None,
     server_bin: str | None,
     reporter: SearchReporter,
     lease: Lease,
 ) -> tuple[NightlyOutcome, Preset | None]:
     """Tune on the files as they are now and pit the result against the stored preset, which races beside
     the finalists: predicted and raced (`engine_name` "predicted"), else a new measured study version
-    warm-started with the previous winners and raced. Returns the verdict and, on a win over the preset,
-    the preset that replaces the stored one."""
+    warm-started with the previous winners and raced. `budget` (None: the space's default) caps the whole
+    predicted re-tune, as search's --budget, and a measured one's race alone (`measured_race_budget`). Returns
+    the verdict and, on a win over the preset, the preset that replaces the stored one."""
     model = options.model
     in_use = config_from_attrs(preset.params) if preset is not None else None
     if in_use is not None and not all(p.is_file() for p in (in_use.target, in_use.draft) if p):
@@ -245,12 +259,14 @@ def retune(
         plan = make_plan(
             options,
             inputs,
-            RaceOptions(True, top, budget),
-            NO_BUDGET,
+            RaceOptions(True, top, race_budget),
+            budget,
             server_bin=server_bin,
             note=reporter.note,
             replayed=replays_at_most(inputs.space, inputs, PREDICT_TRIALS),
         )
+        if plan.budget is not None:
+            reporter.note(f"{budget_line(plan.budget, plan.work)}; pace: {plan.pace_line}")
         study = predict_and_race(
             inputs,
             options.settings,
@@ -266,6 +282,13 @@ def retune(
         )
         confirmation = stored_verdict(study)
     else:
+        capped = search_budget(budget, inputs.space, len(inputs.candidates.targets))
+        race_budget = measured_race_budget(race_budget, capped)
+        if capped is not None:
+            reporter.note(
+                f"budget: {capped.describe()} ({capped.how}): the measured study runs its --trials "
+                f"{options.settings.trials}, uncapped, then the race up to {race_budget.describe()}"
+            )
         study = run_study(
             inputs,
             options.settings,
@@ -287,7 +310,7 @@ def retune(
         confirmation = race_study(
             study,
             top=top,
-            budget=budget,
+            budget=race_budget,
             engine_name="server",
             server_bin=server_bin,
             preset=in_use,
@@ -298,3 +321,15 @@ def retune(
     if outcome.new_winner is None:
         return outcome, None
     return outcome, preset_from(model, study, confirmation=confirmation, row=outcome.new_winner)
+
+
+def measured_race_budget(race_budget: RaceBudget, budget: SearchBudget | None) -> RaceBudget:
+    """The race of a measured re-tune under `budget` (autotune.search.plan.search_budget's; None: no cap). Its
+    study runs --trials trials (a measured study takes no budget, as under `search --strategy measure`), so the
+    budget caps the race alone, in time. A race holds one cap, rounds or time (RaceBudget): --race-budget's rounds give way to the
+    budget's seconds, and a --race-budget time stays where it is the shorter."""
+    if budget is None:
+        return race_budget
+    if race_budget.seconds is not None and race_budget.seconds <= budget.seconds:
+        return race_budget
+    return RaceBudget(seconds=budget.seconds, cap=budget.race_cap)

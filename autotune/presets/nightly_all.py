@@ -22,6 +22,7 @@ from autotune.models.releases import sources_moved
 from autotune.presets.nightly import NightlyOutcome, run_nightly
 from autotune.race.race import RaceBudget
 from autotune.search.inputs import SearchOptions, SearchReporter
+from autotune.search.plan import SearchBudget
 from autotune.spec.space import HubSource, known_models
 from autotune.study.records import config_from_attrs
 from storage import resolve_storage_url
@@ -94,10 +95,17 @@ def _current_commit(repo: str, *, offline: bool, note: Callable[[str], None]) ->
 
 
 def run_nightly_all(
-    template: SearchOptions, *, top: int, budget: RaceBudget, server_bin: str | None, reporter: SearchReporter
+    template: SearchOptions,
+    *,
+    top: int,
+    race_budget: RaceBudget,
+    server_bin: str | None,
+    reporter: SearchReporter,
+    budget: SearchBudget | None = None,
 ) -> list[tuple[MovedPreset, NightlyOutcome]]:
     """Re-tune each preset of this machine whose hub source moved, one after the other, through
-    `run_nightly` with `template`'s options; returns each with its outcome (none moved: an empty list)."""
+    `run_nightly` with `template`'s options; returns each with its outcome (none moved: an empty list).
+    `budget` caps each preset's night on its own (None: the space's default of each)."""
     with PresetStore(resolve_storage_url(template.storage_url)) as store:
         moved = moved_presets(store, offline=template.offline or offline_mode(), note=reporter.note)
     outcomes = []
@@ -107,6 +115,7 @@ def run_nightly_all(
             outcome = run_nightly(
                 replace(preset_options(template, entry.preset), wait=False),
                 top=top,
+                race_budget=race_budget,
                 budget=budget,
                 server_bin=server_bin,
                 reporter=reporter,

@@ -17,7 +17,6 @@ from autotune.race.race import RaceBudget
 from autotune.search.fleet import search_lease
 from autotune.search.inputs import RaceOptions, SearchOptions, SearchSettings, check_inputs
 from autotune.search.plan import (
-    NO_BUDGET,
     Pace,
     SearchBudget,
     Shape,
@@ -241,7 +240,7 @@ def test_a_shortened_prediction_predicts_on_fewer_prompts_and_tokens_and_races_t
             options,
             inputs,
             RaceOptions(top=1, budget=RaceBudget(rounds=1)),
-            NO_BUDGET,
+            SearchBudget.parse("none"),
             server_bin=None,
             note=notes.note,
             replayed=20,

@@ -6,7 +6,6 @@ It may import `autotune.search.inputs`; the predicted pipeline imports it, never
 """
 
 from autotune.search.plan._budget import (
-    NO_BUDGET,
     SearchBudget,
     budget_line,
     finalists_within,
@@ -30,7 +29,6 @@ from autotune.search.plan._prices import Prices, load_prices, prices_path, write
 
 __all__ = [
     "MAX_FIT_PROMPTS",
-    "NO_BUDGET",
     "Pace",
     "Prices",
     "SearchBudget",

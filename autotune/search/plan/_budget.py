@@ -81,10 +81,6 @@ class SearchBudget:
         return minutes(self.seconds)
 
 
-#: `--budget none`, and a night's search (nightly races within its own --race-budget): no cap
-NO_BUDGET = SearchBudget(None)
-
-
 def search_budget(given: SearchBudget | None, space: SearchSpace, targets: int) -> SearchBudget | None:
     """What a search runs under: `given` (--budget; `none` is no cap), or where none is given the space's default
     for `targets` targets; None where there is no cap."""
