@@ -127,19 +127,20 @@ LONG_MIX = PromptMix(
 
 def test_targets_alternate_in_blocks_so_a_time_budget_stops_with_every_target_raced(tiny_dir, tmp_path):
     """Room for one target's servers at a time and a time budget spent at the first look: the race stops at the
-    end of the first block of prompts that every target's entrants ran (two blocks of five: TARGET_BLOCK is 6),
-    not inside the first target's turn, so the second target is raced on the same prompts as the first."""
+    end of a block of prompts that every target's entrants ran (blocks of five: TARGET_BLOCK is 6), never inside
+    the first target's turn, so the second target is raced on the same prompts as the first. (A look whose
+    control has moved so far is no look, so the stop may come a block later: still at a block's end.)"""
     first, second, entrants = _two_targets(tiny_dir, tmp_path)
-    loaded: list[str] = []  # at each look, the target whose servers are running
+    loaded: list[set[str]] = []  # at each look, the targets whose servers are running
 
     def look(status) -> None:
         argvs = [_argv(pid) for pid in our_llama_servers()]
-        targets = {argv[argv.index("-m") + 1] for argv in argvs}
-        assert len(targets) == 1
-        loaded.extend(targets)
+        loaded.append({argv[argv.index("-m") + 1] for argv in argvs})
 
     verdict = _race_with_room(3, entrants, LONG_MIX, RaceBudget(seconds=0.001), look, max_tokens=8)
     assert verdict.pairing == "prompt" and len(verdict.orders) == 1  # stopped inside the first round
-    assert loaded == [str(first)] * 5 + [str(second)] * 5  # one block of five prompts, each target's turn in full
-    ran = {str(row.target): row.decode_ms[0] for row in verdict.baselines + verdict.controls}
-    assert {len(times) for times in ran.values()} == {5}  # every target's references: the same five prompts
+    assert loaded and all(len(targets) == 1 for targets in loaded)  # one target's servers at a time
+    assert {t for targets in loaded for t in targets} == {str(first), str(second)}  # and both raced
+    ran = {str(row.target): len(row.decode_ms[0]) for row in verdict.baselines + verdict.controls}
+    assert set(ran) == {str(first), str(second)}
+    assert len(set(ran.values())) == 1 and next(iter(ran.values())) in (5, 10)  # the same prompts, whole blocks
