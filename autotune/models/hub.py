@@ -22,7 +22,7 @@ from pathlib import Path
 
 from autotune.errors import AutotuneError, HubSourceError
 from autotune.spec.space import HubSource, SearchSpace
-from autotune.spec.types import DRAFT_MODEL_TYPES
+from autotune.spec.types import DRAFT_MODEL_TYPES, draft_member
 
 
 class HubUnreachable(Exception):
@@ -263,7 +263,10 @@ def without_hub_files(space: SearchSpace, dropped: Iterable[HubFile]) -> SearchS
             elif not all(f in dropped for _, f in named):  # some of its quants: only a `{quant}` table has several
                 kept.append(replace(pattern, quants=tuple(quant for quant, f in named if f not in dropped)))
         drafts[spec_type] = tuple(kept)
-    return replace(space, drafts=drafts)
+    emptied = {t for t, patterns in drafts.items() if not patterns and space.drafts.get(t)}
+    space = replace(space, drafts={t: patterns for t, patterns in drafts.items() if t not in emptied})
+    # a draft type whose every file the hub lacks leaves the space: with no draft, it would pass as draft-less
+    return space.restricted_to({t for t in space.spec_types if t not in emptied and draft_member(t) not in emptied})
 
 
 def download_line(missing: list[HubFile], sizes: dict[HubFile, int | None], cache_dir: Path) -> str:
